@@ -1,0 +1,216 @@
+"""The decisions of one call, shared by the sync and async shells: no I/O of its own.
+
+`Runtime` is one failover bound to one engine. The shells (``decorator.py``) call or await the
+upstream through the execution layer and hand the outcome here.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+import typing
+from collections.abc import Callable
+from datetime import datetime
+from typing import Any
+
+import pybreaker
+
+from .context import CallContext, Miss
+from .definition import FailoverDefinition
+from .errors import BulkheadFull
+from .execution import Execution
+from .handlers import Handler, key_of
+from .payload import ReferentialPayload, enrich
+from .policy import ExceptionPolicy, RecoverContext, default_for
+
+__all__ = ["Binder", "Runtime"]
+
+log = logging.getLogger("failover")
+
+_SIMPLE_KINDS = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+
+
+class Binder:
+    """Binds a call's arguments to the signature: values in signature order, defaults applied."""
+
+    __slots__ = ("n", "names", "signature", "simple")
+
+    def __init__(self, signature: inspect.Signature, skip_first: bool) -> None:
+        params = list(signature.parameters.values())[1 if skip_first else 0 :]
+        self.signature = signature.replace(parameters=params)
+        self.names = tuple(p.name for p in params)
+        self.n = len(params)
+        self.simple = all(p.kind in _SIMPLE_KINDS for p in params)
+
+    def values(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, ...]:
+        """The argument values in signature order; raises ``TypeError`` for a call that does not
+        fit the signature, as the function itself would."""
+        if not kwargs and self.simple and len(args) == self.n:
+            return args
+        bound = self.signature.bind(*args, **kwargs)
+        bound.apply_defaults()
+        arguments = bound.arguments
+        return tuple(arguments[n] for n in self.names)
+
+
+class Runtime:
+    """One failover on one engine: what to store, what to recover, what the caller gets."""
+
+    __slots__ = (
+        "_return_type",
+        "binder",
+        "blocking",
+        "blocking_writes",
+        "clock",
+        "definition",
+        "execution",
+        "fn",
+        "handler",
+        "policy",
+    )
+
+    def __init__(
+        self,
+        definition: FailoverDefinition,
+        binder: Binder,
+        fn: Callable[..., Any],
+        handler: Handler,
+        execution: Execution,
+        policy: ExceptionPolicy | Callable[[RecoverContext[Any]], object],
+        clock: Callable[[], datetime],
+        blocking: bool,
+        blocking_writes: bool,
+    ) -> None:
+        self.definition = definition
+        self.binder = binder
+        self.fn = fn
+        self.handler = handler
+        self.execution = execution
+        self.policy = policy
+        self.clock = clock
+        # The store chain does blocking I/O: async shells read (and, without async writes,
+        # write) on a worker thread.
+        self.blocking = blocking
+        self.blocking_writes = blocking_writes
+        self._return_type: Any = _UNRESOLVED
+
+    def context(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> CallContext:
+        """The call's context; ``args`` exclude ``self``/``cls``."""
+        return CallContext(
+            self.definition, self.binder, args, kwargs, self.binder.values(args, kwargs)
+        )
+
+    # -- success ------------------------------------------------------------------------------
+
+    def store(self, ctx: CallContext, result: Any) -> None:
+        """Store a live result; a failing store is logged, never raised."""
+        store_if = self.definition.store_if
+        if store_if is not None and not store_if(result):
+            return
+        try:
+            self.handler.store(ctx, result)
+        except Exception:
+            log.warning("failover %r: storing the live result failed", self.definition.name,
+                        exc_info=True)
+
+    def succeeded(self, ctx: CallContext, result: Any) -> Any:
+        """Store ``result`` and return it enriched as live."""
+        ctx.now = now = self.clock()
+        self.store(ctx, result)
+        return enrich(result, True, now)
+
+    def live(self, ctx: CallContext, result: Any) -> Any:
+        """``result`` enriched as live at ``ctx.now`` (already stored)."""
+        return enrich(result, True, ctx.now)
+
+    def live_envelope(self, ctx: CallContext, value: Any) -> ReferentialPayload[Any]:
+        """The envelope of a live (already enriched) value."""
+        d = self.definition
+        now = ctx.now or self.clock()
+        return ReferentialPayload(
+            d.effective_name, key_of(ctx), value, now, d.expiry.compute_expiry(d, now), True
+        )
+
+    # -- failure ------------------------------------------------------------------------------
+
+    def recover(self, ctx: CallContext, cause: Exception) -> ReferentialPayload[Any] | Miss:
+        """Ask the handler chain; a failing recover is logged and behaves like a miss."""
+        try:
+            return self.handler.recover(ctx, cause)
+        except Exception:
+            log.warning("failover %r: recovering failed; treated as a miss", self.definition.name,
+                        exc_info=True)
+            return Miss.ERROR
+
+    def resolve(
+        self, ctx: CallContext, cause: Exception, found: ReferentialPayload[Any] | Miss
+    ) -> ReferentialPayload[Any] | None:
+        """What the caller gets after recovery: an envelope, or ``None`` to re-raise ``cause``."""
+        d = self.definition
+        if isinstance(found, ReferentialPayload):
+            value = enrich(found.payload, False, found.as_of)
+            if d.on_recovered is not None:
+                value = d.on_recovered(self.recover_context(ctx, cause, found), value)
+            return ReferentialPayload(
+                found.name, found.key, value, found.as_of, found.expire_on, False
+            )
+        policy = self.policy
+        if policy is ExceptionPolicy.RETHROW:
+            cause.add_note(f"failover {d.name!r}: nothing recovered ({found.value})")
+            return None
+        if policy is ExceptionPolicy.NEVER_THROW:
+            value = None
+            if d.on_recovered is not None:
+                value = d.on_recovered(self.recover_context(ctx, cause, None), None)
+        elif policy is ExceptionPolicy.RETURN_DEFAULT:
+            value = default_for(self.return_type())
+        else:
+            value = policy(self.recover_context(ctx, cause, None))
+        return self.made_envelope(ctx, value)
+
+    def accepts(self, cause: Exception) -> bool:
+        """Whether ``cause`` triggers recovery (execution-layer refusals always do)."""
+        return self.definition.accepts(cause) or _always_recovered(cause)
+
+    def failed(self, ctx: CallContext, cause: Exception) -> ReferentialPayload[Any] | None:
+        """Recover and resolve a failed call: an envelope, or ``None`` to re-raise ``cause``."""
+        if not self.accepts(cause):
+            return None
+        return self.resolve(ctx, cause, self.recover(ctx, cause))
+
+    def made_envelope(self, ctx: CallContext, value: Any) -> ReferentialPayload[Any]:
+        """The envelope of a value made by a policy: not from the store, so no time."""
+        try:
+            key = key_of(ctx)
+        except Exception:  # a failing key= callable already showed up as a recover error
+            key = ""
+        return ReferentialPayload(self.definition.effective_name, key, value, None, None, False)
+
+    def recover_context(
+        self, ctx: CallContext, cause: BaseException | None, found: ReferentialPayload[Any] | None
+    ) -> RecoverContext[Any]:
+        """The frozen context handed to policies and hooks."""
+        return RecoverContext(self.definition, ctx.arguments, cause, found, self.return_type())
+
+    def return_type(self) -> Any:
+        """The return annotation, resolved on first use (forward references may be defined
+        after decoration)."""
+        if self._return_type is _UNRESOLVED:
+            self._return_type = resolve_return_type(self.fn, self.definition.return_annotation)
+        return self._return_type
+
+
+_UNRESOLVED: Any = object()
+
+
+def resolve_return_type(fn: Callable[..., Any], fallback: Any) -> Any:
+    """``fn``'s return annotation with forward references evaluated, or ``fallback``."""
+    try:
+        return typing.get_type_hints(fn, include_extras=True).get("return", fallback)
+    except Exception:
+        return fallback
+
+
+def _always_recovered(exc: Exception) -> bool:
+    # Refusals by the execution layer trigger recovery whatever `exceptions=` says.
+    return isinstance(exc, BulkheadFull | pybreaker.CircuitBreakerError)

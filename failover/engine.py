@@ -1,0 +1,284 @@
+"""The engine: one store chain, one handler chain, and the failovers registered with it."""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import warnings
+from collections.abc import Callable, Mapping
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+from .core import Binder, Runtime
+from .definition import FailoverDefinition
+from .errors import ConfigurationError
+from .execution import BasicExecution
+from .handlers import DefaultHandler, Handler
+from .policy import PolicyLike, resolve_policy
+from .stores.base import FailoverStore
+from .stores.copying import CopyingStore
+from .stores.factory import make_store
+
+if TYPE_CHECKING:
+    from .decorator import State
+
+__all__ = ["Failover", "configure", "get_engine", "utcnow"]
+
+log = logging.getLogger("failover")
+
+
+def utcnow() -> datetime:
+    """The default clock: aware UTC now."""
+    return datetime.now(UTC)
+
+
+def _needs_copy(store: FailoverStore) -> bool:
+    # A store that encodes on the caller's thread (and so isolates by itself) says so.
+    return not getattr(store, "isolating", False)
+
+
+class Failover:
+    """An engine: the store chain, the handler chain, and the registered failovers.
+
+    Args:
+        store: a `FailoverStore`, or a URL for `make_store` (``"memory://"``, ``"sqlite:///f.db"``).
+        async_writes: write on a background worker; ``None``: on for stores that do I/O.
+        tenant_resolver: enables multi-tenant routing (one store per tenant).
+        metrics: Prometheus metrics: ``True`` (the default registry), a registry, or ``False``.
+        policy: the exception policy of failovers that set none.
+        breaker_defaults: ``fail_max`` and ``reset_timeout`` for ``breaker=True``.
+        clock: the time source (aware UTC datetimes); tests pass a fake clock.
+        enabled: ``False`` makes every decorated function a plain pass-through.
+
+    Raises:
+        ConfigurationError: a setting that cannot work.
+    """
+
+    def __init__(
+        self,
+        store: FailoverStore | str = "memory://",
+        *,
+        async_writes: bool | None = None,
+        tenant_resolver: Callable[[], str | None] | None = None,
+        metrics: Any = True,
+        policy: PolicyLike = "rethrow",
+        breaker_defaults: Mapping[str, Any] | None = None,
+        clock: Callable[[], datetime] = utcnow,
+        enabled: bool = True,
+    ) -> None:
+        if not callable(clock):
+            raise ConfigurationError(f"Failover: clock must be callable, got {clock!r}")
+        if async_writes not in (None, True, False):
+            raise ConfigurationError(
+                f"Failover: async_writes must be True, False or None, got {async_writes!r}"
+            )
+        self.clock = clock
+        self.enabled = bool(enabled)
+        self.policy = resolve_policy(policy, "Failover")
+        self.breaker_defaults = dict(breaker_defaults or {})
+        self.metrics = metrics
+        self.tenant_resolver = tenant_resolver
+        self.raw_store = make_store(store, clock=clock) if isinstance(store, str) else store
+        if not isinstance(self.raw_store, FailoverStore):
+            raise ConfigurationError(
+                f"Failover: store must be a URL or a FailoverStore, got {store!r}"
+            )
+        self.async_writes = async_writes
+        self.store: FailoverStore = self._store_chain(self.raw_store)
+        self.handler: Handler = DefaultHandler(self.store, clock)
+        self.execution = BasicExecution()
+        self._lock = threading.RLock()
+        self._registered: dict[str, State] = {}
+        self._runtimes: dict[State, Runtime] = {}
+        self._closed = False
+
+    def __repr__(self) -> str:
+        return f"Failover(store={self.store!r}, enabled={self.enabled})"
+
+    def _store_chain(self, raw: FailoverStore) -> FailoverStore:
+        return CopyingStore(raw) if _needs_copy(raw) else raw
+
+    @property
+    def blocking(self) -> bool:
+        """Whether the store chain does blocking I/O (async shells then read on a thread)."""
+        return bool(getattr(self.raw_store, "does_io", True))
+
+    @property
+    def blocking_writes(self) -> bool:
+        """Whether writes block the caller (I/O store without async writes)."""
+        return self.blocking and not getattr(self.store, "writes_async", False)
+
+    # -- registration -------------------------------------------------------------------------
+
+    def register(self, decorated: State) -> None:
+        """Register a decorated function; a second one under the same name replaces the first."""
+        definition = decorated.definition
+        with self._lock:
+            previous = self._registered.get(definition.name)
+            if previous is not None and previous is not decorated:
+                _warn_replaced(previous, decorated)
+                self._runtimes.pop(previous, None)
+            self._registered[definition.name] = decorated
+            self._warn_domain_mismatch(definition)
+
+    def _warn_domain_mismatch(self, definition: FailoverDefinition) -> None:
+        if definition.domain is None:
+            return
+        for other in self._registered.values():
+            o = other.definition
+            if o.domain == definition.domain and o.name != definition.name and o.ttl != definition.ttl:
+                warnings.warn(
+                    f"failover {definition.name!r}: domain {definition.domain!r} is shared with "
+                    f"{o.name!r} under a different ttl ({definition.ttl} vs {o.ttl})",
+                    stacklevel=5,
+                )
+                return
+
+    def definitions(self) -> list[FailoverDefinition]:
+        """Every registered failover's definition, by name."""
+        with self._lock:
+            return [d.definition for _, d in sorted(self._registered.items())]
+
+    def runtime(self, decorated: State) -> Runtime:
+        """The runtime of ``decorated`` on this engine, made on first use."""
+        rt = self._runtimes.get(decorated)
+        if rt is not None:
+            return rt
+        with self._lock:
+            if self._registered.get(decorated.definition.name) is not decorated:
+                self.register(decorated)
+            rt = self._runtimes.get(decorated)
+            if rt is None:
+                d = decorated.definition
+                policy = d.policy if d.policy is not None else self.policy
+                rt = Runtime(
+                    d,
+                    decorated.binder,
+                    decorated.fn,
+                    self.handler,
+                    self.execution,
+                    policy,
+                    self.clock,
+                    self.blocking,
+                    self.blocking_writes,
+                )
+                self._runtimes[decorated] = rt
+            return rt
+
+    # -- maintenance --------------------------------------------------------------------------
+
+    def clean(self) -> int:
+        """Delete expired entries from the store (every tenant); return the count removed."""
+        return self.store.clean_by_expiry(self.clock())
+
+    def close(self) -> None:
+        """Flush pending writes and release the stores. Idempotent."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+        self.store.close()
+
+    def __enter__(self) -> Failover:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @classmethod
+    def from_env(
+        cls, prefix: str = "FAILOVER_", environ: Mapping[str, str] | None = None, **overrides: Any
+    ) -> Failover:
+        """An engine configured from environment variables.
+
+        Reads ``{prefix}STORE`` (a URL), ``{prefix}ASYNC_WRITES`` and ``{prefix}ENABLED``
+        (``true``/``false``/``1``/``0``), ``{prefix}POLICY`` and ``{prefix}METRICS``.
+        Keyword arguments override the environment.
+        """
+        env = os.environ if environ is None else environ
+        kwargs: dict[str, Any] = {}
+        if f"{prefix}STORE" in env:
+            kwargs["store"] = env[f"{prefix}STORE"]
+        for name in ("ASYNC_WRITES", "ENABLED", "METRICS"):
+            raw = env.get(f"{prefix}{name}")
+            if raw is not None and raw.strip():
+                kwargs[name.lower()] = _env_bool(f"{prefix}{name}", raw)
+        if env.get(f"{prefix}POLICY"):
+            kwargs["policy"] = env[f"{prefix}POLICY"]
+        kwargs.update(overrides)
+        return cls(**kwargs)
+
+
+def _warn_replaced(previous: State, new: State) -> None:
+    if previous.definition.function != new.definition.function:
+        warnings.warn(
+            f"failover {new.definition.name!r}: the name was registered by "
+            f"{previous.definition.function}; {new.definition.function} replaces it",
+            stacklevel=5,
+        )
+
+
+def _env_bool(name: str, raw: str) -> bool:
+    value = raw.strip().lower()
+    if value in ("1", "true", "yes", "on"):
+        return True
+    if value in ("0", "false", "no", "off"):
+        return False
+    raise ConfigurationError(f"{name}: expected true/false, got {raw!r}")
+
+
+# -- the default engine ---------------------------------------------------------------------------
+
+_default: Failover | None = None
+_default_lock = threading.Lock()
+_pending: dict[str, State] = {}  # failovers of the default engine, carried over
+
+
+def get_engine() -> Failover:
+    """The process-wide default engine, made on first use (in-memory store)."""
+    engine = _default
+    if engine is not None:
+        return engine
+    return _install(None)
+
+
+def configure(**kwargs: Any) -> Failover:
+    """(Re)configure the default engine with `Failover`'s arguments; returns it.
+
+    Failovers already decorated without ``engine=`` carry over to the new engine. The previous
+    default engine is closed (its pending writes flushed).
+    """
+    return _install(Failover(**kwargs))
+
+
+def _install(engine: Failover | None) -> Failover:
+    global _default
+    with _default_lock:
+        if engine is None:
+            if _default is not None:
+                return _default
+            engine = Failover()
+        previous, _default = _default, engine
+        for decorated in _pending.values():
+            engine.register(decorated)
+    if previous is not None:
+        previous.close()
+    return engine
+
+
+def register_default(decorated: State) -> None:
+    """Record a failover of the default engine; registered now if that engine exists."""
+    with _default_lock:
+        previous = _pending.get(decorated.definition.name)
+        _pending[decorated.definition.name] = decorated
+        engine = _default
+    if engine is not None:
+        engine.register(decorated)
+    elif previous is not None and previous is not decorated:
+        _warn_replaced(previous, decorated)
+
+
+def default_engine() -> Failover:
+    """The default engine (fast path for the decorator)."""
+    return _default or get_engine()

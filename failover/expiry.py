@@ -1,0 +1,74 @@
+"""When stored entries stop being served: the `ExpiryPolicy` protocol and the default `FixedTtl`."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+
+from .errors import ConfigurationError
+
+if TYPE_CHECKING:
+    from .definition import FailoverDefinition
+    from .payload import ReferentialPayload
+
+__all__ = ["ExpiryPolicy", "FixedTtl", "parse_ttl"]
+
+_UNITS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d|w)\s*$")
+
+
+def parse_ttl(value: timedelta | float | str, owner: str = "ttl") -> timedelta:
+    """Turn ``timedelta``, seconds, or ``"30s"``/``"15m"``/``"24h"``/``"7d"`` into a timedelta.
+
+    Raises:
+        ConfigurationError: zero, negative or unparsable; the message names ``owner``.
+    """
+    if isinstance(value, timedelta):
+        ttl = value
+    elif isinstance(value, bool):
+        raise ConfigurationError(f"{owner}: ttl must be a duration, got {value!r}")
+    elif isinstance(value, int | float):
+        ttl = timedelta(seconds=value)
+    elif isinstance(value, str):
+        match = _DURATION.match(value)
+        if match is None:
+            raise ConfigurationError(
+                f"{owner}: ttl {value!r} is not a duration; use seconds or e.g. '30s', '15m', "
+                "'24h', '7d'"
+            )
+        ttl = timedelta(seconds=float(match[1]) * _UNITS[match[2]])
+    else:
+        raise ConfigurationError(f"{owner}: ttl must be a duration, got {type(value).__name__}")
+    if ttl <= timedelta(0):
+        raise ConfigurationError(f"{owner}: ttl must be positive, got {value!r}")
+    return ttl
+
+
+@runtime_checkable
+class ExpiryPolicy(Protocol):
+    """Decides when a stored entry expires, and whether a found one has."""
+
+    def compute_expiry(self, definition: FailoverDefinition, now: datetime) -> datetime:
+        """The expiry time of an entry stored at ``now``."""
+        ...
+
+    def is_expired(self, payload: ReferentialPayload[Any], now: datetime) -> bool:
+        """Whether ``payload`` must no longer be served at ``now``."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class FixedTtl:
+    """Every entry lives ``ttl`` after it was stored (the default policy)."""
+
+    ttl: timedelta
+
+    def compute_expiry(self, definition: FailoverDefinition, now: datetime) -> datetime:
+        """``now + ttl``."""
+        return now + self.ttl
+
+    def is_expired(self, payload: ReferentialPayload[Any], now: datetime) -> bool:
+        """Expired once ``now`` reaches ``expire_on``."""
+        return payload.expire_on is not None and now >= payload.expire_on

@@ -1,0 +1,119 @@
+"""Default keys: a canonical, process-independent encoding of a call's argument values, digested.
+
+The raw key encodes each value with a type tag and, for variable-length values, a length prefix,
+so the encoding is self-delimiting and unambiguous (``1`` vs ``"1"``, ``"a,b"`` vs ``["a", "b"]``).
+Mappings and sets are encoded in sorted order of their encoded items, so their iteration order does
+not matter. Nothing here uses ``hash()``, which ``PYTHONHASHSEED`` changes between processes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import enum
+import hashlib
+import re
+import uuid
+import warnings
+from collections.abc import Callable, Mapping, Sequence, Set
+from decimal import Decimal
+from typing import Any
+
+__all__ = ["canonical", "digest", "make_key"]
+
+_IDENTITY_REPR = re.compile(r" at 0x[0-9a-fA-F]+>$")
+_warned_types: set[type] = set()
+
+
+def _type_name(tp: type) -> str:
+    return f"{tp.__module__}.{tp.__qualname__}"
+
+
+def _str(v: str) -> str:
+    return f"s{len(v)}:{v}"
+
+
+def _seq(tag: str, items: Sequence[Any] | Set[Any]) -> str:
+    return f"{tag}{len(items)}[{''.join(map(canonical, items))}]"
+
+
+def _unordered(tag: str, encoded: list[str]) -> str:
+    encoded.sort()
+    return f"{tag}{len(encoded)}[{''.join(encoded)}]"
+
+
+def _mapping(v: Mapping[Any, Any]) -> str:
+    return _unordered("d", [canonical(k) + canonical(x) for k, x in v.items()])
+
+
+def _other(v: Any) -> str:
+    tp = type(v)
+    if isinstance(v, enum.Enum):
+        return f"e{_type_name(tp)}:{canonical(v.value)}"
+    if isinstance(v, tuple) and hasattr(tp, "_fields"):  # NamedTuple
+        return f"n{_type_name(tp)}:{_seq('t', v)}"
+    if dataclasses.is_dataclass(v) and not isinstance(v, type):
+        fields = {f.name: getattr(v, f.name) for f in dataclasses.fields(v)}
+        return f"D{_type_name(tp)}:{_mapping(fields)}"
+    dump = getattr(v, "model_dump", None)
+    if callable(dump) and hasattr(tp, "model_fields"):  # pydantic v2
+        return f"P{_type_name(tp)}:{_mapping(dump())}"
+    if isinstance(v, dt.datetime | dt.date | dt.time):
+        return f"t{tp.__name__}:{v.isoformat()};"
+    if isinstance(v, Decimal | uuid.UUID):
+        return f"x{tp.__name__}:{_str(str(v))}"
+    if isinstance(v, str):
+        return _str(str(v))
+    if isinstance(v, bytes | bytearray):
+        return f"b{len(v)}:{bytes(v).hex()}"
+    if isinstance(v, Mapping):
+        return _mapping(v)
+    if isinstance(v, Set):
+        return _unordered("S", [canonical(x) for x in v])
+    if isinstance(v, list | tuple):
+        return _seq("l" if isinstance(v, list) else "t", v)
+    text = repr(v)
+    if _IDENTITY_REPR.search(text) and tp not in _warned_types:
+        _warned_types.add(tp)
+        warnings.warn(
+            f"failover: {_type_name(tp)} has no value representation (its repr is its identity), "
+            "so keys built from it differ between processes and calls; pass key= or give the "
+            "type a __repr__",
+            stacklevel=4,
+        )
+    return f"r{_type_name(tp)}:{_str(text)}"
+
+
+_ENCODERS: dict[type, Callable[[Any], str]] = {
+    str: _str,
+    int: lambda v: f"i{v};",
+    bool: lambda v: "T" if v else "F",
+    type(None): lambda v: "N",
+    float: lambda v: f"f{v!r};",
+    tuple: lambda v: _seq("t", v),
+    list: lambda v: _seq("l", v),
+    dict: _mapping,
+    set: lambda v: _unordered("S", [canonical(x) for x in v]),
+    frozenset: lambda v: _unordered("S", [canonical(x) for x in v]),
+}
+
+
+def canonical(value: Any) -> str:
+    """The canonical text of one value: equal values give equal texts in every process."""
+    encoder = _ENCODERS.get(type(value))
+    if encoder is not None:
+        return encoder(value)
+    return _other(value)
+
+
+def digest(name: str, raw: str) -> str:
+    """The stored key: a 128-bit blake2b digest of ``f"{name}:{raw}"``, as 32 hex characters."""
+    return hashlib.blake2b(f"{name}:{raw}".encode(), digest_size=16).hexdigest()
+
+
+def make_key(name: str, values: tuple[Any, ...]) -> str:
+    """The default key of a call whose bound argument values, in signature order, are ``values``."""
+    if len(values) == 1 and type(values[0]) is str:  # the most common call: one string argument
+        v = values[0]
+        return digest(name, f"t1[s{len(v)}:{v}]")
+    return digest(name, _seq("t", values))

@@ -1,0 +1,92 @@
+"""The envelope a stored value travels in, and the enrichment of values that carry freshness."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Generic, Protocol, TypeVar, runtime_checkable
+
+__all__ = ["Referential", "ReferentialAware", "ReferentialPayload", "enrich"]
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True, slots=True)
+class ReferentialPayload(Generic[T]):
+    """A value with where it came from and how fresh it is.
+
+    Attributes:
+        name: the effective failover name (the domain when one is set).
+        key: the entry's key within that name.
+        payload: the value itself.
+        as_of: when the value was obtained from the upstream (aware UTC), or ``None`` when the
+            value was made by an exception policy.
+        expire_on: when the stored entry stops being served (aware UTC), or ``None``.
+        up_to_date: ``True`` for a live result, ``False`` for a recovered or default one.
+    """
+
+    name: str
+    key: str
+    payload: T
+    as_of: datetime | None
+    expire_on: datetime | None
+    up_to_date: bool
+
+
+@runtime_checkable
+class ReferentialAware(Protocol):
+    """A value that carries its own freshness: ``up_to_date`` and ``as_of`` attributes."""
+
+    up_to_date: bool
+    as_of: datetime | None
+
+
+class Referential:
+    """Mixin giving a class the `ReferentialAware` attributes, set by the library on each call."""
+
+    up_to_date: bool = True
+    as_of: datetime | None = None
+
+
+# Per-type decision, so that the runtime protocol check (slow) runs once per type, not per call.
+_PLAIN, _SETATTR, _DATACLASS, _PYDANTIC = range(4)
+_kinds: dict[type, int] = {}
+
+
+def _kind(value: object) -> int:
+    tp = type(value)
+    kind = _kinds.get(tp)
+    if kind is not None:
+        return kind
+    if not isinstance(value, (Referential, ReferentialAware)):
+        kind = _PLAIN
+    elif dataclasses.is_dataclass(tp) and tp.__dataclass_params__.frozen:  # type: ignore[attr-defined]
+        kind = _DATACLASS
+    elif hasattr(tp, "model_copy") and getattr(tp, "model_config", {}).get("frozen"):
+        kind = _PYDANTIC
+    else:
+        kind = _SETATTR
+    _kinds[tp] = kind
+    return kind
+
+
+def enrich(value: T, up_to_date: bool, as_of: datetime | None) -> T:
+    """Set ``up_to_date`` and ``as_of`` on a `ReferentialAware` value; others pass unchanged.
+
+    Frozen dataclasses and frozen pydantic models come back as a copy with the fields set.
+    """
+    kind = _kinds.get(type(value))
+    if kind is None:
+        kind = _kind(value)
+    if kind == _PLAIN:
+        return value
+    if kind == _SETATTR:
+        obj: Any = value
+        obj.up_to_date = up_to_date
+        obj.as_of = as_of
+        return value
+    if kind == _DATACLASS:
+        return dataclasses.replace(value, up_to_date=up_to_date, as_of=as_of)  # type: ignore[type-var]
+    copied: T = value.model_copy(update={"up_to_date": up_to_date, "as_of": as_of})  # type: ignore[attr-defined]
+    return copied

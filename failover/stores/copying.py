@@ -1,0 +1,110 @@
+"""`CopyingStore`: isolation between what callers hold and what is stored."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterable, Sequence
+from datetime import datetime
+from typing import Any
+
+from ..payload import ReferentialPayload
+from .base import FailoverStore, Payload
+
+__all__ = ["CopyingStore", "deep_copy"]
+
+_IMMUTABLE = frozenset({str, int, float, bool, bytes, type(None), complex})
+_MAX_DEPTH = 64
+
+
+class _TooDeep(Exception):
+    pass
+
+
+def _copy(value: Any, depth: int) -> Any:
+    tp = type(value)
+    if tp in _IMMUTABLE:
+        return value
+    if depth > _MAX_DEPTH:
+        raise _TooDeep
+    if tp is dict:
+        return {k: _copy(v, depth + 1) for k, v in value.items()}
+    if tp is list:
+        return [_copy(v, depth + 1) for v in value]
+    if tp is tuple:
+        return tuple(_copy(v, depth + 1) for v in value)
+    return copy.deepcopy(value)
+
+
+def deep_copy(value: Any) -> Any:
+    """A deep copy, several times faster than `copy.deepcopy` on JSON-like values.
+
+    Plain dicts, lists and tuples are copied directly; anything else, and structures deep enough
+    to hold a cycle, go through `copy.deepcopy`.
+    """
+    try:
+        return _copy(value, 0)
+    except _TooDeep:
+        return copy.deepcopy(value)
+
+
+def _copied(payload: Payload) -> Payload:
+    value = payload.payload
+    if type(value) in _IMMUTABLE:
+        return payload
+    return ReferentialPayload(
+        payload.name,
+        payload.key,
+        deep_copy(value),
+        payload.as_of,
+        payload.expire_on,
+        payload.up_to_date,
+    )
+
+
+class CopyingStore:
+    """Stores and returns deep copies, so that what a caller does to a returned object never
+    changes what is stored, and the reverse."""
+
+    def __init__(self, inner: FailoverStore) -> None:
+        self.inner = inner
+
+    def __repr__(self) -> str:
+        return f"CopyingStore({self.inner!r})"
+
+    @property
+    def does_io(self) -> bool:
+        """Whether the inner store does I/O."""
+        return bool(getattr(self.inner, "does_io", True))
+
+    def store(self, payload: Payload) -> None:
+        """Store a copy."""
+        self.inner.store(_copied(payload))
+
+    def store_many(self, payloads: Sequence[Payload]) -> None:
+        """Store copies."""
+        self.inner.store_many([_copied(p) for p in payloads])
+
+    def find(self, name: str, key: str) -> Payload | None:
+        """A copy of the stored entry."""
+        payload = self.inner.find(name, key)
+        return None if payload is None else _copied(payload)
+
+    def find_many(self, name: str, keys: Iterable[str]) -> dict[str, Payload]:
+        """Copies of the stored entries."""
+        return {k: _copied(p) for k, p in self.inner.find_many(name, keys).items()}
+
+    def find_all(self, name: str) -> list[Payload]:
+        """Copies of every entry of ``name``."""
+        return [_copied(p) for p in self.inner.find_all(name)]
+
+    def delete(self, name: str, key: str) -> None:
+        """Remove the entry."""
+        self.inner.delete(name, key)
+
+    def clean_by_expiry(self, now: datetime) -> int:
+        """Remove expired entries."""
+        return self.inner.clean_by_expiry(now)
+
+    def close(self) -> None:
+        """Close the inner store."""
+        self.inner.close()

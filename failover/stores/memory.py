@@ -1,0 +1,98 @@
+"""`InMemoryStore`: a bounded LRU dictionary in process memory."""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from collections.abc import Iterable, Sequence
+from datetime import datetime
+
+from ..errors import ConfigurationError
+from .base import Payload
+
+__all__ = ["InMemoryStore"]
+
+
+class InMemoryStore:
+    """Entries in process memory; past ``max_entries`` the least recently used leaves.
+
+    Args:
+        max_entries: the cap (``0``: unbounded).
+    """
+
+    does_io = False
+
+    def __init__(self, max_entries: int = 10_000) -> None:
+        if not isinstance(max_entries, int) or max_entries < 0:
+            raise ConfigurationError(
+                f"InMemoryStore: max_entries must be an int >= 0, got {max_entries!r}"
+            )
+        self.max_entries = max_entries
+        self._entries: OrderedDict[tuple[str, str], Payload] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def __repr__(self) -> str:
+        return f"InMemoryStore(max_entries={self.max_entries})"
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def store(self, payload: Payload) -> None:
+        """Insert or replace one entry, evicting the least recently used past the cap."""
+        ident = (payload.name, payload.key)
+        with self._lock:
+            entries = self._entries
+            entries[ident] = payload
+            entries.move_to_end(ident)
+            if self.max_entries and len(entries) > self.max_entries:
+                entries.popitem(last=False)
+
+    def store_many(self, payloads: Sequence[Payload]) -> None:
+        """Insert or replace several entries."""
+        for payload in payloads:
+            self.store(payload)
+
+    def find(self, name: str, key: str) -> Payload | None:
+        """The entry or ``None``; a hit counts as a use for the LRU order."""
+        ident = (name, key)
+        with self._lock:
+            payload = self._entries.get(ident)
+            if payload is not None:
+                self._entries.move_to_end(ident)
+            return payload
+
+    def find_many(self, name: str, keys: Iterable[str]) -> dict[str, Payload]:
+        """The entries found among ``keys``."""
+        found = {}
+        for key in keys:
+            payload = self.find(name, key)
+            if payload is not None:
+                found[key] = payload
+        return found
+
+    def find_all(self, name: str) -> list[Payload]:
+        """Every entry of ``name``."""
+        with self._lock:
+            return [p for (n, _), p in self._entries.items() if n == name]
+
+    def delete(self, name: str, key: str) -> None:
+        """Remove the entry if present."""
+        with self._lock:
+            self._entries.pop((name, key), None)
+
+    def clean_by_expiry(self, now: datetime) -> int:
+        """Remove expired entries; return the count."""
+        with self._lock:
+            expired = [
+                ident
+                for ident, p in self._entries.items()
+                if p.expire_on is not None and p.expire_on <= now
+            ]
+            for ident in expired:
+                del self._entries[ident]
+            return len(expired)
+
+    def close(self) -> None:
+        """Drop every entry."""
+        with self._lock:
+            self._entries.clear()
