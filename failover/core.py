@@ -20,7 +20,7 @@ from .definition import FailoverDefinition
 from .errors import BulkheadFull
 from .execution import Execution
 from .handlers import Handler, key_of
-from .payload import ReferentialPayload, enrich
+from .payload import ReferentialPayload, enrich, envelope
 from .policy import ExceptionPolicy, RecoverContext, default_for
 
 __all__ = ["Binder", "Runtime"]
@@ -33,18 +33,23 @@ _SIMPLE_KINDS = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL
 class Binder:
     """Binds a call's arguments to the signature: values in signature order, defaults applied."""
 
-    __slots__ = ("n", "names", "signature", "simple")
+    __slots__ = ("n", "names", "signature", "simple", "skip_first")
 
     def __init__(self, signature: inspect.Signature, skip_first: bool) -> None:
         params = list(signature.parameters.values())[1 if skip_first else 0 :]
+        self.skip_first = skip_first
         self.signature = signature.replace(parameters=params)
         self.names = tuple(p.name for p in params)
         self.n = len(params)
         self.simple = all(p.kind in _SIMPLE_KINDS for p in params)
 
+    def own(self, args: tuple[Any, ...]) -> tuple[Any, ...]:
+        """The call's positional arguments without ``self``/``cls``."""
+        return args[1:] if self.skip_first else args
+
     def values(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, ...]:
-        """The argument values in signature order; raises ``TypeError`` for a call that does not
-        fit the signature, as the function itself would."""
+        """The argument values in signature order (``args`` without ``self``/``cls``); raises
+        ``TypeError`` for a call that does not fit the signature, as the function itself would."""
         if not kwargs and self.simple and len(args) == self.n:
             return args
         bound = self.signature.bind(*args, **kwargs)
@@ -95,10 +100,11 @@ class Runtime:
         self._return_type: Any = _UNRESOLVED
 
     def context(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> CallContext:
-        """The call's context; ``args`` exclude ``self``/``cls``."""
-        return CallContext(
-            self.definition, self.binder, args, kwargs, self.binder.values(args, kwargs)
-        )
+        """The call's context (``args`` as the wrapper got them, ``self``/``cls`` included)."""
+        binder = self.binder
+        if binder.skip_first:
+            args = args[1:]
+        return CallContext(self.definition, binder, args, kwargs, binder.values(args, kwargs))
 
     # -- success ------------------------------------------------------------------------------
 
@@ -110,13 +116,22 @@ class Runtime:
         try:
             self.handler.store(ctx, result)
         except Exception:
-            log.warning("failover %r: storing the live result failed", self.definition.name,
-                        exc_info=True)
+            self._store_failed()
+
+    def _store_failed(self) -> None:
+        log.warning(
+            "failover %r: storing the live result failed", self.definition.name, exc_info=True
+        )
 
     def succeeded(self, ctx: CallContext, result: Any) -> Any:
         """Store ``result`` and return it enriched as live."""
         ctx.now = now = self.clock()
-        self.store(ctx, result)
+        store_if = self.definition.store_if
+        if store_if is None or store_if(result):
+            try:
+                self.handler.store(ctx, result)
+            except Exception:
+                self._store_failed()
         return enrich(result, True, now)
 
     def live(self, ctx: CallContext, result: Any) -> Any:
@@ -127,7 +142,7 @@ class Runtime:
         """The envelope of a live (already enriched) value."""
         d = self.definition
         now = ctx.now or self.clock()
-        return ReferentialPayload(
+        return envelope(
             d.effective_name, key_of(ctx), value, now, d.expiry.compute_expiry(d, now), True
         )
 
@@ -138,8 +153,11 @@ class Runtime:
         try:
             return self.handler.recover(ctx, cause)
         except Exception:
-            log.warning("failover %r: recovering failed; treated as a miss", self.definition.name,
-                        exc_info=True)
+            log.warning(
+                "failover %r: recovering failed; treated as a miss",
+                self.definition.name,
+                exc_info=True,
+            )
             return Miss.ERROR
 
     def resolve(
@@ -151,9 +169,7 @@ class Runtime:
             value = enrich(found.payload, False, found.as_of)
             if d.on_recovered is not None:
                 value = d.on_recovered(self.recover_context(ctx, cause, found), value)
-            return ReferentialPayload(
-                found.name, found.key, value, found.as_of, found.expire_on, False
-            )
+            return envelope(found.name, found.key, value, found.as_of, found.expire_on, False)
         policy = self.policy
         if policy is ExceptionPolicy.RETHROW:
             cause.add_note(f"failover {d.name!r}: nothing recovered ({found.value})")
@@ -184,7 +200,7 @@ class Runtime:
             key = key_of(ctx)
         except Exception:  # a failing key= callable already showed up as a recover error
             key = ""
-        return ReferentialPayload(self.definition.effective_name, key, value, None, None, False)
+        return envelope(self.definition.effective_name, key, value, None, None, False)
 
     def recover_context(
         self, ctx: CallContext, cause: BaseException | None, found: ReferentialPayload[Any] | None

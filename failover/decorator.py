@@ -56,7 +56,9 @@ class FailoverFunction(Protocol[P, R_co]):
     @overload
     def __get__(self, instance: None, owner: type[Any]) -> Self: ...
     @overload
-    def __get__(self, instance: object, owner: type[Any] | None = None) -> FailoverFunction[..., R_co]: ...
+    def __get__(
+        self, instance: object, owner: type[Any] | None = None
+    ) -> FailoverFunction[..., R_co]: ...
 
 
 class AsyncFailoverFunction(Protocol[P, R_co]):
@@ -93,7 +95,7 @@ class AsyncFailoverFunction(Protocol[P, R_co]):
 class State:
     """What one decorated function shares between its shells and the engines it runs on."""
 
-    __slots__ = ("__weakref__", "_bound", "binder", "definition", "engine", "fn", "skip_first")
+    __slots__ = ("__weakref__", "_bound", "binder", "definition", "engine", "fn")
 
     def __init__(
         self,
@@ -106,7 +108,6 @@ class State:
         self.binder = binder
         self.fn = fn
         self.engine = engine
-        self.skip_first = definition.is_method
         self._bound: tuple[Failover, Runtime | None] | None = None
 
     def runtime(self) -> Runtime | None:
@@ -119,28 +120,24 @@ class State:
         self._bound = (engine, rt)
         return rt
 
-    def context(self, rt: Runtime, args: tuple[Any, ...], kwargs: dict[str, Any]) -> CallContext:
-        """The call's context, ``self``/``cls`` left out."""
-        return rt.context(args[1:] if self.skip_first else args, kwargs)
-
     def passthrough(self, args: tuple[Any, ...], kwargs: dict[str, Any], result: Any) -> Any:
         """The envelope of a call made while the engine is disabled."""
         d = self.definition
         engine = self.engine or _engine.default_engine()
-        values = self.binder.values(args[1:] if self.skip_first else args, kwargs)
-        ctx = CallContext(d, self.binder, args, kwargs, values)
+        own = self.binder.own(args)
+        ctx = CallContext(d, self.binder, own, kwargs, self.binder.values(own, kwargs))
         return ReferentialPayload(d.effective_name, key_of(ctx), result, engine.clock(), None, True)
 
     def peek(self, *args: Any, **kwargs: Any) -> ReferentialPayload[Any] | None:
         """The stored, unexpired entry for the call."""
         rt = self.runtime()
-        return None if rt is None else rt.handler.peek(self.context(rt, args, kwargs))
+        return None if rt is None else rt.handler.peek(rt.context(args, kwargs))
 
     def invalidate(self, *args: Any, **kwargs: Any) -> None:
         """Delete the stored entry for the call."""
         rt = self.runtime()
         if rt is not None:
-            rt.handler.invalidate(self.context(rt, args, kwargs))
+            rt.handler.invalidate(rt.context(args, kwargs))
 
 
 def _sync_shell(state: State) -> tuple[Callable[..., Any], Callable[..., Any]]:
@@ -151,7 +148,7 @@ def _sync_shell(state: State) -> tuple[Callable[..., Any], Callable[..., Any]]:
         if rt is None:
             result = fn(*args, **kwargs)
             return state.passthrough(args, kwargs, result) if envelope else result
-        ctx = state.context(rt, args, kwargs)
+        ctx = rt.context(args, kwargs)
         try:
             result = rt.execution.call(ctx, fn, args, kwargs)
         except Exception as exc:
@@ -180,7 +177,7 @@ def _async_shell(state: State) -> tuple[Callable[..., Any], Callable[..., Any]]:
         if rt is None:
             result = await fn(*args, **kwargs)
             return state.passthrough(args, kwargs, result) if envelope else result
-        ctx = state.context(rt, args, kwargs)
+        ctx = rt.context(args, kwargs)
         try:
             result = await rt.execution.acall(ctx, fn, args, kwargs)
         except Exception as exc:
@@ -387,9 +384,7 @@ class _Decorator:
         self.settings = settings
 
     @overload
-    def __call__(
-        self, fn: Callable[P, Coroutine[Any, Any, R]]
-    ) -> AsyncFailoverFunction[P, R]: ...
+    def __call__(self, fn: Callable[P, Coroutine[Any, Any, R]]) -> AsyncFailoverFunction[P, R]: ...
     @overload
     def __call__(self, fn: Callable[P, R]) -> FailoverFunction[P, R]: ...
     def __call__(self, fn: Callable[P, Any]) -> Any:
@@ -408,9 +403,9 @@ def failover(
     domain: str | None = None,
     key: Callable[..., object] | None = None,
     expiry: ExpiryPolicy | None = None,
-    exceptions: type[Exception]
-    | tuple[type[Exception], ...]
-    | Callable[[Exception], bool] = (Exception,),
+    exceptions: type[Exception] | tuple[type[Exception], ...] | Callable[[Exception], bool] = (
+        Exception,
+    ),
     exclude: type[Exception] | tuple[type[Exception], ...] = (),
     store_if: Callable[[Any], bool] | None = None,
     policy: PolicyLike | None = None,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import threading
@@ -10,7 +11,7 @@ from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from .core import Binder, Runtime
+from .core import Runtime
 from .definition import FailoverDefinition
 from .errors import ConfigurationError
 from .execution import BasicExecution
@@ -28,9 +29,8 @@ __all__ = ["Failover", "configure", "get_engine", "utcnow"]
 log = logging.getLogger("failover")
 
 
-def utcnow() -> datetime:
-    """The default clock: aware UTC now."""
-    return datetime.now(UTC)
+utcnow: Callable[[], datetime] = functools.partial(datetime.now, UTC)
+"""The default clock: aware UTC now (a partial of a builtin: no Python frame per call)."""
 
 
 def _needs_copy(store: FailoverStore) -> bool:
@@ -127,7 +127,11 @@ class Failover:
             return
         for other in self._registered.values():
             o = other.definition
-            if o.domain == definition.domain and o.name != definition.name and o.ttl != definition.ttl:
+            if (
+                o.domain == definition.domain
+                and o.name != definition.name
+                and o.ttl != definition.ttl
+            ):
                 warnings.warn(
                     f"failover {definition.name!r}: domain {definition.domain!r} is shared with "
                     f"{o.name!r} under a different ttl ({definition.ttl} vs {o.ttl})",

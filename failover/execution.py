@@ -15,7 +15,11 @@ class Execution(Protocol):
     """Calls the upstream; raises what it raises (or a refusal such as ``BulkheadFull``)."""
 
     def call(
-        self, ctx: CallContext, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
+        self,
+        ctx: CallContext,
+        fn: Callable[..., Any],
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
     ) -> Any:
         """Call a synchronous upstream."""
         ...
@@ -38,7 +42,11 @@ class BasicExecution:
         return "BasicExecution()"
 
     def call(
-        self, ctx: CallContext, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
+        self,
+        ctx: CallContext,
+        fn: Callable[..., Any],
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
     ) -> Any:
         """``fn(*args, **kwargs)``."""
         return fn(*args, **kwargs)

@@ -10,7 +10,7 @@ from typing import Any, Protocol
 
 from .context import CallContext, Miss
 from .keys import canonical, digest, make_key
-from .payload import ReferentialPayload
+from .payload import envelope
 from .stores.base import FailoverStore, Payload
 
 __all__ = ["DefaultHandler", "Handler"]
@@ -65,16 +65,10 @@ class DefaultHandler:
         """Store the live result under the call's key with its expiry."""
         definition = ctx.definition
         now = ctx.now or self.clock()
-        self.store_.store(
-            ReferentialPayload(
-                definition.effective_name,
-                key_of(ctx),
-                result,
-                now,
-                definition.expiry.compute_expiry(definition, now),
-                True,
-            )
-        )
+        name = definition.effective_name
+        key = make_key(name, ctx.values) if definition.key is None else key_of(ctx)
+        expire_on = definition.expiry.compute_expiry(definition, now)
+        self.store_.store(envelope(name, key, result, now, expire_on, True))
 
     def _live(self, ctx: CallContext) -> Payload | Miss:
         definition = ctx.definition
@@ -85,9 +79,7 @@ class DefaultHandler:
         if definition.expiry.is_expired(found, self.clock()):
             self.store_.delete(definition.effective_name, key)
             return Miss.EXPIRED
-        return ReferentialPayload(
-            found.name, found.key, found.payload, found.as_of, found.expire_on, False
-        )
+        return envelope(found.name, found.key, found.payload, found.as_of, found.expire_on, False)
 
     def recover(self, ctx: CallContext, cause: Exception) -> Payload | Miss:
         """The stored entry, stale, or why there is none."""

@@ -111,9 +111,26 @@ def digest(name: str, raw: str) -> str:
     return hashlib.blake2b(f"{name}:{raw}".encode(), digest_size=16).hexdigest()
 
 
+_MEMO_MAX = 16_384
+_memo: dict[tuple[str, tuple[Any, ...]], str] = {}
+_MEMO_TYPES = (str, int)
+
+
 def make_key(name: str, values: tuple[Any, ...]) -> str:
-    """The default key of a call whose bound argument values, in signature order, are ``values``."""
-    if len(values) == 1 and type(values[0]) is str:  # the most common call: one string argument
-        v = values[0]
-        return digest(name, f"t1[s{len(v)}:{v}]")
-    return digest(name, _seq("t", values))
+    """The default key of a call whose bound argument values, in signature order, are ``values``.
+
+    Keys of calls whose arguments are all exactly ``str`` or ``int`` (most reference-data
+    lookups) are memoised: for those types equal tuples always mean equal values, which is not
+    true in general (``1 == 1.0 == True``).
+    """
+    for v in values:
+        if type(v) not in _MEMO_TYPES:
+            return digest(name, _seq("t", values))
+    memo_key = (name, values)
+    key = _memo.get(memo_key)
+    if key is None:
+        key = digest(name, _seq("t", values))
+        if len(_memo) >= _MEMO_MAX:
+            _memo.clear()
+        _memo[memo_key] = key
+    return key

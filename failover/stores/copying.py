@@ -7,7 +7,7 @@ from collections.abc import Iterable, Sequence
 from datetime import datetime
 from typing import Any
 
-from ..payload import ReferentialPayload
+from ..payload import envelope
 from .base import FailoverStore, Payload
 
 __all__ = ["CopyingStore", "deep_copy"]
@@ -27,7 +27,10 @@ def _copy(value: Any, depth: int) -> Any:
     if depth > _MAX_DEPTH:
         raise _TooDeep
     if tp is dict:
-        return {k: _copy(v, depth + 1) for k, v in value.items()}
+        for v in value.values():
+            if type(v) not in _IMMUTABLE:
+                return {k: _copy(v, depth + 1) for k, v in value.items()}
+        return value.copy()  # flat: keys of a dict are immutable already
     if tp is list:
         return [_copy(v, depth + 1) for v in value]
     if tp is tuple:
@@ -49,15 +52,20 @@ def deep_copy(value: Any) -> Any:
 
 def _copied(payload: Payload) -> Payload:
     value = payload.payload
-    if type(value) in _IMMUTABLE:
+    tp = type(value)
+    if tp in _IMMUTABLE:
         return payload
-    return ReferentialPayload(
-        payload.name,
-        payload.key,
-        deep_copy(value),
-        payload.as_of,
-        payload.expire_on,
-        payload.up_to_date,
+    if tp is dict:
+        for v in value.values():
+            if type(v) not in _IMMUTABLE:
+                value = deep_copy(value)
+                break
+        else:
+            value = value.copy()  # flat dict, the commonest payload: a shallow copy is deep
+    else:
+        value = deep_copy(value)
+    return envelope(
+        payload.name, payload.key, value, payload.as_of, payload.expire_on, payload.up_to_date
     )
 
 

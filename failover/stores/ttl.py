@@ -32,7 +32,9 @@ class CachetoolsStore:
 
     def __init__(self, maxsize: int = 10_000, clock: Callable[[], datetime] | None = None) -> None:
         if not isinstance(maxsize, int) or maxsize <= 0:
-            raise ConfigurationError(f"CachetoolsStore: maxsize must be an int > 0, got {maxsize!r}")
+            raise ConfigurationError(
+                f"CachetoolsStore: maxsize must be an int > 0, got {maxsize!r}"
+            )
         self.maxsize = maxsize
         self._clock = clock or _utcnow
         self._cache: cachetools.TLRUCache[tuple[str, str], Payload] = cachetools.TLRUCache(
