@@ -28,7 +28,7 @@ pytest: $(STAMP)
 	$(BIN)/pytest
 
 docs: $(STAMP)
-	$(BIN)/mkdocs build --strict --site-dir $(VENV)/site
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir $(VENV)/site
 
 test: lint types pytest docs
 

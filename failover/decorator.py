@@ -29,23 +29,22 @@ __all__ = ["AsyncFailoverFunction", "FailoverFunction", "failover"]
 
 P = ParamSpec("P")
 R = TypeVar("R")
-R_co = TypeVar("R_co", covariant=True)
 
 
-class FailoverFunction(Protocol[P, R_co]):
+class FailoverFunction(Protocol[P, R]):
     """A decorated synchronous function: callable as before, plus the failover's attributes."""
 
     definition: FailoverDefinition
 
-    def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R_co:
+    def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
         """Call the upstream; on failure, recover the last stored result."""
         ...
 
-    def referential(self, *args: P.args, **kwargs: P.kwargs) -> ReferentialPayload[R_co]:
+    def referential(self, *args: P.args, **kwargs: P.kwargs) -> ReferentialPayload[R]:
         """The same call, returning the envelope (freshness included)."""
         ...
 
-    def peek(self, *args: P.args, **kwargs: P.kwargs) -> ReferentialPayload[R_co] | None:
+    def peek(self, *args: P.args, **kwargs: P.kwargs) -> ReferentialPayload[R] | None:
         """The stored, unexpired entry for these arguments; the upstream is not called."""
         ...
 
@@ -58,25 +57,25 @@ class FailoverFunction(Protocol[P, R_co]):
     @overload
     def __get__(
         self, instance: object, owner: type[Any] | None = None
-    ) -> FailoverFunction[..., R_co]: ...
+    ) -> FailoverFunction[..., R]: ...
 
 
-class AsyncFailoverFunction(Protocol[P, R_co]):
+class AsyncFailoverFunction(Protocol[P, R]):
     """A decorated ``async def`` function; ``peek`` and ``invalidate`` stay synchronous."""
 
     definition: FailoverDefinition
 
-    def __call__(self, *args: P.args, **kwargs: P.kwargs) -> Coroutine[Any, Any, R_co]:
+    def __call__(self, *args: P.args, **kwargs: P.kwargs) -> Coroutine[Any, Any, R]:
         """Await the upstream; on failure, recover the last stored result."""
         ...
 
     def referential(
         self, *args: P.args, **kwargs: P.kwargs
-    ) -> Coroutine[Any, Any, ReferentialPayload[R_co]]:
+    ) -> Coroutine[Any, Any, ReferentialPayload[R]]:
         """The same call, returning the envelope (freshness included)."""
         ...
 
-    def peek(self, *args: P.args, **kwargs: P.kwargs) -> ReferentialPayload[R_co] | None:
+    def peek(self, *args: P.args, **kwargs: P.kwargs) -> ReferentialPayload[R] | None:
         """The stored, unexpired entry for these arguments; the upstream is not called."""
         ...
 
@@ -89,7 +88,7 @@ class AsyncFailoverFunction(Protocol[P, R_co]):
     @overload
     def __get__(
         self, instance: object, owner: type[Any] | None = None
-    ) -> AsyncFailoverFunction[..., R_co]: ...
+    ) -> AsyncFailoverFunction[..., R]: ...
 
 
 class State:
@@ -239,7 +238,7 @@ class _Method(Generic[P, R]):
     def __init__(self, wrapper: Callable[..., Any], bind_class: bool) -> None:
         self.wrapper = wrapper
         self.bind_class = bind_class
-        functools.update_wrapper(self, wrapper)  # type: ignore[arg-type]
+        functools.update_wrapper(self, wrapper)
 
     def __get__(self, instance: object, owner: type[Any] | None = None) -> Any:
         if self.bind_class:
@@ -252,7 +251,7 @@ class _Method(Generic[P, R]):
         return self.wrapper(*args, **kwargs)
 
 
-# -- validation -------------------------------------------------------------------------------------
+# -- validation --------------------------------------------------------------------------------
 
 
 def _types(value: Any, owner: str, setting: str) -> tuple[type[BaseException], ...]:
@@ -280,6 +279,15 @@ def _not_yet(owner: str, setting: str) -> ConfigurationError:
     return ConfigurationError(
         f"failover {owner!r}: {setting}= is not available in this version of failover"
     )
+
+
+def _is_async(fn: Any) -> bool:
+    # Callable objects with an `async def __call__` are async too.
+    if inspect.iscoroutinefunction(fn):
+        return True
+    # The method itself is needed (to inspect it), not whether the object is callable.
+    call = None if inspect.isfunction(fn) else getattr(type(fn), "__call__", None)  # noqa: B004
+    return call is not None and inspect.iscoroutinefunction(call)
 
 
 def _is_method(fn: Callable[..., Any], signature: inspect.Signature) -> bool:
@@ -316,10 +324,11 @@ def _build(
         expiry = FixedTtl(ttl)
     elif not isinstance(expiry, ExpiryPolicy):
         raise ConfigurationError(
-            f"failover {name!r}: expiry= must have compute_expiry() and is_expired(), got {expiry!r}"
+            f"failover {name!r}: expiry= must have compute_expiry() and is_expired(), "
+            f"got {expiry!r}"
         )
     exceptions = settings["exceptions"]
-    if not (isinstance(exceptions, type) or isinstance(exceptions, tuple)) and callable(exceptions):
+    if not isinstance(exceptions, type | tuple) and callable(exceptions):
         accept: Any = exceptions
     else:
         accept = _types(exceptions, name, "exceptions")
@@ -352,8 +361,7 @@ def _build(
         acquire_timeout=float(acquire_timeout),
         timeout=None,
         function=function,
-        is_async=inspect.iscoroutinefunction(unwrapped)
-        or inspect.iscoroutinefunction(getattr(unwrapped, "__call__", None)),
+        is_async=_is_async(unwrapped),
         is_method=is_method,
         return_annotation=signature.return_annotation,
     )
@@ -383,8 +391,11 @@ class _Decorator:
         self.engine = engine
         self.settings = settings
 
+    # An async function is also a Callable[P, R]; the first matching overload wins, as intended.
     @overload
-    def __call__(self, fn: Callable[P, Coroutine[Any, Any, R]]) -> AsyncFailoverFunction[P, R]: ...
+    def __call__(  # type: ignore[overload-overlap]
+        self, fn: Callable[P, Coroutine[Any, Any, R]]
+    ) -> AsyncFailoverFunction[P, R]: ...
     @overload
     def __call__(self, fn: Callable[P, R]) -> FailoverFunction[P, R]: ...
     def __call__(self, fn: Callable[P, Any]) -> Any:
@@ -392,7 +403,9 @@ class _Decorator:
 
 
 @overload
-def failover(name: Callable[P, Coroutine[Any, Any, R]], /) -> AsyncFailoverFunction[P, R]: ...
+def failover(  # type: ignore[overload-overlap]  # async first: see _Decorator.__call__
+    name: Callable[P, Coroutine[Any, Any, R]], /
+) -> AsyncFailoverFunction[P, R]: ...
 @overload
 def failover(name: Callable[P, R], /) -> FailoverFunction[P, R]: ...
 @overload

@@ -5,6 +5,7 @@ from __future__ import annotations
 import enum
 import types
 import typing
+from collections import abc
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
@@ -20,7 +21,7 @@ __all__ = ["ExceptionPolicy", "RecoverContext", "default_for"]
 T = TypeVar("T")
 
 
-class ExceptionPolicy(str, enum.Enum):
+class ExceptionPolicy(enum.StrEnum):
     """The built-in policies; a callable ``policy(ctx)`` is the fourth kind."""
 
     RETHROW = "rethrow"
@@ -99,8 +100,6 @@ def default_for(annotation: Any) -> object:
             return make()
     if isinstance(target, type):
         # Abstract collection annotations (Sequence, Mapping...) map to the concrete empty value.
-        from collections import abc
-
         for abstract, make in (
             (abc.MutableMapping, dict),
             (abc.Mapping, dict),

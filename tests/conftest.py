@@ -1,0 +1,77 @@
+"""Fixtures shared by the whole suite: a fake clock and fresh engines."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+import failover
+from failover import engine as engine_module
+
+
+class FakeClock:
+    """A clock that only moves when told to."""
+
+    def __init__(self, start: datetime = datetime(2026, 1, 1, tzinfo=UTC)) -> None:
+        self.now = start
+
+    def __call__(self) -> datetime:
+        return self.now
+
+    def advance(self, seconds: float = 0, **delta: float) -> datetime:
+        self.now += timedelta(seconds=seconds, **delta)
+        return self.now
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock()
+
+
+@pytest.fixture
+def engine(clock: FakeClock) -> Iterator[failover.Failover]:
+    """An in-memory engine on the fake clock, closed at the end."""
+    eng = failover.Failover(clock=clock, metrics=False)
+    yield eng
+    eng.close()
+
+
+@pytest.fixture(autouse=True)
+def _fresh_default_engine() -> Iterator[None]:
+    """Each test starts without a default engine and without default registrations."""
+    saved_default, saved_pending = engine_module._default, dict(engine_module._pending)
+    engine_module._default = None
+    engine_module._pending.clear()
+    yield
+    if engine_module._default is not None:
+        engine_module._default.close()
+    engine_module._default = saved_default
+    engine_module._pending.clear()
+    engine_module._pending.update(saved_pending)
+
+
+class Upstream:
+    """A controllable upstream: returns values, or raises while ``down`` is set."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+        self.error: Exception | None = None
+
+    def fail(self, error: Exception | None = None) -> None:
+        self.error = error or ConnectionError("upstream down")
+
+    def recover(self) -> None:
+        self.error = None
+
+    def __call__(self, value: object) -> object:
+        self.calls += 1
+        if self.error is not None:
+            raise self.error
+        return value
+
+
+@pytest.fixture
+def upstream() -> Upstream:
+    return Upstream()

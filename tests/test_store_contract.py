@@ -1,0 +1,126 @@
+"""The contract every store and store layer keeps: one suite, run over every factory in
+``tests/stores.py`` (and over the SQL and chained stores that register there)."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from failover import ReferentialPayload
+from failover.stores import FailoverStore
+
+from .conftest import FakeClock
+from .stores import FACTORIES
+
+
+@pytest.fixture(params=sorted(FACTORIES))
+def store(request: pytest.FixtureRequest, clock: FakeClock, tmp_path: Path) -> Iterator[Any]:
+    s = FACTORIES[request.param](clock, tmp_path)
+    yield s
+    s.close()
+
+
+def entry(
+    clock: FakeClock, key: str, value: object = None, name: str = "n", ttl: float = 60
+) -> ReferentialPayload[Any]:
+    now = clock()
+    payload = {"key": key, "nested": [1, 2, {"x": "y"}]} if value is None else value
+    return ReferentialPayload(name, key, payload, now, now + timedelta(seconds=ttl), True)
+
+
+def test_store_then_find_returns_equal_entry(store: FailoverStore, clock: FakeClock) -> None:
+    e = entry(clock, "k1")
+    store.store(e)
+    found = store.find("n", "k1")
+    assert found is not None
+    assert (found.name, found.key, found.payload) == ("n", "k1", e.payload)
+    assert found.as_of == e.as_of
+    assert found.expire_on == e.expire_on
+
+
+def test_find_missing_is_none(store: FailoverStore) -> None:
+    assert store.find("n", "absent") is None
+    assert store.find_many("n", ["absent"]) == {}
+    assert store.find_all("n") == []
+
+
+def test_store_replaces_same_key(store: FailoverStore, clock: FakeClock) -> None:
+    store.store(entry(clock, "k", {"v": 1}))
+    clock.advance(5)
+    store.store(entry(clock, "k", {"v": 2}))
+    found = store.find("n", "k")
+    assert found is not None
+    assert found.payload == {"v": 2}
+    assert found.as_of == clock()
+    assert len(store.find_all("n")) == 1
+
+
+def test_names_are_separate_namespaces(store: FailoverStore, clock: FakeClock) -> None:
+    store.store(entry(clock, "k", {"v": "a"}, name="a"))
+    store.store(entry(clock, "k", {"v": "b"}, name="b"))
+    found_a, found_b = store.find("a", "k"), store.find("b", "k")
+    assert found_a is not None
+    assert found_b is not None
+    assert (found_a.payload, found_b.payload) == ({"v": "a"}, {"v": "b"})
+    assert [p.key for p in store.find_all("a")] == ["k"]
+
+
+def test_batches(store: FailoverStore, clock: FakeClock) -> None:
+    store.store_many([entry(clock, f"k{i}", {"i": i}) for i in range(50)])
+    found = store.find_many("n", [f"k{i}" for i in range(0, 60, 2)])
+    assert sorted(found) == sorted(f"k{i}" for i in range(0, 50, 2))
+    assert all(found[f"k{i}"].payload == {"i": i} for i in range(0, 50, 2))
+    assert len(store.find_all("n")) == 50
+
+
+def test_json_like_values_round_trip(store: FailoverStore, clock: FakeClock) -> None:
+    values: list[object] = ["text", 42, 1.5, True, [1, "a"], {"a": {"b": [None]}}, ""]
+    for i, value in enumerate(values):
+        store.store(entry(clock, f"v{i}", value))
+    for i, value in enumerate(values):
+        found = store.find("n", f"v{i}")
+        assert found is not None
+        assert found.payload == value
+        assert type(found.payload) is type(value)
+
+
+def test_delete(store: FailoverStore, clock: FakeClock) -> None:
+    store.store(entry(clock, "k"))
+    store.delete("n", "k")
+    store.delete("n", "never-there")
+    assert store.find("n", "k") is None
+
+
+def test_clean_by_expiry_removes_only_expired(store: FailoverStore, clock: FakeClock) -> None:
+    store.store_many([entry(clock, "short1", ttl=10), entry(clock, "short2", ttl=10)])
+    store.store(entry(clock, "long", ttl=100))
+    assert store.clean_by_expiry(clock.advance(50)) == 2
+    assert [p.key for p in store.find_all("n")] == ["long"]
+    assert store.clean_by_expiry(clock()) == 0
+
+
+def test_concurrent_writers_and_readers(store: FailoverStore, clock: FakeClock) -> None:
+    start = threading.Barrier(8)
+    errors: list[BaseException] = []
+
+    def work(t: int) -> None:
+        try:
+            start.wait()
+            for i in range(50):
+                store.store(entry(clock, f"t{t}-{i}", {"t": t, "i": i}))
+                assert store.find("n", f"t{t}-{i}") is not None
+        except BaseException as exc:  # collected and re-raised on the main thread
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work, args=(t,)) for t in range(8)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    assert errors == []
+    assert len(store.find_all("n")) == 400
