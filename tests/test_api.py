@@ -1,0 +1,24 @@
+"""The public surface: what `import failover` exports is exactly `__all__`, sorted."""
+
+from __future__ import annotations
+
+import inspect
+
+import failover
+import failover.stores
+
+
+def test_all_is_sorted_and_complete() -> None:
+    for module in (failover, failover.stores):
+        assert module.__all__ == sorted(module.__all__)
+        public = {
+            name
+            for name, value in vars(module).items()
+            if not name.startswith("_") and not inspect.ismodule(value)
+        }
+        assert public - {"annotations"} == set(module.__all__)
+
+
+def test_every_public_name_has_a_docstring() -> None:
+    for name in failover.__all__:
+        assert inspect.getdoc(getattr(failover, name)), name

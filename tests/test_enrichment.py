@@ -1,0 +1,92 @@
+"""Values that carry their own freshness get it set, live and recovered."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+import pytest
+
+import failover
+from failover import Failover, Referential, ReferentialAware
+
+from .conftest import FakeClock, Upstream
+
+
+class Country(Referential):
+    def __init__(self, code: str) -> None:
+        self.code = code
+
+
+class Aware:
+    """Not a subclass: matches the ReferentialAware protocol by its attributes."""
+
+    def __init__(self, code: str) -> None:
+        self.code = code
+        self.up_to_date = False
+        self.as_of: datetime | None = None
+
+
+@dataclass(frozen=True)
+class FrozenRate:
+    value: float
+    up_to_date: bool = True
+    as_of: datetime | None = None
+
+
+def run(engine: Failover, clock: FakeClock, upstream: Upstream, make: object, name: str) -> None:
+    @failover.failover(name, engine=engine)
+    def f() -> object:
+        return upstream(make)
+
+    upstream.recover()
+    live = f()
+    assert (live.up_to_date, live.as_of) == (True, clock())  # type: ignore[attr-defined]
+    stored_at = clock()
+    clock.advance(30)
+    upstream.fail()
+    stale = f()
+    assert (stale.up_to_date, stale.as_of) == (False, stored_at)  # type: ignore[attr-defined]
+
+
+def test_referential_mixin(engine: Failover, clock: FakeClock, upstream: Upstream) -> None:
+    run(engine, clock, upstream, Country("FR"), "mixin")
+
+
+def test_referential_aware_protocol(engine: Failover, clock: FakeClock, upstream: Upstream) -> None:
+    assert isinstance(Aware("x"), ReferentialAware)
+    run(engine, clock, upstream, Aware("FR"), "protocol")
+
+
+def test_frozen_dataclass_gets_a_copy(
+    engine: Failover, clock: FakeClock, upstream: Upstream
+) -> None:
+    original = FrozenRate(1.5)
+    run(engine, clock, upstream, original, "frozen")
+    assert original.as_of is None  # the caller's object was never mutated
+
+
+def test_pydantic_models(engine: Failover, clock: FakeClock, upstream: Upstream) -> None:
+    pydantic = pytest.importorskip("pydantic")
+
+    class Mutable(pydantic.BaseModel):  # type: ignore[misc,name-defined]
+        code: str
+        up_to_date: bool = True
+        as_of: datetime | None = None
+
+    class Frozen(pydantic.BaseModel):  # type: ignore[misc,name-defined]
+        model_config = pydantic.ConfigDict(frozen=True)
+        code: str
+        up_to_date: bool = True
+        as_of: datetime | None = None
+
+    run(engine, clock, upstream, Mutable(code="FR"), "pyd-mutable")
+    run(engine, clock, upstream, Frozen(code="FR"), "pyd-frozen")
+
+
+def test_plain_values_are_untouched(engine: Failover, upstream: Upstream) -> None:
+    @failover.failover("plain", engine=engine)
+    def f() -> dict[str, str]:
+        return upstream({"up_to_date": "not mine"})  # type: ignore[return-value]
+
+    assert f() == {"up_to_date": "not mine"}

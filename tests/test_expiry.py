@@ -1,0 +1,88 @@
+"""TTL parsing and expiry policies."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from typing import Any
+
+import pytest
+
+import failover
+from failover import ConfigurationError, Failover, FixedTtl, ReferentialPayload
+from failover.expiry import parse_ttl
+
+from .conftest import FakeClock, Upstream
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        (timedelta(minutes=2), timedelta(minutes=2)),
+        (90, timedelta(seconds=90)),
+        (0.5, timedelta(milliseconds=500)),
+        ("30s", timedelta(seconds=30)),
+        ("15m", timedelta(minutes=15)),
+        ("24h", timedelta(hours=24)),
+        ("7d", timedelta(days=7)),
+        ("1.5h", timedelta(minutes=90)),
+        (" 2w ", timedelta(weeks=2)),
+        ("250ms", timedelta(milliseconds=250)),
+    ],
+)
+def test_parse_ttl(value: Any, expected: timedelta) -> None:
+    assert parse_ttl(value) == expected
+
+
+@pytest.mark.parametrize("value", [0, -1, "0s", "-5m", "5 minutes", "m", "", True, None, [1]])
+def test_parse_ttl_rejects(value: Any) -> None:
+    with pytest.raises(ConfigurationError, match="failover 'x'"):
+        parse_ttl(value, "failover 'x'")
+
+
+def test_fixed_ttl_boundary(engine: Failover, clock: FakeClock, upstream: Upstream) -> None:
+    @failover.failover("boundary", ttl=10, engine=engine, policy="never_throw")
+    def f(x: str) -> object:
+        return upstream(x)
+
+    f("a")
+    upstream.fail()
+    clock.advance(9.999)
+    assert f("a") == "a"
+    clock.advance(0.001)  # expire_on is exclusive: at expire_on the entry is gone
+    assert f("a") is None
+
+
+class BusinessHours:
+    """A custom policy: entries live until the next 18:00, and never longer than a day."""
+
+    def compute_expiry(self, definition: Any, now: datetime) -> datetime:
+        cutoff = now.replace(hour=18, minute=0, second=0, microsecond=0)
+        return cutoff if cutoff > now else cutoff + timedelta(days=1)
+
+    def is_expired(self, payload: ReferentialPayload[Any], now: datetime) -> bool:
+        return payload.expire_on is not None and now >= payload.expire_on
+
+
+def test_custom_expiry_policy_overrides_ttl(
+    engine: Failover, clock: FakeClock, upstream: Upstream
+) -> None:
+    @failover.failover("custom", ttl="1m", expiry=BusinessHours(), engine=engine)
+    def f(x: str) -> object:
+        return upstream(x)
+
+    env = f.referential("a")
+    assert env.expire_on == clock().replace(hour=18)
+    upstream.fail()
+    clock.advance(hours=17)
+    assert f("a") == "a"  # far past the 1m ttl, still before 18:00
+    clock.advance(hours=1)
+    with pytest.raises(ConnectionError):
+        f("a")
+
+
+def test_definition_exposes_the_resolved_ttl(engine: Failover) -> None:
+    @failover.failover("def", ttl="15m", engine=engine)
+    def f() -> None: ...
+
+    assert f.definition.ttl == timedelta(minutes=15)
+    assert f.definition.expiry == FixedTtl(timedelta(minutes=15))
