@@ -310,7 +310,7 @@ def test_copying_isolates_both_ways(engine: Failover, upstream: Upstream) -> Non
 
 
 def test_store_if_filters_what_is_stored(engine: Failover, upstream: Upstream) -> None:
-    @failover.failover("store-if", engine=engine, store_if=lambda r: bool(r))
+    @failover.failover("store-if", engine=engine, store_if=bool)
     def f(x: Any) -> Any:
         return upstream(x)
 
