@@ -8,6 +8,7 @@ Quick start::
     def find_country(code: str) -> dict: ...
 """
 
+from .cleanup import CleanupScheduler
 from .decorator import AsyncFailoverFunction, FailoverFunction, failover
 from .definition import FailoverDefinition
 from .engine import Failover, configure, get_engine
@@ -20,6 +21,7 @@ from .errors import (
     StoreError,
 )
 from .expiry import ExpiryPolicy, FixedTtl
+from .metrics import PrometheusMetrics
 from .payload import Referential, ReferentialAware, ReferentialPayload
 from .policy import ExceptionPolicy, RecoverContext
 from .stores import (
@@ -34,6 +36,7 @@ __all__ = [
     "AsyncFailoverFunction",
     "BulkheadFull",
     "CachetoolsStore",
+    "CleanupScheduler",
     "ConfigurationError",
     "CopyingStore",
     "ExceptionPolicy",
@@ -45,6 +48,7 @@ __all__ = [
     "FailoverStore",
     "FixedTtl",
     "InMemoryStore",
+    "PrometheusMetrics",
     "RecoverContext",
     "Referential",
     "ReferentialAware",

@@ -8,14 +8,16 @@ import os
 import threading
 import warnings
 from collections.abc import Callable, Mapping
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
+from .cleanup import CleanupScheduler
 from .core import Runtime
 from .definition import FailoverDefinition
 from .errors import ConfigurationError
 from .execution import BasicExecution
 from .handlers import DefaultHandler, Handler
+from .metrics import NULL_METRICS, Metrics, MetricsHandler, resolve_metrics
 from .policy import PolicyLike, resolve_policy
 from .stores.base import FailoverStore
 from .stores.copying import CopyingStore
@@ -77,7 +79,7 @@ class Failover:
         self.enabled = bool(enabled)
         self.policy = resolve_policy(policy, "Failover")
         self.breaker_defaults = dict(breaker_defaults or {})
-        self.metrics = metrics
+        self.metrics: Metrics = resolve_metrics(metrics)
         self.tenant_resolver = tenant_resolver
         self.raw_store = make_store(store, clock=clock) if isinstance(store, str) else store
         if not isinstance(self.raw_store, FailoverStore):
@@ -87,11 +89,15 @@ class Failover:
         self.async_writes = async_writes
         self.store: FailoverStore = self._store_chain(self.raw_store)
         self.handler: Handler = DefaultHandler(self.store, clock)
+        if self.metrics is not NULL_METRICS:
+            self.handler = MetricsHandler(self.handler, self.metrics, clock)
         self.execution = BasicExecution()
         self._lock = threading.RLock()
         self._registered: dict[str, State] = {}
         self._runtimes: dict[State, Runtime] = {}
         self._closed = False
+        self._clean_lock = threading.Lock()  # one cleanup at a time: scheduled or by hand
+        self._schedulers: list[CleanupScheduler] = []
 
     def __repr__(self) -> str:
         return f"Failover(store={self.store!r}, enabled={self.enabled})"
@@ -173,15 +179,49 @@ class Failover:
     # -- maintenance --------------------------------------------------------------------------
 
     def clean(self) -> int:
-        """Delete expired entries from the store (every tenant); return the count removed."""
-        return self.store.clean_by_expiry(self.clock())
+        """Delete expired entries from the store (every tenant); return the count removed.
+
+        Cleanups of one engine never overlap: a call made while another runs (a scheduler's, or
+        one by hand on another thread) waits for it to end.
+        """
+        with self._clean_lock:
+            return self.store.clean_by_expiry(self.clock())
+
+    def start_cleanup(
+        self, every: timedelta | float | str = timedelta(hours=1)
+    ) -> CleanupScheduler:
+        """Start a `CleanupScheduler` that runs `clean` now, then every ``every``.
+
+        `close` stops it; so does ``scheduler.stop()``, or leaving ``with engine.start_cleanup():``.
+
+        Args:
+            every: the period: a timedelta, seconds, or ``"30s"``/``"15m"``/``"1h"``.
+
+        Returns:
+            The running scheduler.
+
+        Raises:
+            ConfigurationError: ``every`` is not a positive duration.
+            RuntimeError: the engine is closed.
+        """
+        scheduler = CleanupScheduler(self, every)
+        with self._lock:
+            if self._closed:
+                raise RuntimeError("Failover: cannot start a cleanup on a closed engine")
+            self._schedulers.append(scheduler)
+        return scheduler.start()
 
     def close(self) -> None:
-        """Flush pending writes and release the stores. Idempotent."""
+        """Stop the cleanup schedulers started here, flush pending writes, release the stores.
+
+        Idempotent.
+        """
         with self._lock:
             if self._closed:
                 return
             self._closed = True
+        for scheduler in self._schedulers:
+            scheduler.stop()
         self.store.close()
 
     def __enter__(self) -> Failover:

@@ -3,9 +3,32 @@
 
 from __future__ import annotations
 
-from typing import Protocol
+import functools
+import logging
+import threading
+from collections.abc import Callable
+from datetime import datetime
+from time import perf_counter
+from typing import TYPE_CHECKING, Any, ParamSpec, Protocol, cast
 
-__all__ = ["NULL_METRICS", "Metrics", "NullMetrics"]
+from .context import CallContext, Miss
+from .errors import ConfigurationError
+
+if TYPE_CHECKING:
+    from .handlers import Handler
+    from .stores.base import Payload
+
+__all__ = [
+    "NULL_METRICS",
+    "Metrics",
+    "MetricsHandler",
+    "NullMetrics",
+    "PrometheusMetrics",
+    "resolve_metrics",
+]
+
+log = logging.getLogger("failover")
+P = ParamSpec("P")
 
 
 class Metrics(Protocol):
@@ -70,3 +93,216 @@ class NullMetrics:
 
 
 NULL_METRICS = NullMetrics()
+
+
+_OTHER = "__other__"
+_by_registry: dict[int, PrometheusMetrics] = {}
+_by_registry_lock = threading.Lock()
+
+
+def _safe(method: Callable[P, None]) -> Callable[P, None]:
+    """Metrics never raise into a call: a failing update is logged once and dropped."""
+
+    @functools.wraps(method)
+    def wrapper(*args: P.args, **kwargs: P.kwargs) -> None:
+        try:
+            method(*args, **kwargs)
+        except Exception:
+            if not _warned:
+                _warned.append(True)
+                log.warning("failover: updating a metric failed", exc_info=True)
+
+    return wrapper
+
+
+_warned: list[bool] = []
+
+
+class PrometheusMetrics:
+    """The library's metrics in a `prometheus_client` registry.
+
+    One instance per registry (`PrometheusMetrics.for_registry`), shared by every engine on it,
+    since a registry refuses the same metric twice. Names past ``max_names`` are folded into
+    ``name="__other__"`` so a runaway set of failover names cannot explode cardinality.
+
+    Args:
+        registry: the registry (default: ``prometheus_client.REGISTRY``).
+        max_names: distinct ``name`` label values before folding.
+    """
+
+    def __init__(self, registry: Any = None, max_names: int = 1000) -> None:
+        from prometheus_client import REGISTRY, Counter, Gauge, Histogram
+
+        registry = REGISTRY if registry is None else registry
+        self.registry = registry
+        self.max_names = max_names
+        self._names: set[str] = set()
+        self._names_lock = threading.Lock()
+        kw: dict[str, Any] = {"registry": registry}
+        self._store = Counter("failover_store", "Stores of live results.", ["name", "result"], **kw)
+        self._recover = Counter(
+            "failover_recover", "Recoveries after an upstream failure.", ["name", "outcome"], **kw
+        )
+        self._partial = Counter(
+            "failover_recovery_partial", "Scatter/gather recoveries missing slices.", ["name"], **kw
+        )
+        self._store_seconds = Histogram(
+            "failover_store_seconds", "Time spent storing live results.", ["name"], **kw
+        )
+        self._recover_seconds = Histogram(
+            "failover_recover_seconds", "Time spent recovering.", ["name"], **kw
+        )
+        self._stale_age = Histogram(
+            "failover_stale_age_seconds",
+            "Age of the values served stale.",
+            ["name"],
+            buckets=(1, 10, 60, 300, 900, 3600, 4 * 3600, 86400, 7 * 86400, float("inf")),
+            **kw,
+        )
+        self._queue = Gauge("failover_async_store_queue", "Writes waiting in the queue.", **kw)
+        self._dropped = Counter(
+            "failover_async_store_dropped", "Writes discarded at a full queue.", **kw
+        )
+        self._failed = Counter(
+            "failover_async_store_failed", "Queued writes the store refused.", **kw
+        )
+        self._cleanup_removed = Counter(
+            "failover_cleanup_removed", "Expired entries removed by cleanups.", **kw
+        )
+        self._cleanup_seconds = Histogram(
+            "failover_cleanup_seconds", "Time spent per cleanup.", **kw
+        )
+
+    @classmethod
+    def for_registry(cls, registry: Any = None) -> PrometheusMetrics:
+        """The shared instance for ``registry`` (the default registry when ``None``)."""
+        from prometheus_client import REGISTRY
+
+        registry = REGISTRY if registry is None else registry
+        with _by_registry_lock:
+            metrics = _by_registry.get(id(registry))
+            if metrics is None or metrics.registry is not registry:
+                metrics = _by_registry[id(registry)] = cls(registry)
+            return metrics
+
+    def _label(self, name: str) -> str:
+        if name in self._names:
+            return name
+        with self._names_lock:
+            if len(self._names) >= self.max_names:
+                return _OTHER
+            self._names.add(name)
+            return name
+
+    @_safe
+    def stored(self, name: str, ok: bool, seconds: float) -> None:
+        """A store of a live result."""
+        label = self._label(name)
+        self._store.labels(label, "stored" if ok else "failed").inc()
+        self._store_seconds.labels(label).observe(seconds)
+
+    @_safe
+    def recovered(
+        self, name: str, outcome: str, seconds: float, stale_age: float | None = None
+    ) -> None:
+        """A recovery and, when a value was served stale, its age."""
+        label = self._label(name)
+        self._recover.labels(label, outcome).inc()
+        self._recover_seconds.labels(label).observe(seconds)
+        if stale_age is not None:
+            self._stale_age.labels(label).observe(stale_age)
+
+    @_safe
+    def partial(self, name: str) -> None:
+        """A partial scatter/gather recovery."""
+        self._partial.labels(self._label(name)).inc()
+
+    @_safe
+    def async_queue(self, size: int) -> None:
+        """The async-writes queue length."""
+        self._queue.set(size)
+
+    @_safe
+    def async_dropped(self, count: int = 1) -> None:
+        """Writes discarded at a full queue."""
+        self._dropped.inc(count)
+
+    @_safe
+    def async_failed(self, count: int = 1) -> None:
+        """Queued writes that failed."""
+        self._failed.inc(count)
+
+    @_safe
+    def cleanup(self, removed: int, seconds: float) -> None:
+        """One cleanup run."""
+        self._cleanup_removed.inc(removed)
+        self._cleanup_seconds.observe(seconds)
+
+
+def resolve_metrics(setting: Any) -> Metrics:
+    """The engine's ``metrics=`` setting as a `Metrics`: ``True`` (default registry), ``False``,
+    a `PrometheusMetrics`, any object with the `Metrics` methods, or a ``CollectorRegistry``."""
+    if setting is True:
+        return PrometheusMetrics.for_registry(None)
+    if setting is False or setting is None:
+        return NULL_METRICS
+    if isinstance(setting, PrometheusMetrics | NullMetrics):
+        return setting
+    from prometheus_client import CollectorRegistry
+
+    if isinstance(setting, CollectorRegistry):
+        return PrometheusMetrics.for_registry(setting)
+    if all(callable(getattr(setting, m, None)) for m in ("stored", "recovered", "cleanup")):
+        return cast(Metrics, setting)
+    raise ConfigurationError(
+        f"Failover: metrics must be a bool, a CollectorRegistry or a PrometheusMetrics, "
+        f"got {setting!r}"
+    )
+
+
+class MetricsHandler:
+    """The outermost handler: counts and times stores and recoveries, then delegates."""
+
+    def __init__(self, inner: Handler, metrics: Metrics, clock: Callable[[], datetime]) -> None:
+        self.inner = inner
+        self.metrics = metrics
+        self.clock = clock
+
+    def __repr__(self) -> str:
+        return f"MetricsHandler({self.inner!r})"
+
+    def store(self, ctx: CallContext, result: Any) -> None:
+        """Store, counting ``stored`` or ``failed``."""
+        start = perf_counter()
+        try:
+            self.inner.store(ctx, result)
+        except Exception:
+            self.metrics.stored(ctx.definition.name, False, perf_counter() - start)
+            raise
+        self.metrics.stored(ctx.definition.name, True, perf_counter() - start)
+
+    def recover(self, ctx: CallContext, cause: Exception) -> Payload | Miss:
+        """Recover, counting ``recovered``, ``not_recovered`` or ``error``."""
+        start = perf_counter()
+        name = ctx.definition.name
+        try:
+            found = self.inner.recover(ctx, cause)
+        except Exception:
+            self.metrics.recovered(name, "error", perf_counter() - start)
+            raise
+        if isinstance(found, Miss):
+            self.metrics.recovered(name, "not_recovered", perf_counter() - start)
+        else:
+            age = None
+            if found.as_of is not None:
+                age = max(0.0, (self.clock() - found.as_of).total_seconds())
+            self.metrics.recovered(name, "recovered", perf_counter() - start, age)
+        return found
+
+    def peek(self, ctx: CallContext) -> Payload | None:
+        """Peek, uncounted."""
+        return self.inner.peek(ctx)
+
+    def invalidate(self, ctx: CallContext) -> None:
+        """Invalidate, uncounted."""
+        self.inner.invalidate(ctx)

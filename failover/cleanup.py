@@ -1,0 +1,163 @@
+"""`CleanupScheduler`: deletes expired entries periodically, on a daemon thread.
+
+Expired entries are never served, but they stay in a durable store until something deletes them.
+A scheduler runs one cleanup at once, then one every ``every``, until it is stopped::
+
+    with engine.start_cleanup(every="1h"):
+        serve_forever()
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from datetime import timedelta
+from typing import TYPE_CHECKING, Self
+
+from .errors import ConfigurationError
+from .expiry import parse_ttl
+from .metrics import NULL_METRICS, Metrics
+
+if TYPE_CHECKING:
+    from .engine import Failover
+
+__all__ = ["CleanupScheduler"]
+
+log = logging.getLogger("failover")
+
+
+def _period(every: timedelta | float | str) -> timedelta:
+    try:
+        return parse_ttl(every, "CleanupScheduler")
+    except ConfigurationError:
+        raise ConfigurationError(
+            "CleanupScheduler: every= must be a positive duration (seconds, a timedelta, or e.g. "
+            f"'30s', '15m', '1h'), got {every!r}"
+        ) from None
+
+
+class CleanupScheduler:
+    """Runs a cleanup now, then every ``every``, on a daemon thread, until stopped.
+
+    Cleanups never overlap. For an engine, `Failover.clean` itself holds a lock per engine, so a
+    scheduled run, a second scheduler and a call by hand wait for each other. For a plain callable,
+    the scheduler's own lock serializes its runs. A run that raises is logged on the ``failover``
+    logger and the next one still happens.
+
+    Args:
+        engine_or_callable: a `Failover` (anything with a ``clean() -> int`` method), or a
+            callable that runs one cleanup and returns the count removed.
+        every: the period: a timedelta, seconds, or ``"30s"``/``"15m"``/``"1h"``.
+        metrics: receives ``cleanup(removed, seconds)`` after each successful run.
+
+    Raises:
+        ConfigurationError: ``every`` is not a positive duration, or the target cannot clean.
+    """
+
+    def __init__(
+        self,
+        engine_or_callable: Failover | Callable[[], int],
+        every: timedelta | float | str,
+        metrics: Metrics | None = None,
+    ) -> None:
+        self.every = _period(every)
+        clean = getattr(engine_or_callable, "clean", None)
+        if callable(clean):
+            self._clean: Callable[[], int] = clean
+        elif callable(engine_or_callable):
+            self._clean = self._serialized(engine_or_callable)
+        else:
+            raise ConfigurationError(
+                "CleanupScheduler: expected a Failover engine or a callable, "
+                f"got {engine_or_callable!r}"
+            )
+        self.target = engine_or_callable
+        self.metrics: Metrics = NULL_METRICS if metrics is None else metrics
+        self._state_lock = threading.Lock()
+        self._stopping = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def __repr__(self) -> str:
+        return f"CleanupScheduler({self.target!r}, every={self.every}, running={self.running})"
+
+    @staticmethod
+    def _serialized(clean: Callable[[], int]) -> Callable[[], int]:
+        lock = threading.Lock()
+
+        def run() -> int:
+            with lock:
+                return clean()
+
+        return run
+
+    @property
+    def running(self) -> bool:
+        """Whether the scheduler's thread is alive."""
+        thread = self._thread
+        return thread is not None and thread.is_alive()
+
+    def run_once(self) -> int:
+        """Run one cleanup on the calling thread (waiting for one already running).
+
+        Returns:
+            The count of entries removed.
+        """
+        started = time.perf_counter()
+        removed = self._clean()
+        self.metrics.cleanup(removed, time.perf_counter() - started)
+        return removed
+
+    def start(self) -> Self:
+        """Start the thread (no-op while it runs; a stopped scheduler starts again).
+
+        Returns:
+            The scheduler itself, for ``scheduler = CleanupScheduler(...).start()``.
+        """
+        with self._state_lock:
+            if self.running:
+                return self
+            # Each thread gets its own event: a thread still finishing a run after a stop() that
+            # timed out must not be revived by this start().
+            self._stopping = stopping = threading.Event()
+            self._thread = threading.Thread(
+                target=self._loop, args=(stopping,), name="failover-cleanup", daemon=True
+            )
+            self._thread.start()
+        return self
+
+    def stop(self, timeout: float | None = None) -> bool:
+        """Stop the thread: at once while it waits, after the current run while one is running.
+
+        Args:
+            timeout: seconds to wait for a run in progress; ``None`` waits until it ends.
+
+        Returns:
+            ``True`` when the thread has ended, ``False`` when ``timeout`` passed first.
+        """
+        with self._state_lock:
+            self._stopping.set()
+            thread = self._thread
+        if thread is None or thread is threading.current_thread():
+            return True
+        thread.join(timeout)
+        return not thread.is_alive()
+
+    def _loop(self, stopping: threading.Event) -> None:
+        period = self.every.total_seconds()
+        while not stopping.is_set():
+            try:
+                removed = self.run_once()
+            except Exception:
+                log.exception("failover: cleanup failed; the next run is in %s", self.every)
+            else:
+                log.debug("failover: cleanup removed %d expired entries", removed)
+            # Waiting on the event rather than sleeping lets stop() end the wait at once.
+            stopping.wait(period)
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
