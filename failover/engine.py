@@ -156,8 +156,8 @@ class Failover:
         if rt is not None:
             return rt
         with self._lock:
-            if self._registered.get(decorated.definition.name) is not decorated:
-                self.register(decorated)
+            if decorated.definition.name not in self._registered:
+                self.register(decorated)  # decorated for another engine, called on this one
             rt = self._runtimes.get(decorated)
             if rt is None:
                 d = decorated.definition

@@ -106,9 +106,12 @@ def canonical(value: Any) -> str:
     return _other(value)
 
 
+_blake2b = hashlib.blake2b
+
+
 def digest(name: str, raw: str) -> str:
     """The stored key: a 128-bit blake2b digest of ``f"{name}:{raw}"``, as 32 hex characters."""
-    return hashlib.blake2b(f"{name}:{raw}".encode(), digest_size=16).hexdigest()
+    return _blake2b(f"{name}:{raw}".encode(), digest_size=16).hexdigest()
 
 
 _MEMO_MAX = 16_384
@@ -120,8 +123,8 @@ def make_key(name: str, values: tuple[Any, ...]) -> str:
     """The default key of a call whose bound argument values, in signature order, are ``values``.
 
     Keys of calls whose arguments are all exactly ``str`` or ``int`` (most reference-data
-    lookups) are memoised: for those types equal tuples always mean equal values, which is not
-    true in general (``1 == 1.0 == True``).
+    lookups) are encoded inline and memoised: for those types equal tuples always mean equal
+    values, which is not true in general (``1 == 1.0 == True``).
     """
     for v in values:
         if type(v) not in _MEMO_TYPES:
@@ -129,7 +132,9 @@ def make_key(name: str, values: tuple[Any, ...]) -> str:
     memo_key = (name, values)
     key = _memo.get(memo_key)
     if key is None:
-        key = digest(name, _seq("t", values))
+        # Same text as _seq("t", values) for str and int, without the generic dispatch.
+        raw = "".join([f"s{len(v)}:{v}" if type(v) is str else f"i{v};" for v in values])
+        key = _blake2b(f"{name}:t{len(values)}[{raw}]".encode(), digest_size=16).hexdigest()
         if len(_memo) >= _MEMO_MAX:
             _memo.clear()
         _memo[memo_key] = key

@@ -190,3 +190,12 @@ def test_keys_are_identical_across_hash_seeds() -> None:
 
 def _sample() -> dict[str, Any]:
     return {"b": [1, (2, 3)], "a": {"x", "y", "z"}}
+
+
+@given(st.lists(st.text(max_size=6) | st.integers(), max_size=4).map(tuple))
+def test_inline_fast_path_matches_the_generic_encoding(values: tuple[Any, ...]) -> None:
+    from failover.keys import _memo, _seq, digest
+
+    _memo.clear()
+    assert make_key("n", values) == digest("n", _seq("t", values))
+    assert make_key("n", values) == digest("n", _seq("t", values))  # memoised
