@@ -8,7 +8,11 @@ Quick start::
     def find_country(code: str) -> dict: ...
 """
 
+import typing
+
 from .cleanup import CleanupScheduler
+from .codec import JsonCodec, PickleCodec
+from .crypto import FernetCipher
 from .decorator import AsyncFailoverFunction, FailoverFunction, failover
 from .definition import FailoverDefinition
 from .engine import Failover, configure, get_engine
@@ -31,6 +35,7 @@ from .stores import (
     InMemoryStore,
     make_store,
 )
+from .tenant import current_tenant, tenant
 
 __all__ = [
     "AsyncFailoverFunction",
@@ -46,8 +51,11 @@ __all__ = [
     "FailoverError",
     "FailoverFunction",
     "FailoverStore",
+    "FernetCipher",
     "FixedTtl",
     "InMemoryStore",
+    "JsonCodec",
+    "PickleCodec",
     "PrometheusMetrics",
     "RecoverContext",
     "Referential",
@@ -55,9 +63,25 @@ __all__ = [
     "ReferentialPayload",
     "SerializationError",
     "SplitterError",
+    "SqlStore",
     "StoreError",
     "configure",
+    "current_tenant",
     "failover",
     "get_engine",
     "make_store",
+    "tenant",
 ]
+
+if typing.TYPE_CHECKING:
+    from .stores.sql import SqlStore
+
+
+def __getattr__(name: str) -> object:
+    # SqlStore loads SQLAlchemy, a few hundred milliseconds: only when it is first asked for.
+    if name == "SqlStore":
+        from .stores.sql import SqlStore
+
+        globals()[name] = SqlStore
+        return SqlStore
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

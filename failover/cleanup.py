@@ -1,7 +1,7 @@
 """`CleanupScheduler`: deletes expired entries periodically, on a daemon thread.
 
 Expired entries are never served, but they stay in a durable store until something deletes them.
-A scheduler runs one cleanup at once, then one every ``every``, until it is stopped::
+A scheduler runs one cleanup right away, then one every ``every``, until it is stopped::
 
     with engine.start_cleanup(every="1h"):
         serve_forever()
@@ -39,7 +39,7 @@ def _period(every: timedelta | float | str) -> timedelta:
 
 
 class CleanupScheduler:
-    """Runs a cleanup now, then every ``every``, on a daemon thread, until stopped.
+    """Runs a cleanup right away, then every ``every``, on a daemon thread, until stopped.
 
     Cleanups never overlap. For an engine, `Failover.clean` itself holds a lock per engine, so a
     scheduled run, a second scheduler and a call by hand wait for each other. For a plain callable,
@@ -146,7 +146,8 @@ class CleanupScheduler:
 
     def _loop(self, stopping: threading.Event) -> None:
         period = self.every.total_seconds()
-        while not stopping.is_set():
+        # The first run always happens, even when stop() comes before the thread gets going.
+        while True:
             try:
                 removed = self.run_once()
             except Exception:
@@ -154,7 +155,8 @@ class CleanupScheduler:
             else:
                 log.debug("failover: cleanup removed %d expired entries", removed)
             # Waiting on the event rather than sleeping lets stop() end the wait at once.
-            stopping.wait(period)
+            if stopping.wait(period):
+                return
 
     def __enter__(self) -> Self:
         return self.start()

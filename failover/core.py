@@ -68,10 +68,10 @@ class Runtime:
         "blocking_writes",
         "clock",
         "definition",
-        "execution",
         "fn",
         "handler",
         "policy",
+        "upstream",
     )
 
     def __init__(
@@ -90,7 +90,8 @@ class Runtime:
         self.binder = binder
         self.fn = fn
         self.handler = handler
-        self.execution = execution
+        # The upstream as the execution layer wraps it: called (or awaited) on every call.
+        self.upstream = (execution.awrap if definition.is_async else execution.wrap)(definition, fn)
         self.policy = policy
         self.clock = clock
         # The store chain does blocking I/O: async shells read (and, without async writes,

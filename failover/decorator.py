@@ -149,7 +149,7 @@ def _sync_shell(state: State) -> tuple[Callable[..., Any], Callable[..., Any]]:
             return state.passthrough(args, kwargs, result) if envelope else result
         ctx = rt.context(args, kwargs)
         try:
-            result = rt.execution.call(ctx, fn, args, kwargs)
+            result = rt.upstream(*args, **kwargs)
         except Exception as exc:
             out = rt.failed(ctx, exc)
             if out is None:
@@ -178,7 +178,7 @@ def _async_shell(state: State) -> tuple[Callable[..., Any], Callable[..., Any]]:
             return state.passthrough(args, kwargs, result) if envelope else result
         ctx = rt.context(args, kwargs)
         try:
-            result = await rt.execution.acall(ctx, fn, args, kwargs)
+            result = await rt.upstream(*args, **kwargs)
         except Exception as exc:
             if not rt.accepts(exc):
                 raise

@@ -12,6 +12,7 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from .cleanup import CleanupScheduler
+from .codec import allow_annotation
 from .core import Runtime
 from .definition import FailoverDefinition
 from .errors import ConfigurationError
@@ -19,9 +20,12 @@ from .execution import BasicExecution
 from .handlers import DefaultHandler, Handler
 from .metrics import NULL_METRICS, Metrics, MetricsHandler, resolve_metrics
 from .policy import PolicyLike, resolve_policy
+from .stores.async_write import AsyncWriteStore, flush_chain
 from .stores.base import FailoverStore
 from .stores.copying import CopyingStore
 from .stores.factory import make_store
+from .stores.tenant import MultiTenantStore, TenantStoreFactory, per_tenant
+from .tenant import current_tenant
 
 if TYPE_CHECKING:
     from .decorator import State
@@ -40,13 +44,75 @@ def _needs_copy(store: FailoverStore) -> bool:
     return not getattr(store, "isolating", False)
 
 
+def _tenant_factory(
+    store: object, resolver: object, clock: Callable[[], datetime]
+) -> TenantStoreFactory | None:
+    """What makes each tenant's raw store when multi-tenancy is on (``None``: it is off).
+
+    It is on with a ``tenant_resolver``, a factory ``tenant -> store``, or a URL with
+    ``{tenant}``.
+    """
+    if resolver is not None and not callable(resolver):
+        raise ConfigurationError(f"Failover: tenant_resolver must be callable, got {resolver!r}")
+    if isinstance(store, str):
+        if resolver is None and "{tenant}" not in store:
+            return None
+        return per_tenant(store, clock=clock)
+    if isinstance(store, FailoverStore):
+        if resolver is not None:
+            raise ConfigurationError(
+                "Failover: with tenant_resolver, store must be a URL or a factory "
+                f"(tenant -> store), not one store every tenant would share: {store!r}"
+            )
+        return None
+    return store if callable(store) else None
+
+
+class _TenantChains:
+    """Makes a tenant's store chain: the tenant's raw store under the engine's layers."""
+
+    def __init__(
+        self,
+        factory: TenantStoreFactory,
+        chain: Callable[[FailoverStore], FailoverStore],
+        writes_async: bool,
+    ) -> None:
+        self.factory = factory
+        self.chain = chain
+        # With async_writes=None, stores that do I/O get a queue and the others never block:
+        # either way a write does not block the caller.
+        self.writes_async = writes_async
+
+    def __repr__(self) -> str:
+        return f"{self.factory!r} (each under the engine's layers)"
+
+    @property
+    def does_io(self) -> bool:
+        """The tenants' raw stores do I/O (assumed when the factory does not say)."""
+        return bool(getattr(self.factory, "does_io", True))
+
+    def __call__(self, tenant: str) -> FailoverStore:
+        return self.chain(self.factory(tenant))
+
+    def close(self) -> None:
+        """Close the factory, when it holds resources (a shared connection pool)."""
+        close = getattr(self.factory, "close", None)
+        if callable(close):
+            close()
+
+
 class Failover:
     """An engine: the store chain, the handler chain, and the registered failovers.
 
     Args:
         store: a `FailoverStore`, or a URL for `make_store` (``"memory://"``, ``"sqlite:///f.db"``).
-        async_writes: write on a background worker; ``None``: on for stores that do I/O.
-        tenant_resolver: enables multi-tenant routing (one store per tenant).
+            With multi-tenancy: a URL (see `failover.stores.tenant.per_tenant`) or a factory
+            ``tenant -> FailoverStore``; either one turns multi-tenancy on, a URL when it
+            contains ``{tenant}``.
+        async_writes: write on a background worker (`AsyncWriteStore`); ``None``: on for stores
+            that do I/O, off for in-process ones.
+        tenant_resolver: returns the current tenant id; enables multi-tenant routing (one store
+            chain per tenant). Default with multi-tenancy: `failover.current_tenant`.
         metrics: Prometheus metrics: ``True`` (the default registry), a registry, or ``False``.
         policy: the exception policy of failovers that set none.
         breaker_defaults: ``fail_max`` and ``reset_timeout`` for ``breaker=True``.
@@ -59,7 +125,7 @@ class Failover:
 
     def __init__(
         self,
-        store: FailoverStore | str = "memory://",
+        store: FailoverStore | str | TenantStoreFactory = "memory://",
         *,
         async_writes: bool | None = None,
         tenant_resolver: Callable[[], str | None] | None = None,
@@ -80,14 +146,24 @@ class Failover:
         self.policy = resolve_policy(policy, "Failover")
         self.breaker_defaults = dict(breaker_defaults or {})
         self.metrics: Metrics = resolve_metrics(metrics)
-        self.tenant_resolver = tenant_resolver
-        self.raw_store = make_store(store, clock=clock) if isinstance(store, str) else store
-        if not isinstance(self.raw_store, FailoverStore):
-            raise ConfigurationError(
-                f"Failover: store must be a URL or a FailoverStore, got {store!r}"
-            )
         self.async_writes = async_writes
-        self.store: FailoverStore = self._store_chain(self.raw_store)
+        self.tenant_resolver = tenant_resolver
+        factory = _tenant_factory(store, tenant_resolver, clock)
+        if factory is not None:
+            self.tenant_resolver = resolver = tenant_resolver or current_tenant
+            chains = _TenantChains(factory, self._store_chain, async_writes is not False)
+            # The router is outermost; each tenant's raw store is under its own layers.
+            self.raw_store: FailoverStore = MultiTenantStore(chains, resolver)
+            self.store: FailoverStore = self.raw_store
+        else:
+            raw = make_store(store, clock=clock) if isinstance(store, str) else store
+            if not isinstance(raw, FailoverStore):
+                raise ConfigurationError(
+                    f"Failover: store must be a URL or a FailoverStore (or, for multi-tenancy, "
+                    f"a factory tenant -> store), got {store!r}"
+                )
+            self.raw_store = raw
+            self.store = self._store_chain(raw)
         self.handler: Handler = DefaultHandler(self.store, clock)
         if self.metrics is not NULL_METRICS:
             self.handler = MetricsHandler(self.handler, self.metrics, clock)
@@ -103,12 +179,31 @@ class Failover:
         return f"Failover(store={self.store!r}, enabled={self.enabled})"
 
     def _store_chain(self, raw: FailoverStore) -> FailoverStore:
-        return CopyingStore(raw) if _needs_copy(raw) else raw
+        """The layers over one raw store (one tenant's, with multi-tenancy), outermost first:
+        copying, then async writes, then the raw store."""
+        if isinstance(raw, MultiTenantStore):
+            return raw  # a router stays outermost: its tenants' chains are its own
+        chain = raw
+        queued = self._queues_writes(raw)
+        if queued:
+            chain = AsyncWriteStore(chain, metrics=self.metrics)
+        # Copy before the queue, so that a caller mutating its result while the write waits
+        # changes nothing; a queued write is not encoded yet, so even an isolating store needs it.
+        if queued or _needs_copy(raw):
+            chain = CopyingStore(chain)
+        return chain
+
+    def _queues_writes(self, raw: FailoverStore) -> bool:
+        if getattr(raw, "writes_async", False):
+            return False  # queued already
+        if self.async_writes is None:
+            return bool(getattr(raw, "does_io", True))
+        return self.async_writes
 
     @property
     def blocking(self) -> bool:
         """Whether the store chain does blocking I/O (async shells then read on a thread)."""
-        return bool(getattr(self.raw_store, "does_io", True))
+        return bool(getattr(self.store, "does_io", True))
 
     @property
     def blocking_writes(self) -> bool:
@@ -119,6 +214,7 @@ class Failover:
 
     def register(self, decorated: State) -> None:
         """Register a decorated function; a second one under the same name replaces the first."""
+        allow_annotation(decorated.fn)  # its return type may be restored from a serializing store
         definition = decorated.definition
         with self._lock:
             previous = self._registered.get(definition.name)
@@ -204,12 +300,23 @@ class Failover:
             ConfigurationError: ``every`` is not a positive duration.
             RuntimeError: the engine is closed.
         """
-        scheduler = CleanupScheduler(self, every)
-        with self._lock:
+        scheduler = CleanupScheduler(self, every, metrics=self.metrics)
+        with self._lock:  # started under the lock: a concurrent close() stops it or refuses it
             if self._closed:
                 raise RuntimeError("Failover: cannot start a cleanup on a closed engine")
             self._schedulers.append(scheduler)
-        return scheduler.start()
+            return scheduler.start()
+
+    def flush(self, timeout: float | None = None) -> bool:
+        """Wait until every write queued by async writes (every tenant's) is written.
+
+        Args:
+            timeout: the most seconds to wait; ``None`` waits as long as it takes.
+
+        Returns:
+            ``True`` when everything was written, ``False`` when the timeout came first.
+        """
+        return flush_chain(self.store, timeout)
 
     def close(self) -> None:
         """Stop the cleanup schedulers started here, flush pending writes, release the stores.

@@ -1,37 +1,37 @@
-"""The execution layer: how the upstream is called. Basic is a plain call; breaker, bulkhead and
-soft timeout wrap it behind the same `Execution` protocol."""
+"""The execution layer: how the upstream is called.
+
+An execution wraps the upstream function once, when a failover is bound to an engine; the shells
+then call the wrapped function on every call. Basic execution returns the function itself, so
+it costs nothing; breaker, bulkhead and soft timeout return a wrapper behind the same protocol.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
-from .context import CallContext
+from .definition import FailoverDefinition
 
 __all__ = ["BasicExecution", "Execution"]
 
+F = TypeVar("F", bound=Callable[..., Any])
+
 
 class Execution(Protocol):
-    """Calls the upstream; raises what it raises (or a refusal such as ``BulkheadFull``)."""
+    """Wraps an upstream so that calling it applies the execution strategy.
 
-    def call(
-        self,
-        ctx: CallContext,
-        fn: Callable[..., Any],
-        args: tuple[Any, ...],
-        kwargs: dict[str, Any],
-    ) -> Any:
-        """Call a synchronous upstream."""
+    The wrapped callable raises what the upstream raises, or a refusal of its own
+    (``BulkheadFull``, ``pybreaker.CircuitBreakerError``), which always triggers recovery.
+    """
+
+    def wrap(self, definition: FailoverDefinition, fn: Callable[..., Any]) -> Callable[..., Any]:
+        """The synchronous upstream, wrapped."""
         ...
 
-    async def acall(
-        self,
-        ctx: CallContext,
-        fn: Callable[..., Awaitable[Any]],
-        args: tuple[Any, ...],
-        kwargs: dict[str, Any],
-    ) -> Any:
-        """Await an asynchronous upstream."""
+    def awrap(
+        self, definition: FailoverDefinition, fn: Callable[..., Awaitable[Any]]
+    ) -> Callable[..., Awaitable[Any]]:
+        """The asynchronous upstream, wrapped."""
         ...
 
 
@@ -41,22 +41,10 @@ class BasicExecution:
     def __repr__(self) -> str:
         return "BasicExecution()"
 
-    def call(
-        self,
-        ctx: CallContext,
-        fn: Callable[..., Any],
-        args: tuple[Any, ...],
-        kwargs: dict[str, Any],
-    ) -> Any:
-        """``fn(*args, **kwargs)``."""
-        return fn(*args, **kwargs)
+    def wrap(self, definition: FailoverDefinition, fn: F) -> F:
+        """``fn`` itself."""
+        return fn
 
-    async def acall(
-        self,
-        ctx: CallContext,
-        fn: Callable[..., Awaitable[Any]],
-        args: tuple[Any, ...],
-        kwargs: dict[str, Any],
-    ) -> Any:
-        """``await fn(*args, **kwargs)``."""
-        return await fn(*args, **kwargs)
+    def awrap(self, definition: FailoverDefinition, fn: F) -> F:
+        """``fn`` itself."""
+        return fn

@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Generic, Protocol, TypeVar, runtime_checkable
+from typing import Any, Generic, Protocol, TypeVar, cast, runtime_checkable
 
 __all__ = ["Referential", "ReferentialAware", "ReferentialPayload", "enrich"]
 
@@ -34,11 +34,26 @@ class ReferentialPayload(Generic[T]):
     up_to_date: bool
 
 
-_new = object.__new__
-_set_name, _set_key, _set_payload, _set_as_of, _set_expire_on, _set_up_to_date = (
-    ReferentialPayload.__dict__[f].__set__
-    for f in ("name", "key", "payload", "as_of", "expire_on", "up_to_date")
-)
+class _Building(Generic[T]):
+    """Same slots as `ReferentialPayload`, but mutable: an envelope under construction."""
+
+    __slots__ = ("as_of", "expire_on", "key", "name", "payload", "up_to_date")
+
+    def __init__(
+        self,
+        name: str,
+        key: str,
+        payload: T,
+        as_of: datetime | None,
+        expire_on: datetime | None,
+        up_to_date: bool,
+    ) -> None:
+        self.name = name
+        self.key = key
+        self.payload = payload
+        self.as_of = as_of
+        self.expire_on = expire_on
+        self.up_to_date = up_to_date
 
 
 def envelope(
@@ -51,17 +66,13 @@ def envelope(
 ) -> ReferentialPayload[T]:
     """Build a `ReferentialPayload` about 3x faster than its frozen ``__init__`` (hot path).
 
-    Sets the slots through their descriptors, which is what the frozen ``__init__`` does through
-    ``object.__setattr__``, minus the attribute-name lookups.
+    The fields are set on a mutable object with the same slot layout, whose class then becomes
+    `ReferentialPayload`: the result is an ordinary frozen instance, equal to one built by
+    ``ReferentialPayload(...)``.
     """
-    obj: ReferentialPayload[T] = _new(ReferentialPayload)
-    _set_name(obj, name)
-    _set_key(obj, key)
-    _set_payload(obj, payload)
-    _set_as_of(obj, as_of)
-    _set_expire_on(obj, expire_on)
-    _set_up_to_date(obj, up_to_date)
-    return obj
+    obj: Any = _Building(name, key, payload, as_of, expire_on, up_to_date)
+    obj.__class__ = ReferentialPayload
+    return cast(ReferentialPayload[T], obj)
 
 
 @runtime_checkable

@@ -30,7 +30,7 @@ def current_tenant() -> str | None:
     return _current.get()
 
 
-class tenant:  # noqa: N801 - used like a function: `with failover.tenant("acme"):`
+class tenant:  # lower case: used like a function, `with failover.tenant("acme"):`
     """Set the current tenant for a block, or for every call of a decorated function.
 
     As a context manager, the previous tenant comes back when the block ends (blocks nest). As a

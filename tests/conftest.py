@@ -75,3 +75,24 @@ class Upstream:
 @pytest.fixture
 def upstream() -> Upstream:
     return Upstream()
+
+
+# -- PostgreSQL (tests/postgres.py) ---------------------------------------------------------------
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _postgres_stopped() -> Iterator[None]:
+    """Stops the session's PostgreSQL server at the end, failed tests or not, if one started."""
+    from . import postgres
+
+    yield
+    postgres.stop()
+
+
+@pytest.fixture(scope="session")
+def postgres_url() -> str:
+    """The URL of the session's PostgreSQL database (the server starts on first use); skips
+    the test when the server binaries are missing."""
+    from . import postgres
+
+    return postgres.server().url

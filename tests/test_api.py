@@ -11,6 +11,8 @@ import failover.stores
 def test_all_is_sorted_and_complete() -> None:
     for module in (failover, failover.stores):
         assert module.__all__ == sorted(module.__all__)
+        for name in module.__all__:  # resolves the lazy exports (SqlStore imports SQLAlchemy)
+            getattr(module, name)
         public = {
             name
             for name, value in vars(module).items()

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-PAGES = sorted(ROOT.glob("docs/*.md")) + [ROOT / "README.md"]
+PAGES = [*sorted(ROOT.glob("docs/*.md")), ROOT / "README.md"]
 BLOCK = re.compile(r"^```python\n(.*?)^```", re.DOTALL | re.MULTILINE)
 # Blocks that need what a test machine does not have (a PostgreSQL host, a web framework, a
 # long-running server) say so on their first line and are only compiled.
@@ -36,4 +36,4 @@ def test_doc_example_runs(
     # A real module, so that dataclasses and pickling can find the example's classes.
     module = types.ModuleType("docs_" + re.sub(r"\W", "_", where))
     monkeypatch.setitem(sys.modules, module.__name__, module)
-    exec(compiled, module.__dict__)  # noqa: S102  # our own documentation, run as a user would
+    exec(compiled, module.__dict__)  # our own documentation, run as a user would

@@ -84,6 +84,11 @@ class CopyingStore:
         """Whether the inner store does I/O."""
         return bool(getattr(self.inner, "does_io", True))
 
+    @property
+    def writes_async(self) -> bool:
+        """Whether the inner store writes off the caller's thread."""
+        return bool(getattr(self.inner, "writes_async", False))
+
     def store(self, payload: Payload) -> None:
         """Store a copy."""
         self.inner.store(_copied(payload))

@@ -36,7 +36,9 @@ def make_store(url: str, *, clock: Callable[[], datetime] | None = None) -> Fail
     (``sqlite:///path.db``, ``postgresql+psycopg://user@host/db``) for a `SqlStore`.
 
     Raises:
-        ConfigurationError: an unknown scheme or option.
+        ConfigurationError: an unknown scheme or option; for a SQL URL, one SQLAlchemy cannot
+            parse, an unknown database, or a driver that is not installed (named in a one-line
+            message, the password masked).
     """
     if not isinstance(url, str) or "://" not in url:
         raise ConfigurationError(f"store URL {url!r} is not a URL (e.g. 'memory://')")
@@ -52,5 +54,5 @@ def make_store(url: str, *, clock: Callable[[], datetime] | None = None) -> Fail
     try:
         from .sql import SqlStore
     except ImportError as exc:  # pragma: no cover - sqlalchemy is a dependency
-        raise ConfigurationError(f"store URL {url!r}: SQL stores need SQLAlchemy ({exc})") from exc
-    return SqlStore(url)
+        raise ConfigurationError(f"SQL stores need SQLAlchemy ({exc})") from exc
+    return SqlStore(url)  # SqlStore turns a bad URL into a ConfigurationError naming it

@@ -1,0 +1,443 @@
+"""The ``failover`` command line (also ``python -m failover``).
+
+Commands: ``demo``, ``inspect``, ``clean`` and ``scheduler``; ``failover COMMAND --help`` for each.
+Errors a user can fix (a bad URL, an unreachable database, a port in use) are one line on stderr
+and exit status 1, never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import logging
+import signal
+import sys
+import threading
+from collections.abc import Callable, Iterable, Sequence
+from datetime import UTC, datetime, timedelta
+from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
+from types import FrameType
+from typing import TYPE_CHECKING, TextIO
+
+from .cleanup import CleanupScheduler
+from .engine import Failover, utcnow
+from .errors import ConfigurationError, FailoverError
+from .expiry import parse_ttl
+from .metrics import NULL_METRICS, Metrics, NullMetrics, PrometheusMetrics
+from .stores.factory import make_store
+
+if TYPE_CHECKING:
+    from .stores.sql import SqlStore
+
+__all__ = ["main", "render_table"]
+
+PROG = "failover"
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+class _CliError(Exception):
+    """A problem the user can fix, reported as one line."""
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line.
+
+    Args:
+        argv: the arguments (default: ``sys.argv[1:]``).
+
+    Returns:
+        The exit status: 0 on success, 1 on an error (printed as one line on stderr), 130 when
+        interrupted.
+    """
+    args = _parser().parse_args(argv)
+    command: Callable[[argparse.Namespace], int] = args.command
+    try:
+        return command(args)
+    except KeyboardInterrupt:
+        return 130
+    except _user_errors() as exc:
+        print(f"{PROG}: error: {_one_line(exc)}", file=sys.stderr)
+        return 1
+
+
+def _user_errors() -> tuple[type[BaseException], ...]:
+    # SQLAlchemy is imported only when an error has to be matched, to keep --help fast.
+    from sqlalchemy.exc import SQLAlchemyError
+
+    return (_CliError, FailoverError, SQLAlchemyError, OSError)
+
+
+def _one_line(exc: BaseException) -> str:
+    # SQLAlchemy messages carry the SQL and a documentation link on further lines.
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    message = lines[0] if lines else type(exc).__name__
+    if not isinstance(exc, _CliError | FailoverError):
+        message = f"{type(exc).__name__}: {message}"
+    return message
+
+
+def _version() -> str:
+    try:
+        return version("failover")
+    except PackageNotFoundError:  # running from a source tree that is not installed
+        return "unknown"
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog=PROG,
+        description="Serve the last good answer, marked stale, when an upstream goes down.",
+    )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
+    commands = parser.add_subparsers(title="commands", metavar="COMMAND", required=True)
+
+    demo = commands.add_parser(
+        "demo",
+        help="a flaky upstream on loopback, called through @failover: live, stale, live",
+        description=(
+            "Start a flaky HTTP upstream on 127.0.0.1, call it through @failover while it goes "
+            "down and comes back, and print the timeline. A fake clock moves the time on, so a "
+            "run takes about a second."
+        ),
+    )
+    demo.add_argument(
+        "--store",
+        metavar="URL",
+        help="store URL (default: a SQLite file in the temporary directory)",
+    )
+    demo.set_defaults(command=_demo)
+
+    inspect = commands.add_parser(
+        "inspect",
+        help="list the stored entries, expired ones included",
+        description="List every stored entry: name, key, as_of, expire_on, size, live/expired.",
+    )
+    _store_argument(inspect)
+    _table_prefix_argument(inspect)
+    inspect.add_argument("--name", help="only the entries of this failover name (or domain)")
+    inspect.set_defaults(command=_inspect)
+
+    clean = commands.add_parser(
+        "clean",
+        help="delete the expired entries once",
+        description="Delete the expired entries of the store once and print how many went.",
+    )
+    _store_argument(clean)
+    _table_prefix_argument(clean)
+    clean.set_defaults(command=_clean)
+
+    scheduler = commands.add_parser(
+        "scheduler",
+        help="delete expired entries periodically, in the foreground",
+        description=(
+            "Run a cleanup now, then every --every, until SIGINT or SIGTERM (exit status 0). "
+            "Meant to run as a sidecar or a service of its own."
+        ),
+    )
+    _store_argument(scheduler)
+    _table_prefix_argument(scheduler)
+    scheduler.add_argument(
+        "--every",
+        type=_every,
+        default="1h",
+        metavar="DURATION",
+        help="the period: seconds, or e.g. 30s, 15m, 1h, 1d (default: 1h)",
+    )
+    scheduler.add_argument(
+        "--metrics-port",
+        type=_port,
+        metavar="PORT",
+        help="serve Prometheus metrics on http://127.0.0.1:PORT/metrics",
+    )
+    scheduler.set_defaults(command=_scheduler)
+    return parser
+
+
+def _every(text: str) -> timedelta:
+    value: float | str = text
+    with contextlib.suppress(ValueError):
+        value = float(text)  # a bare number is seconds, as in the Python API
+    try:
+        return parse_ttl(value, "--every")
+    except ConfigurationError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a positive duration (seconds, or e.g. 30s, 15m, 1h, 1d)"
+        ) from None
+
+
+def _port(text: str) -> int:
+    port = int(text) if text.isdigit() else -1
+    if not 0 < port < 65536:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a TCP port (1-65535)")
+    return port
+
+
+def _store_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--store",
+        metavar="URL",
+        required=True,
+        help="store URL, e.g. sqlite:///failover.db or postgresql+psycopg://user@host/db",
+    )
+
+
+def _display(url: str) -> str:
+    """The URL without its password, fit for printing."""
+    if "@" not in url:
+        return url
+    from sqlalchemy.engine import make_url
+
+    return make_url(url).render_as_string(hide_password=True)
+
+
+def render_table(headers: Sequence[str], rows: Iterable[Sequence[str]]) -> str:
+    """A plain-text table: columns padded to their widest cell, a rule under the headers.
+
+    Args:
+        headers: the column titles.
+        rows: the cells, one sequence per row, as many as ``headers``.
+
+    Returns:
+        The table, one line per row, without a trailing newline.
+    """
+    cells = [list(headers), *(list(row) for row in rows)]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)) for row in cells]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(line.rstrip() for line in lines)
+
+
+def _duration(delta: timedelta) -> str:
+    if timedelta(0) < delta < timedelta(seconds=1):
+        return f"{delta.total_seconds():g}s"
+    seconds = int(delta.total_seconds())
+    hours, rest = divmod(seconds, 3600)
+    minutes, seconds = divmod(rest, 60)
+    parts = [f"{n}{unit}" for n, unit in ((hours, "h"), (minutes, "m"), (seconds, "s")) if n]
+    return " ".join(parts) or "0s"
+
+
+def _time(value: datetime | None) -> str:
+    return "-" if value is None else value.isoformat(sep=" ", timespec="seconds")
+
+
+# -- demo -----------------------------------------------------------------------------------------
+
+
+def _demo(args: argparse.Namespace) -> int:
+    from . import demo
+
+    store = args.store or demo.default_store()
+    out = sys.stdout
+    print(f"failover demo: store {_display(store)}", file=out)
+    in_process = store.partition("://")[0].lower() in ("memory", "cachetools")
+    result = demo.run(store if in_process else _open(store, "demo", create=True))
+    print(f"upstream {result.upstream_url}/countries/<code>, ttl {_duration(result.ttl)}", file=out)
+    print("time: a fake clock that the demo moves on, so nothing waits", file=out)
+    print(file=out)
+    rows = [
+        [
+            str(s.number),
+            f"+{_duration(s.elapsed)}",
+            s.upstream,
+            s.call,
+            s.value,
+            "-" if s.up_to_date is None else str(s.up_to_date),
+            "-" if s.age is None else _duration(s.age),
+            s.outcome,
+        ]
+        for s in result.steps
+    ]
+    headers = ["step", "time", "upstream", "call", "value", "up_to_date", "age", "outcome"]
+    print(render_table(headers, rows), file=out)
+    print(file=out)
+    for s in result.steps:
+        if s.error:
+            print(f"step {s.number}: {s.error}", file=out)
+        if s.note:
+            print(f"        re-raised with the note: {s.note}", file=out)
+    if not in_process:
+        print(f"\nthe entries are kept: {PROG} inspect --store {_display(store)}", file=out)
+    return 0
+
+
+# -- stores -------------------------------------------------------------------------------------
+
+
+def _open(url: str, command: str, *, create: bool, table_prefix: str = "") -> SqlStore:
+    """The SQL store at ``url``, its database reached once already.
+
+    Reaching it here turns an unreachable database into one error, where `SqlStore` would log a
+    warning and retry on first use (right for a service starting, noise for a command). Without
+    ``create``, a SQLite file must exist: a mistyped path is an error, not a new empty file.
+    """
+    scheme = url.partition("://")[0].lower()
+    if "://" not in url or scheme in ("memory", "cachetools"):
+        make_store(url).close()  # a malformed URL is reported as such
+        raise _CliError(
+            f"{url} is a store inside one process, a new empty one here: {PROG} {command} "
+            "needs a durable store, e.g. sqlite:///failover.db"
+        )
+    from sqlalchemy.exc import SQLAlchemyError
+
+    from .stores.sql import SqlStore, make_engine
+
+    probe = make_engine(url)
+    try:
+        database = probe.url.database
+        if (
+            not create
+            and probe.dialect.name == "sqlite"
+            and database not in (None, "", ":memory:")
+            and not Path(database).is_file()
+        ):
+            raise _CliError(f"{_display(url)}: no such SQLite file")
+        try:
+            with probe.connect():
+                pass
+        except SQLAlchemyError as exc:
+            raise _CliError(f"cannot reach {_display(url)}: {_one_line(exc)}") from exc
+    finally:
+        probe.dispose()
+    return SqlStore(url, table_prefix=table_prefix, create_table=create)
+
+
+def _table_prefix_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--table-prefix",
+        default="",
+        metavar="PREFIX",
+        help="the SqlStore table_prefix the application uses (default: none)",
+    )
+
+
+# -- inspect --------------------------------------------------------------------------------------
+
+
+def _inspect(args: argparse.Namespace) -> int:
+    import sqlalchemy as sa
+
+    store = _open(args.store, "inspect", create=False, table_prefix=args.table_prefix)
+    # The rows are read as stored, not decoded: this process registers no failover, so the codec's
+    # allowlist would refuse their types, and sizes are those of what the database holds.
+    c = store.table.c
+    query = sa.select(c.name, c.key, c.as_of, c.expire_on, c.payload, c.payload_type)
+    if args.name is not None:
+        query = query.where(c.name == args.name)
+    try:
+        with store.engine.connect() as conn:
+            found = conn.execute(query.order_by(c.name, c.as_of, c.key)).all()
+    finally:
+        store.close()
+    if not found:
+        where = f"under {args.name!r} " if args.name else ""
+        print(f"no entries {where}in {_display(args.store)}")
+        return 0
+    now = utcnow()
+    rows = []
+    for name, key, as_of, expire_on, payload, payload_type in found:
+        expires = _from_micros(expire_on)
+        status = "expired" if expires is not None and expires <= now else "live"
+        size = len(payload.encode())
+        rows.append(
+            [name, key, _time(_from_micros(as_of)), _time(expires), str(size), payload_type, status]
+        )
+    headers = ["name", "key", "as_of", "expire_on", "size", "type", "status"]
+    print(render_table(headers, rows))
+    expired = sum(row[-1] == "expired" for row in rows)
+    print(f"\n{len(rows)} {_plural(len(rows), 'entry', 'entries')}, {expired} expired")
+    return 0
+
+
+def _from_micros(micros: int | None) -> datetime | None:
+    # The table keeps times as microseconds since the Unix epoch, UTC (see failover.stores.sql).
+    return None if micros is None else _EPOCH + timedelta(microseconds=micros)
+
+
+def _plural(n: int, one: str, many: str) -> str:
+    return one if n == 1 else many
+
+
+# -- clean ----------------------------------------------------------------------------------------
+
+
+def _clean(args: argparse.Namespace) -> int:
+    store = _open(args.store, "clean", create=False, table_prefix=args.table_prefix)
+    with Failover(store, metrics=False, async_writes=False) as engine:
+        removed = engine.clean()
+    print(f"removed {removed} expired {_plural(removed, 'entry', 'entries')}")
+    return 0
+
+
+# -- scheduler ------------------------------------------------------------------------------------
+
+
+class _Shutdown(Exception):
+    """Raised in the main thread by the SIGINT/SIGTERM handler."""
+
+
+def _shutdown(signum: int, frame: FrameType | None) -> None:
+    raise _Shutdown(signal.Signals(signum).name)
+
+
+class _Report(NullMetrics):
+    """Prints each cleanup run, then hands it to the Prometheus metrics (with --metrics-port)."""
+
+    def __init__(self, out: TextIO, metrics: Metrics) -> None:
+        self.out = out
+        self.metrics = metrics
+
+    def cleanup(self, removed: int, seconds: float) -> None:
+        """Count the run, then print it (so the metrics already show a run that was printed)."""
+        self.metrics.cleanup(removed, seconds)
+        print(f"{_time(utcnow())} cleanup removed {removed} in {seconds:.3f}s", file=self.out)
+        self.out.flush()
+
+
+def _scheduler(args: argparse.Namespace) -> int:
+    out = sys.stdout
+    logging.basicConfig(format=f"{PROG}: %(levelname)s: %(message)s")
+    store = _open(args.store, "scheduler", create=True, table_prefix=args.table_prefix)
+    engine = Failover(store, metrics=False, async_writes=False)
+    try:
+        metrics: Metrics = NULL_METRICS
+        if args.metrics_port is not None:
+            from prometheus_client import CollectorRegistry, start_http_server
+
+            # A registry of its own: only the scheduler's metrics, not the process's defaults.
+            registry = CollectorRegistry()
+            metrics = PrometheusMetrics.for_registry(registry)
+            start_http_server(args.metrics_port, addr="127.0.0.1", registry=registry)
+        scheduler = CleanupScheduler(engine, args.every, metrics=_Report(out, metrics))
+        return _serve(scheduler, args, out)
+    finally:
+        engine.close()
+
+
+def _serve(scheduler: CleanupScheduler, args: argparse.Namespace, out: TextIO) -> int:
+    metrics = (
+        f", metrics on http://127.0.0.1:{args.metrics_port}/metrics"
+        if args.metrics_port is not None
+        else ""
+    )
+    previous = {sig: signal.signal(sig, _shutdown) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        # Printed before the first run's line: whoever waits for "started" can signal now.
+        print(
+            f"{PROG} scheduler started: cleaning {_display(args.store)} every "
+            f"{_duration(scheduler.every)}{metrics} (SIGINT or SIGTERM stops it)",
+            file=out,
+            flush=True,
+        )
+        scheduler.start()
+        threading.Event().wait()  # until a signal handler raises _Shutdown
+    except _Shutdown as received:
+        signal_name = str(received)
+    finally:
+        # A second signal while a run finishes takes the default way out (force).
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        scheduler.stop()
+    print(f"{PROG} scheduler stopped ({signal_name})", file=out, flush=True)
+    return 0

@@ -1,0 +1,548 @@
+"""`SqlStore`: entries in one SQL table, through SQLAlchemy Core.
+
+The table ``{prefix}failover_store``: ``name``, ``key`` (the primary key), ``as_of`` and
+``expire_on`` (microseconds since the Unix epoch, UTC: exact, indexable and the same on every
+database), ``payload`` (the codec's text, with its marker, possibly encrypted) and
+``payload_type`` (the stored value's type name), with an index on ``expire_on``.
+
+Every operation is one statement, or one batch sent at once: upserts are
+``INSERT ... ON CONFLICT (name, key) DO UPDATE`` on SQLite and PostgreSQL (an update-then-insert
+transaction elsewhere), ``store_many`` is one executemany, ``find_many`` one select (on
+PostgreSQL with the keys as one array parameter).
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import threading
+import zlib
+from collections.abc import Iterable, Sequence
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy import exc as sa_exc
+from sqlalchemy.engine import Engine
+
+from ..codec import Codec, JsonCodec
+from ..crypto import Cipher, seal, unseal
+from ..errors import ConfigurationError, SerializationError, StoreError
+from ..payload import envelope
+from .base import Payload
+
+__all__ = ["SqlStore", "make_engine"]
+
+log = logging.getLogger("failover")
+
+# A schema part, then the table prefix; lengths keep every identifier (the index name is the
+# longest) within PostgreSQL's 63 characters, past which it would silently truncate them.
+_PREFIX = re.compile(r"(?:([A-Za-z_][A-Za-z0-9_]{0,62})\.)?([A-Za-z0-9_]{0,32})")
+_TABLE = "failover_store"
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_MICROSECOND = timedelta(microseconds=1)
+_BUSY_TIMEOUT_MS = 5_000
+_CONNECT_TIMEOUT_S = 10
+_SQLITE_POOL = {"pool_size": 8, "max_overflow": 8}
+_SERVER_POOL = {"pool_size": 10, "max_overflow": 10, "pool_pre_ping": True}
+_IN_CHUNK = 1_000  # keys per IN (...) list where the database's parameter limit is unknown
+_MASK = re.compile(r"(://[^:/@]*:)[^@]*@")
+
+
+def _masked(url: object) -> str:
+    if isinstance(url, sa.URL):
+        return url.render_as_string(hide_password=True)
+    return _MASK.sub(r"\1***@", str(url))
+
+
+def _first_line(exc: BaseException) -> str:
+    # SQLAlchemy's messages go on with the SQL and a documentation link.
+    return str(exc).split("\n", 1)[0]
+
+
+def _micros(value: datetime | None) -> int | None:
+    if value is None:
+        return None
+    try:
+        return (value - _EPOCH) // _MICROSECOND
+    except TypeError:
+        raise StoreError(f"SqlStore: datetimes must be timezone-aware, got {value!r}") from None
+
+
+def _datetime(micros: int | None) -> datetime | None:
+    return None if micros is None else _EPOCH + timedelta(microseconds=micros)
+
+
+# -- engines --------------------------------------------------------------------------------------
+
+
+def _is_memory(url: sa.URL) -> bool:
+    return url.database in (None, "", ":memory:") or url.query.get("mode") == "memory"
+
+
+def _sqlite_pragmas(dbapi_connection: Any, connection_record: Any) -> None:
+    # Several processes share one file: readers never wait for the writer (WAL), and a writer
+    # waits for another one instead of failing at once (busy timeout). synchronous=NORMAL is
+    # safe with WAL (a crash loses at most the last commits, never the file).
+    cursor = dbapi_connection.cursor()
+    try:
+        cursor.execute(f"PRAGMA busy_timeout = {_BUSY_TIMEOUT_MS}")
+        cursor.execute("PRAGMA journal_mode = WAL")
+        cursor.execute("PRAGMA synchronous = NORMAL")
+    finally:
+        cursor.close()
+
+
+def make_engine(url: str | sa.URL, **engine_kwargs: Any) -> Engine:
+    """A SQLAlchemy engine set up as `SqlStore` sets up its own.
+
+    Use it to share one pool between several stores (one per ``table_prefix``). Connections are
+    pooled (a pool sized for threads; pre-ping on database servers). SQLite files get WAL mode and
+    a 5 s busy timeout on every connection, so several processes can share one file; an in-memory
+    SQLite database is one connection that threads take in turn.
+
+    Args:
+        url: a SQLAlchemy URL (``sqlite:///path.db``, ``postgresql+psycopg://user@host/db``).
+        **engine_kwargs: passed to `sqlalchemy.create_engine`, over these defaults.
+
+    Raises:
+        ConfigurationError: not a URL, an unknown database, or its driver is not installed.
+    """
+    try:
+        parsed = sa.make_url(url)
+    except (sa_exc.ArgumentError, ValueError):
+        raise ConfigurationError(
+            f"store URL {_masked(url)!r} is not a SQLAlchemy URL (e.g. 'sqlite:///failover.db')"
+        ) from None
+    kwargs: dict[str, Any]
+    sqlite = parsed.get_backend_name() == "sqlite"
+    if sqlite and _is_memory(parsed):
+        kwargs = {
+            "poolclass": sa.QueuePool,
+            "pool_size": 1,
+            "max_overflow": 0,
+            "connect_args": {"check_same_thread": False},
+        }
+    elif sqlite:
+        folder = Path(parsed.database or "").parent
+        if not parsed.query.get("uri") and not folder.is_dir():
+            raise ConfigurationError(
+                f"store URL {_masked(parsed)!r}: the folder {str(folder)!r} does not exist"
+            )
+        kwargs = {"poolclass": sa.QueuePool, **_SQLITE_POOL}
+    else:
+        kwargs = dict(_SERVER_POOL)
+        if parsed.get_backend_name() == "postgresql":
+            # An unreachable server fails in seconds, not after the system's TCP timeout.
+            kwargs["connect_args"] = {"connect_timeout": _CONNECT_TIMEOUT_S}
+    kwargs.update(engine_kwargs)
+    shown = _masked(parsed)
+    try:
+        engine = sa.create_engine(parsed, **kwargs)
+    except sa_exc.NoSuchModuleError:
+        raise ConfigurationError(
+            f"store URL {shown!r}: unknown database or driver {parsed.drivername!r}"
+        ) from None
+    except ImportError as exc:
+        hint = " (pip install failover[postgresql])" if "psycopg" in str(exc) else ""
+        raise ConfigurationError(
+            f"store URL {shown!r}: the driver of {parsed.drivername!r} is not installed: "
+            f"{exc}{hint}"
+        ) from None
+    except (sa_exc.ArgumentError, TypeError) as exc:
+        raise ConfigurationError(f"store URL {shown!r}: {exc}") from None
+    if sqlite:
+        sa.event.listen(engine, "connect", _sqlite_pragmas)
+    return engine
+
+
+# -- the table ------------------------------------------------------------------------------------
+
+
+def _split_prefix(table_prefix: object) -> tuple[str | None, str]:
+    match = _PREFIX.fullmatch(table_prefix) if isinstance(table_prefix, str) else None
+    if match is None:
+        raise ConfigurationError(
+            f"SqlStore: table_prefix must be letters, digits and underscores (at most 32), "
+            f"optionally after 'schema.', got {table_prefix!r}"
+        )
+    return match.group(1), match.group(2)
+
+
+def _table(schema: str | None, prefix: str) -> sa.Table:
+    name = f"{prefix}{_TABLE}"
+    return sa.Table(
+        name,
+        sa.MetaData(),
+        sa.Column("name", sa.String(255), primary_key=True),
+        sa.Column("key", sa.String(255), primary_key=True),
+        sa.Column("as_of", sa.BigInteger),
+        sa.Column("expire_on", sa.BigInteger),
+        sa.Column("payload", sa.Text, nullable=False),
+        sa.Column("payload_type", sa.String(255), nullable=False),
+        sa.Index(f"{name}_expire_on", "expire_on"),
+        schema=schema,
+    )
+
+
+_VALUES = ("as_of", "expire_on", "payload", "payload_type")
+
+
+def _upsert(table: sa.Table, dialect: str) -> sa.Executable | None:
+    """The single-statement upsert of ``dialect``, or ``None`` where there is none portable."""
+    from sqlalchemy.dialects import postgresql, sqlite
+
+    inserts: dict[str, Any] = {"postgresql": postgresql.insert, "sqlite": sqlite.insert}
+    if dialect not in inserts:
+        return None
+    stmt = inserts[dialect](table)
+    upsert: sa.Executable = stmt.on_conflict_do_update(
+        index_elements=[table.c.name, table.c.key],
+        set_={c: stmt.excluded[c] for c in _VALUES},
+    )
+    return upsert
+
+
+class SqlStore:
+    """Entries in a SQL table: the durable store, shared by processes and instances.
+
+    SQLite (a file) is the embedded default; PostgreSQL for many instances sharing one store;
+    any database SQLAlchemy supports works. Values go through ``codec`` (JSON by default, see
+    `failover.codec`), then through ``cipher`` when one is set.
+
+    Reading a row that cannot be decoded (a type off the allowlist, corrupt text, an unknown
+    codec, a signature or a decryption that fails) raises `SerializationError` from `find`,
+    which the engine counts as a recover ``error`` and treats as a miss; `find_many` and
+    `find_all` skip such rows with a warning.
+
+    Args:
+        url_or_engine: a SQLAlchemy URL, or an `sqlalchemy.Engine` to share (the store then
+            never disposes it).
+        table_prefix: prepended to the table name: ``[A-Za-z0-9_]*`` (at most 32), optionally
+            after a schema and a dot (``"tenants.acme_"``).
+        codec: turns values into text and back; default `JsonCodec`. Rows written as JSON stay
+            readable with any codec.
+        cipher: encrypts the payloads written (e.g. `FernetCipher`); encrypted rows need it to be
+            read, plain rows are read either way.
+        allowed_types: more types the JSON codec may restore (see `JsonCodec`).
+        create_table: create the table (and on PostgreSQL the schema) when missing.
+
+    Raises:
+        ConfigurationError: a bad table prefix (before any SQL runs), URL, codec or cipher.
+
+    Attributes:
+        does_io: ``True``: ``async def`` failovers reach it from a worker thread.
+        isolating: ``True``: values are encoded as they are stored and decoded anew on every
+            read, so the engine puts no copying layer in front (unless writes are queued).
+    """
+
+    does_io = True
+    isolating = True
+
+    def __init__(
+        self,
+        url_or_engine: str | sa.URL | Engine,
+        table_prefix: str = "",
+        codec: Codec | None = None,
+        cipher: Cipher | None = None,
+        allowed_types: Iterable[Any] = (),
+        create_table: bool = True,
+    ) -> None:
+        schema, prefix = _split_prefix(table_prefix)
+        self.codec = _resolve_codec(codec, allowed_types)
+        if cipher is not None and not all(
+            hasattr(cipher, a) for a in ("scheme", "encrypt", "decrypt")
+        ):
+            raise ConfigurationError(f"SqlStore: cipher must be a Cipher, got {cipher!r}")
+        self.cipher = cipher
+        json_codec = self.codec if isinstance(self.codec, JsonCodec) else None
+        # Rows written as JSON are safe to read whatever this store writes now.
+        self._readers: dict[str, Codec] = {
+            "json": json_codec or JsonCodec(allowed_types),
+            self.codec.marker: self.codec,
+        }
+        self._owns_engine = not isinstance(url_or_engine, Engine)
+        self.engine: Engine = (
+            url_or_engine if isinstance(url_or_engine, Engine) else make_engine(url_or_engine)
+        )
+        self.table = table = _table(schema, prefix)
+        self._create_table = create_table
+        self._where = f"SqlStore({_masked(self.engine.url)}, table={table.fullname!r})"
+        dialect = self.engine.dialect.name
+        c = table.c
+        self._upsert = _upsert(table, dialect)
+        self._update = table.update().where(
+            c.name == sa.bindparam("b_name"), c.key == sa.bindparam("b_key")
+        )
+        columns = (c.payload, c.payload_type, c.as_of, c.expire_on)
+        by_name = c.name == sa.bindparam("n")
+        self._find = sa.select(*columns).where(by_name, c.key == sa.bindparam("k"))
+        self._find_all = sa.select(c.key, *columns).where(by_name).order_by(c.key)
+        self._names = sa.select(c.name).distinct().order_by(c.name)
+        self._delete = table.delete().where(by_name, c.key == sa.bindparam("k"))
+        self._clean = table.delete().where(c.expire_on <= sa.bindparam("now"))
+        self._single = self.engine  # for operations that are one statement
+        if dialect == "postgresql":
+            from sqlalchemy.dialects.postgresql import ARRAY
+
+            # The keys travel as one array parameter. Each is looked up in the primary key
+            # (LIMIT 1 keeps the planner from turning the lookups into a scan of every entry of
+            # the name, which `key = ANY(:keys)` gets from a generic plan: 100x slower).
+            keys = sa.bindparam("keys", type_=ARRAY(sa.String))
+            wanted = sa.func.unnest(keys).table_valued("key").render_derived(name="wanted")
+            found = (
+                sa.select(c.key, *columns)
+                .where(by_name, c.key == wanted.c.key)
+                .limit(1)
+                .lateral("found")
+            )
+            self._find_many = sa.select(found).select_from(wanted.join(found, sa.true()))
+            self._chunk = 0  # one array parameter: no limit
+            # One statement is atomic by itself: autocommit spares the round trips of BEGIN and
+            # COMMIT (or ROLLBACK, after a read).
+            self._single = self.engine.execution_options(isolation_level="AUTOCOMMIT")
+        else:
+            keys = sa.bindparam("keys", expanding=True)
+            self._find_many = sa.select(c.key, *columns).where(by_name, c.key.in_(keys))
+            self._chunk = _IN_CHUNK
+        self._ready = False
+        self._ready_lock = threading.Lock()
+        try:
+            self._prepare()
+        except StoreError as exc:
+            # A database down while the service starts must not keep it from starting.
+            log.warning("%s; retried on first use", _first_line(exc))
+
+    def __repr__(self) -> str:
+        return self._where
+
+    # -- schema ---------------------------------------------------------------------------------
+
+    def _prepare(self) -> None:
+        """Create the table (with ``create_table``) and learn SQLite's parameter limit: once,
+        at construction or, when the database could not be reached then, on first use."""
+        with self._ready_lock:
+            if self._ready:
+                return
+            if self._create_table:
+                self.create_table()
+            if self.engine.dialect.name == "sqlite":
+                self._chunk = self._sqlite_variable_limit() - 1  # one parameter is the name
+            self._ready = True
+
+    def create_table(self) -> None:
+        """Create the table and its index when missing (and the schema, on PostgreSQL).
+
+        Safe to run from several processes at once.
+
+        Raises:
+            StoreError: the database refused or could not be reached.
+        """
+        table = self.table
+        dialect = self.engine.dialect.name
+        try:
+            with self.engine.begin() as conn:
+                if dialect == "postgresql":
+                    # Concurrent CREATE ... IF NOT EXISTS can still collide in the catalog.
+                    lock = zlib.crc32(table.fullname.encode())
+                    conn.execute(sa.text("SELECT pg_advisory_xact_lock(:k)"), {"k": lock})
+                    if table.schema:
+                        conn.execute(sa.schema.CreateSchema(table.schema, if_not_exists=True))
+                if dialect in ("postgresql", "sqlite"):
+                    conn.execute(sa.schema.CreateTable(table, if_not_exists=True))
+                    for index in table.indexes:
+                        conn.execute(sa.schema.CreateIndex(index, if_not_exists=True))
+                else:
+                    table.metadata.create_all(conn, checkfirst=True)
+        except sa_exc.SQLAlchemyError as exc:
+            raise StoreError(f"{self._where}: cannot create the table: {_first_line(exc)}") from exc
+
+    def _sqlite_variable_limit(self) -> int:
+        import sqlite3
+
+        try:
+            with self.engine.connect() as conn:
+                dbapi_connection: Any = conn.connection.dbapi_connection
+                return int(dbapi_connection.getlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER))
+        except sa_exc.SQLAlchemyError as exc:
+            raise StoreError(f"{self._where}: cannot connect: {_first_line(exc)}") from exc
+
+    # -- encoding -------------------------------------------------------------------------------
+
+    def _row(self, payload: Payload) -> dict[str, Any]:
+        try:
+            text, payload_type = self.codec.encode(payload.payload)
+        except SerializationError as exc:
+            raise SerializationError(
+                f"{self._where}: cannot store ({payload.name!r}, {payload.key!r}): {exc}"
+            ) from exc
+        except Exception as exc:  # a codec of the user's that raises its own errors
+            raise SerializationError(
+                f"{self._where}: cannot store ({payload.name!r}, {payload.key!r}): {exc!r}"
+            ) from exc
+        text = f"{self.codec.marker}:{text}"
+        if self.cipher is not None:
+            text = seal(self.cipher, text)
+        return {
+            "name": payload.name,
+            "key": payload.key,
+            "as_of": _micros(payload.as_of),
+            "expire_on": _micros(payload.expire_on),
+            "payload": text,
+            "payload_type": payload_type[:255],  # informative only: never too long to store
+        }
+
+    def _decode(self, name: str, key: str, raw: str, payload_type: str) -> Any:
+        try:
+            text = unseal(self.cipher, raw)
+            marker, sep, body = text.partition(":")
+            codec = self._readers.get(marker) if sep else None
+            if codec is None:
+                raise SerializationError(
+                    f"unknown codec marker {marker[:20]!r} (this store reads "
+                    f"{', '.join(sorted(self._readers))})"
+                )
+            return codec.decode(body, payload_type)
+        except Exception as exc:
+            raise SerializationError(
+                f"{self._where}: entry ({name!r}, {key!r}) cannot be decoded: {exc}"
+            ) from exc
+
+    def _payload(self, name: str, key: str, row: Any) -> Payload:
+        raw, payload_type, as_of, expire_on = row
+        value = self._decode(name, key, raw, payload_type)
+        return envelope(name, key, value, _datetime(as_of), _datetime(expire_on), True)
+
+    def _decoded(self, name: str, rows: Iterable[Any]) -> Iterable[tuple[str, Payload]]:
+        for key, *row in rows:
+            try:
+                yield key, self._payload(name, key, row)
+            except SerializationError as exc:
+                log.warning("%s; skipped", exc)
+
+    # -- FailoverStore --------------------------------------------------------------------------
+
+    def store(self, payload: Payload) -> None:
+        """Insert or replace one entry, in one statement.
+
+        Raises:
+            SerializationError: the codec cannot encode the value (nothing is written).
+        """
+        self._write(self._row(payload))
+
+    def store_many(self, payloads: Sequence[Payload]) -> None:
+        """Insert or replace several entries, in one transaction and one batch.
+
+        Raises:
+            SerializationError: the codec cannot encode one of the values (nothing is written).
+        """
+        # The last write of a key wins, as one store() after another would; sorted, so that
+        # concurrent batches lock rows in one order and cannot deadlock.
+        rows = {(p.name, p.key): self._row(p) for p in payloads}
+        if rows:
+            self._write([rows[k] for k in sorted(rows)])
+
+    def _write(self, rows: dict[str, Any] | list[dict[str, Any]]) -> None:
+        if not self._ready:
+            self._prepare()
+        if self._upsert is not None:
+            # A batch is many statements on some drivers: one transaction.
+            with (self.engine if isinstance(rows, list) else self._single).begin() as conn:
+                conn.execute(self._upsert, rows)
+            return
+        batch = rows if isinstance(rows, list) else [rows]
+        try:
+            self._portable_upsert(batch)
+        except sa_exc.IntegrityError:
+            self._portable_upsert(batch)  # another writer inserted one of the keys meanwhile
+
+    def _portable_upsert(self, rows: list[dict[str, Any]]) -> None:
+        """Update each row, then insert those that were not there, in one transaction."""
+        with self.engine.begin() as conn:
+            missing = []
+            for row in rows:
+                values = {c: row[c] for c in _VALUES}
+                result = conn.execute(
+                    self._update, {"b_name": row["name"], "b_key": row["key"], **values}
+                )
+                if result.rowcount == 0:
+                    missing.append(row)
+            if missing:
+                conn.execute(self.table.insert(), missing)
+
+    def find(self, name: str, key: str) -> Payload | None:
+        """The entry, expired or not, or ``None``.
+
+        Raises:
+            SerializationError: the row cannot be decoded.
+        """
+        if not self._ready:
+            self._prepare()
+        with self._single.connect() as conn:
+            row = conn.execute(self._find, {"n": name, "k": key}).first()
+        return None if row is None else self._payload(name, key, row)
+
+    def find_many(self, name: str, keys: Iterable[str]) -> dict[str, Payload]:
+        """The entries found among ``keys``, in one statement (chunked only past the
+        database's parameter limit); undecodable rows are skipped with a warning."""
+        wanted = list(dict.fromkeys(keys))
+        if not wanted:
+            return {}
+        if not self._ready:
+            self._prepare()
+        size = self._chunk or len(wanted)
+        with self._single.connect() as conn:
+            rows = [
+                row
+                for i in range(0, len(wanted), size)
+                for row in conn.execute(self._find_many, {"n": name, "keys": wanted[i : i + size]})
+            ]
+        return dict(self._decoded(name, rows))
+
+    def find_all(self, name: str) -> list[Payload]:
+        """Every entry of ``name``, expired ones included, by key; undecodable rows are skipped
+        with a warning."""
+        if not self._ready:
+            self._prepare()
+        with self._single.connect() as conn:
+            rows = conn.execute(self._find_all, {"n": name}).all()
+        return [payload for _, payload in self._decoded(name, rows)]
+
+    def names(self) -> list[str]:
+        """Every name that has entries, sorted."""
+        if not self._ready:
+            self._prepare()
+        with self._single.connect() as conn:
+            return list(conn.execute(self._names).scalars())
+
+    def delete(self, name: str, key: str) -> None:
+        """Remove the entry if present."""
+        if not self._ready:
+            self._prepare()
+        with self._single.begin() as conn:
+            conn.execute(self._delete, {"n": name, "k": key})
+
+    def clean_by_expiry(self, now: datetime) -> int:
+        """Remove every entry whose ``expire_on`` is at or before ``now`` (one indexed range
+        delete); return the count."""
+        if not self._ready:
+            self._prepare()
+        with self._single.begin() as conn:
+            return conn.execute(self._clean, {"now": _micros(now)}).rowcount
+
+    def close(self) -> None:
+        """Dispose the engine's connections, when the store made the engine."""
+        if self._owns_engine:
+            self.engine.dispose()
+
+
+def _resolve_codec(codec: Codec | None, allowed_types: Iterable[Any]) -> Codec:
+    allowed = tuple(allowed_types)
+    if codec is None:
+        return JsonCodec(allowed)
+    if not all(hasattr(codec, a) for a in ("marker", "encode", "decode")):
+        raise ConfigurationError(f"SqlStore: codec must be a Codec, got {codec!r}")
+    if allowed and isinstance(codec, JsonCodec):
+        return JsonCodec((*codec.allowed_types, *allowed))
+    return codec

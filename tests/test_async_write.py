@@ -1,0 +1,519 @@
+"""`AsyncWriteStore`: the queue, its worker, rejection at a full queue, read-your-writes, flush.
+
+The worker is blocked deterministically with `GatedStore`, whose ``store_many`` waits on an
+event: no test waits for time to pass.
+"""
+
+from __future__ import annotations
+
+import gc
+import logging
+import subprocess
+import sys
+import textwrap
+import threading
+import weakref
+from collections import Counter
+from collections.abc import Iterator, Sequence
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import failover
+from failover import (
+    ConfigurationError,
+    Failover,
+    ReferentialPayload,
+    SerializationError,
+    StoreError,
+)
+from failover.metrics import NullMetrics
+from failover.stores import AsyncWriteStore, CopyingStore, InMemoryStore
+from failover.stores.sql import SqlStore
+
+from .conftest import FakeClock
+
+WAIT = 10.0  # a bound on waits that only a broken test reaches
+
+
+def entry(clock: FakeClock, key: str, value: object = None, ttl: float = 60) -> Any:
+    now = clock()
+    payload = {"key": key} if value is None else value
+    return ReferentialPayload("n", key, payload, now, now + timedelta(seconds=ttl), True)
+
+
+class GatedStore(InMemoryStore):
+    """An in-memory store that counts what it writes, and whose ``store_many`` waits for
+    ``gate`` (open by default): closing the gate parks the worker inside a batch."""
+
+    def __init__(self) -> None:
+        super().__init__(max_entries=0)
+        self.gate = threading.Event()
+        self.gate.set()
+        self.entered = threading.Event()
+        self.writes: Counter[str] = Counter()
+        self.writers: dict[str, int] = {}
+        self.batches: list[int] = []
+        self._count_lock = threading.Lock()
+
+    def hold(self) -> None:
+        """Park the worker in its next batch."""
+        self.gate.clear()
+        self.entered.clear()
+
+    def store_many(self, payloads: Sequence[ReferentialPayload[Any]]) -> None:
+        self.entered.set()
+        assert self.gate.wait(WAIT)
+        with self._count_lock:
+            self.batches.append(len(payloads))
+            for p in payloads:
+                self.writes[p.key] += 1
+                self.writers[p.key] = threading.get_ident()
+        super().store_many(payloads)
+
+
+class FlakyStore(InMemoryStore):
+    """Refuses to store entries whose key starts with ``bad``."""
+
+    def store_many(self, payloads: Sequence[ReferentialPayload[Any]]) -> None:
+        if any(p.key.startswith("bad") for p in payloads):
+            raise OSError("disk full")
+        super().store_many(payloads)
+
+
+class PickyStore(InMemoryStore):
+    """Cannot encode values of keys starting with ``odd``; refuses such a batch whole."""
+
+    def store(self, payload: ReferentialPayload[Any]) -> None:
+        if payload.key.startswith("odd"):
+            raise SerializationError(f"cannot encode {payload.key}")
+        super().store(payload)
+
+    def store_many(self, payloads: Sequence[ReferentialPayload[Any]]) -> None:
+        for p in payloads:
+            if p.key.startswith("odd"):
+                raise SerializationError(f"cannot encode {p.key}")
+        super().store_many(payloads)
+
+
+class RecordingMetrics(NullMetrics):
+    def __init__(self) -> None:
+        self.dropped = 0
+        self.failed = 0
+        self.sizes: list[int] = []
+
+    def async_queue(self, size: int) -> None:
+        self.sizes.append(size)
+
+    def async_dropped(self, count: int = 1) -> None:
+        self.dropped += count
+
+    def async_failed(self, count: int = 1) -> None:
+        self.failed += count
+
+
+@pytest.fixture
+def gated() -> GatedStore:
+    return GatedStore()
+
+
+@pytest.fixture
+def metrics() -> RecordingMetrics:
+    return RecordingMetrics()
+
+
+@pytest.fixture
+def closing() -> Iterator[list[AsyncWriteStore]]:
+    """Stores to close at the end, the gate of their inner store opened first."""
+    stores: list[AsyncWriteStore] = []
+    yield stores
+    for store in stores:
+        if isinstance(store.inner, GatedStore):
+            store.inner.gate.set()
+        store.close()
+
+
+def parked(
+    closing: list[AsyncWriteStore], inner: GatedStore, clock: FakeClock, **settings: Any
+) -> AsyncWriteStore:
+    """A store whose worker is parked inside the batch of the write of key ``first``."""
+    store = AsyncWriteStore(inner, **settings)
+    closing.append(store)
+    inner.hold()
+    store.store(entry(clock, "first"))
+    assert inner.entered.wait(WAIT)
+    return store
+
+
+def test_settings_are_validated() -> None:
+    for kwargs, setting in [
+        ({"queue_size": 0}, "queue_size"),
+        ({"queue_size": -1}, "queue_size"),
+        ({"queue_size": True}, "queue_size"),
+        ({"batch_size": 0}, "batch_size"),
+        ({"batch_size": 2.5}, "batch_size"),
+        ({"rejection": "drop"}, "rejection"),
+    ]:
+        with pytest.raises(ConfigurationError, match=setting):
+            AsyncWriteStore(InMemoryStore(), **kwargs)
+
+
+def test_no_thread_starts_before_the_first_write(
+    clock: FakeClock, closing: list[AsyncWriteStore]
+) -> None:
+    before = {t.ident for t in threading.enumerate()}
+    store = AsyncWriteStore(InMemoryStore())
+    closing.append(store)
+    store.find("n", "k")
+    store.find_all("n")
+    assert store.flush()
+    assert {t.ident for t in threading.enumerate()} == before
+    store.store(entry(clock, "k"))
+    assert store.flush(WAIT)
+    started = [t for t in threading.enumerate() if t.ident not in before]
+    assert [t.name for t in started] == ["failover-async-writes"]
+    assert started[0].daemon
+
+
+def test_500_concurrent_writes_land_exactly_once(
+    clock: FakeClock, gated: GatedStore, closing: list[AsyncWriteStore]
+) -> None:
+    store = AsyncWriteStore(gated, batch_size=64)
+    closing.append(store)
+    start = threading.Barrier(10)
+
+    def write(t: int) -> None:
+        start.wait()
+        for i in range(50):
+            store.store(entry(clock, f"t{t}-{i}"))
+
+    threads = [threading.Thread(target=write, args=(t,)) for t in range(10)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    assert store.flush(WAIT)
+    assert len(gated.writes) == 500
+    assert set(gated.writes.values()) == {1}
+    assert len(gated.find_all("n")) == 500
+    assert max(gated.batches) <= 64
+
+
+def test_batches_hold_at_most_batch_size_writes(
+    clock: FakeClock, gated: GatedStore, closing: list[AsyncWriteStore]
+) -> None:
+    store = parked(closing, gated, clock, batch_size=4)
+    store.store_many([entry(clock, f"k{i}") for i in range(10)])
+    gated.gate.set()
+    assert store.flush(WAIT)
+    assert gated.batches == [1, 4, 4, 2]
+
+
+@pytest.mark.parametrize("last", ["delete", "store"])
+def test_the_last_write_of_a_key_wins(
+    last: str, clock: FakeClock, gated: GatedStore, closing: list[AsyncWriteStore]
+) -> None:
+    gated.store(entry(clock, "k", {"v": 0}))
+    store = parked(closing, gated, clock)
+    if last == "delete":
+        store.store(entry(clock, "k", {"v": 1}))
+        store.delete("n", "k")
+    else:
+        store.delete("n", "k")
+        store.store(entry(clock, "k", {"v": 2}))
+    gated.gate.set()
+    assert store.flush(WAIT)
+    found = gated.find("n", "k")
+    if last == "delete":
+        assert found is None
+    else:
+        assert found is not None
+        assert found.payload == {"v": 2}
+
+
+def test_a_write_superseded_while_queued_is_skipped(
+    clock: FakeClock, gated: GatedStore, closing: list[AsyncWriteStore]
+) -> None:
+    store = parked(closing, gated, clock)
+    for v in range(5):
+        store.store(entry(clock, "k", {"v": v}))
+    gated.gate.set()
+    assert store.flush(WAIT)
+    assert gated.writes["k"] == 1
+    found = gated.find("n", "k")
+    assert found is not None
+    assert found.payload == {"v": 4}
+
+
+def test_read_your_writes_while_queued(
+    clock: FakeClock, gated: GatedStore, closing: list[AsyncWriteStore]
+) -> None:
+    gated.store(entry(clock, "old", {"v": "stored"}))
+    store = parked(closing, gated, clock)
+    store.store(entry(clock, "k", {"v": 1}))
+    store.store_many([entry(clock, "m1"), entry(clock, "m2")])
+    store.delete("n", "old")
+    assert gated.find("n", "k") is None  # not written yet: the reads below see the queue
+    found = store.find("n", "k")
+    assert found is not None
+    assert found.payload == {"v": 1}
+    assert store.find("n", "old") is None
+    assert sorted(store.find_many("n", ["k", "m1", "old", "absent"])) == ["k", "m1"]
+    assert sorted(p.key for p in store.find_all("n")) == ["first", "k", "m1", "m2"]
+    assert store.queued == 4
+    gated.gate.set()
+    assert store.flush(WAIT)
+    assert sorted(p.key for p in store.find_all("n")) == ["first", "k", "m1", "m2"]
+    assert store.find("n", "old") is None
+
+
+def test_flush_times_out_while_the_worker_is_blocked(
+    clock: FakeClock, gated: GatedStore, closing: list[AsyncWriteStore]
+) -> None:
+    store = parked(closing, gated, clock)
+    assert store.flush(timeout=0.01) is False
+    gated.gate.set()
+    assert store.flush(timeout=WAIT) is True
+    assert gated.find("n", "first") is not None
+
+
+def test_discard_counts_and_warns_once_per_burst(
+    clock: FakeClock,
+    gated: GatedStore,
+    metrics: RecordingMetrics,
+    closing: list[AsyncWriteStore],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.WARNING, "failover")
+    store = parked(closing, gated, clock, queue_size=2, batch_size=1, metrics=metrics)
+    store.store(entry(clock, "q1"))
+    store.store(entry(clock, "q2"))
+    store.store(entry(clock, "dropped1"))
+    store.store_many([entry(clock, "dropped2"), entry(clock, "dropped3")])
+    assert metrics.dropped == 3
+    assert store.find("n", "dropped1") is None  # a discarded write is not seen either
+    gated.gate.set()
+    assert store.flush(WAIT)
+    assert sorted(gated.writes) == ["first", "q1", "q2"]
+    warnings = [r for r in caplog.records if "discarding" in r.getMessage()]
+    assert len(warnings) == 1
+
+    # The queue drained: the next burst warns again.
+    gated.hold()
+    store.store(entry(clock, "second"))
+    assert gated.entered.wait(WAIT)
+    store.store_many([entry(clock, "q3"), entry(clock, "q4")])
+    store.store(entry(clock, "dropped4"))
+    gated.gate.set()
+    assert store.flush(WAIT)
+    assert metrics.dropped == 4
+    assert len([r for r in caplog.records if "discarding" in r.getMessage()]) == 2
+
+
+class SignallingLock:
+    """A lock that tells when a second thread starts waiting for it."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.contended = threading.Event()
+
+    def __enter__(self) -> None:
+        if not self._lock.acquire(blocking=False):
+            self.contended.set()
+            self._lock.acquire()
+
+    def __exit__(self, *exc: object) -> None:
+        self._lock.release()
+
+
+def test_caller_runs_writes_on_the_callers_thread(
+    clock: FakeClock, gated: GatedStore, closing: list[AsyncWriteStore]
+) -> None:
+    store = AsyncWriteStore(gated, queue_size=1, batch_size=1, rejection="caller_runs")
+    closing.append(store)
+    io_lock = store._q.io_lock = SignallingLock()  # type: ignore[assignment]
+    gated.hold()
+    store.store(entry(clock, "first"))
+    assert gated.entered.wait(WAIT)
+    store.store(entry(clock, "k", {"v": "old"}))  # fills the queue
+
+    # The queue is full: this write is made on the caller's thread, which first waits for the
+    # batch being written (writes of one key never overtake each other).
+    caller = threading.Thread(target=store.store, args=(entry(clock, "k", {"v": "new"}),))
+    caller.start()
+    assert io_lock.contended.wait(WAIT)
+    gated.gate.set()
+    caller.join(WAIT)
+    assert store.flush(WAIT)
+    assert gated.writers["k"] == caller.ident
+    found = gated.find("n", "k")
+    assert found is not None
+    assert found.payload == {"v": "new"}
+    assert gated.writes["k"] == 1  # the older queued write was skipped, not written last
+
+
+def test_abort_raises_and_the_call_still_returns_its_live_result(
+    clock: FakeClock, gated: GatedStore, caplog: pytest.LogCaptureFixture
+) -> None:
+    queue = AsyncWriteStore(gated, queue_size=1, batch_size=1, rejection="abort")
+    engine = Failover(queue, clock=clock, metrics=False)
+    assert isinstance(engine.store, CopyingStore)
+    assert engine.store.inner is queue  # a queue given to the engine is not queued again
+
+    @failover.failover("f", engine=engine)
+    def f(x: int) -> dict[str, int]:
+        return {"x": x}
+
+    try:
+        gated.hold()
+        assert f(1) == {"x": 1}
+        assert gated.entered.wait(WAIT)
+        assert f(2) == {"x": 2}  # queued
+        with pytest.raises(StoreError, match="queue is full"):
+            queue.store(entry(clock, "direct"))
+        caplog.set_level(logging.WARNING, "failover")
+        assert f(3) == {"x": 3}  # refused by the queue: logged, and the caller gets its result
+        assert any("storing the live result failed" in r.getMessage() for r in caplog.records)
+        assert isinstance(caplog.records[-1].exc_info[1], StoreError)  # type: ignore[index]
+    finally:
+        gated.gate.set()
+        engine.close()
+    assert len(gated.writes) == 2
+
+
+def test_a_failing_inner_store_is_counted_and_the_worker_survives(
+    clock: FakeClock, metrics: RecordingMetrics, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.WARNING, "failover")
+    inner = FlakyStore()
+    store = AsyncWriteStore(inner, batch_size=1, metrics=metrics)
+    try:
+        for key in ("good1", "bad1", "good2", "bad2"):
+            store.store(entry(clock, key))
+        assert store.flush(WAIT)
+        assert metrics.failed == 2
+        assert any("queued entries failed" in r.getMessage() for r in caplog.records)
+        assert store.find("n", "bad1") is None  # reads do not show what was not stored
+        store.store(entry(clock, "good3"))
+        assert store.flush(WAIT)
+        assert sorted(p.key for p in inner.find_all("n")) == ["good1", "good2", "good3"]
+    finally:
+        store.close()
+
+
+def test_a_value_that_cannot_be_encoded_fails_alone(
+    clock: FakeClock, metrics: RecordingMetrics, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.WARNING, "failover")
+    inner = PickyStore()
+    store = AsyncWriteStore(inner, metrics=metrics)
+    try:
+        store.store_many([entry(clock, "a"), entry(clock, "odd"), entry(clock, "b")])
+        assert store.flush(WAIT)
+        assert metrics.failed == 1
+        assert sorted(p.key for p in inner.find_all("n")) == ["a", "b"]
+        assert any("'odd'" in r.getMessage() for r in caplog.records)
+    finally:
+        store.close()
+
+
+def test_clean_by_expiry_counts_writes_still_queued(
+    clock: FakeClock, gated: GatedStore, closing: list[AsyncWriteStore]
+) -> None:
+    store = parked(closing, gated, clock)
+    store.store_many([entry(clock, "short1", ttl=10), entry(clock, "short2", ttl=10)])
+    store.store(entry(clock, "long", ttl=100))
+    gated.gate.set()
+    assert store.clean_by_expiry(clock.advance(50)) == 2
+    assert sorted(p.key for p in store.find_all("n")) == ["first", "long"]
+
+
+def test_close_flushes_stops_the_worker_then_writes_in_place(clock: FakeClock) -> None:
+    inner = GatedStore()
+    store = AsyncWriteStore(inner)
+    inner.hold()
+    store.store(entry(clock, "a"))
+    assert inner.entered.wait(WAIT)
+    store.store(entry(clock, "b"))
+    worker = store._q.worker
+    assert worker is not None
+    inner.gate.set()
+    store.close()
+    assert not worker.is_alive()
+    assert sorted(inner.writes) == ["a", "b"]
+    store.store(entry(clock, "after"))  # no worker any more: written on this thread
+    assert inner.writers["after"] == threading.get_ident()
+
+
+def test_the_worker_runs_in_a_copy_of_the_starting_context(
+    clock: FakeClock, closing: list[AsyncWriteStore]
+) -> None:
+    seen: list[str | None] = []
+
+    class Recording(InMemoryStore):
+        def store_many(self, payloads: Sequence[ReferentialPayload[Any]]) -> None:
+            seen.append(failover.current_tenant())
+            super().store_many(payloads)
+
+    store = AsyncWriteStore(Recording())
+    closing.append(store)
+    with failover.tenant("acme"):
+        store.store(entry(clock, "k"))
+    assert store.flush(WAIT)
+    assert seen == ["acme"]
+
+
+def test_a_store_dropped_without_close_is_collected_and_its_worker_ends(
+    clock: FakeClock,
+) -> None:
+    inner = InMemoryStore()
+    store = AsyncWriteStore(inner)
+    store.store(entry(clock, "k"))
+    worker = store._q.worker
+    assert worker is not None
+    ref = weakref.ref(store)
+    del store
+    gc.collect()
+    assert ref() is None
+    worker.join(WAIT)
+    assert not worker.is_alive()
+    assert inner.find("n", "k") is not None  # what was queued was written first
+
+
+def test_queued_writes_are_flushed_at_interpreter_exit(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'f.db'}"
+    script = textwrap.dedent(
+        """
+        import atexit, sys, threading
+        from datetime import UTC, datetime, timedelta
+        from failover import ReferentialPayload
+        from failover.stores import AsyncWriteStore
+        from failover.stores.sql import SqlStore
+
+        class Gated(SqlStore):
+            gate = threading.Event()
+
+            def store_many(self, payloads):
+                assert self.gate.wait(30)
+                super().store_many(payloads)
+
+        store = AsyncWriteStore(Gated(sys.argv[1]), batch_size=10)
+        now = datetime.now(UTC)
+        for i in range(100):
+            store.store(ReferentialPayload("n", f"k{i}", {"i": i}, now, now + timedelta(hours=1), True))
+        # atexit runs the last hook registered first: this one opens the gate before the store's
+        # own hook flushes, so everything is still queued when the interpreter starts exiting.
+        atexit.register(Gated.gate.set)
+        print(store.queued)
+        """  # noqa: E501 - one line of the script
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script, url], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    assert int(done.stdout) >= 90  # the worker holds the first batch of 10, at most
+    reader = SqlStore(url)
+    assert len(reader.find_all("n")) == 100
+    reader.close()

@@ -1,0 +1,681 @@
+"""`SqlStore` on real SQLite files and a real PostgreSQL server: the schema, the statements it
+sends, pooling, rows that must not decode, and processes sharing one store."""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import pickle
+import sqlite3
+import subprocess
+import sys
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import UTC, date, datetime, timedelta, timezone
+from decimal import Decimal
+from enum import Enum
+from pathlib import Path
+from typing import Any, NamedTuple
+from uuid import UUID
+
+import pydantic
+import pytest
+import sqlalchemy as sa
+from prometheus_client import CollectorRegistry
+
+import failover
+from failover.codec import PickleCodec
+from failover.crypto import FernetCipher, seal
+from failover.errors import ConfigurationError, SerializationError, StoreError
+from failover.payload import ReferentialPayload, envelope
+from failover.stores import make_store
+from failover.stores.sql import SqlStore, make_engine
+
+from . import postgres
+from .conftest import FakeClock, Upstream
+from .test_store_contract import entry
+
+ROOT = Path(__file__).resolve().parent.parent
+PICKLE_KEY = b"test signing key"
+
+BACKENDS = ["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)]
+
+
+@pytest.fixture(params=BACKENDS)
+def backend(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+@pytest.fixture
+def db_engine(backend: str, tmp_path: Path) -> Iterator[sa.Engine]:
+    """An engine the test's stores share: one SQLite file, or the session's PostgreSQL."""
+    if backend == "postgresql":
+        yield postgres.engine()
+        return
+    engine = make_engine(f"sqlite:///{tmp_path / 'failover.db'}")
+    yield engine
+    engine.dispose()
+
+
+@pytest.fixture
+def make(db_engine: sa.Engine) -> Iterator[Callable[..., SqlStore]]:
+    """Makes stores on the test's own table (the same one for every store of the test)."""
+    prefix = postgres.unique_prefix() if db_engine.dialect.name == "postgresql" else ""
+    made: list[SqlStore] = []
+
+    def factory(**kwargs: Any) -> SqlStore:
+        kwargs.setdefault("table_prefix", prefix)
+        store = SqlStore(db_engine, **kwargs)
+        made.append(store)
+        return store
+
+    yield factory
+    for store in made:
+        store.close()
+
+
+@pytest.fixture
+def registry() -> CollectorRegistry:
+    return CollectorRegistry()
+
+
+class Statements:
+    """The SQL statements an engine sends, as (statement, executemany)."""
+
+    def __init__(self) -> None:
+        self.seen: list[tuple[str, bool]] = []
+
+    def __call__(self, conn: Any, cursor: Any, statement: str, *rest: Any) -> None:
+        self.seen.append((statement, rest[-1]))
+
+
+@contextmanager
+def listening(engine: sa.Engine, event: str) -> Iterator[list[tuple[Any, ...]]]:
+    """The arguments of every ``event`` of the engine (or its pool) while in the block."""
+    seen: list[tuple[Any, ...]] = []
+
+    def listener(*args: Any) -> None:
+        seen.append(args)
+
+    sa.event.listen(engine, event, listener)
+    try:
+        yield seen
+    finally:
+        sa.event.remove(engine, event, listener)
+
+
+@contextmanager
+def statements(engine: sa.Engine) -> Iterator[Statements]:
+    seen = Statements()
+    sa.event.listen(engine, "before_cursor_execute", seen)
+    try:
+        yield seen
+    finally:
+        sa.event.remove(engine, "before_cursor_execute", seen)
+
+
+def pooled(engine: sa.Engine) -> int:
+    """Connections idle in the engine's pool."""
+    pool = engine.pool
+    assert isinstance(pool, sa.QueuePool)
+    return pool.checkedin()
+
+
+def write_row(store: SqlStore, name: str, key: str, payload: str, ttl: float = 3600) -> None:
+    """A row written by hand, bypassing the codec."""
+    now = datetime.now(UTC)
+    table = store.table
+    with store.engine.begin() as conn:
+        conn.execute(table.delete().where(table.c.name == name, table.c.key == key))
+        conn.execute(
+            table.insert(),
+            {
+                "name": name,
+                "key": key,
+                "as_of": 0,
+                "expire_on": int((now + timedelta(seconds=ttl)).timestamp() * 1e6),
+                "payload": payload,
+                "payload_type": "builtins.dict",
+            },
+        )
+
+
+# -- result types of the decorated functions (module level, as real ones are) ---------------------
+
+
+class Tier(Enum):
+    FREE = "free"
+    PAID = "paid"
+
+
+@dataclass(frozen=True)
+class Address:
+    city: str
+    since: date
+
+
+@dataclass(frozen=True)
+class Customer:
+    id: UUID
+    tier: Tier
+    balance: Decimal
+    address: Address
+    seen: datetime
+
+
+class Money(NamedTuple):
+    amount: Decimal
+    currency: str
+
+
+class Invoice(pydantic.BaseModel):
+    number: int
+    total: Money
+    customer: Customer
+
+
+class Exploit:
+    """Unpickling it creates a file: proof that a refused row never ran."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (os.system, (f"touch {self.path}",))
+
+
+# -- the table ------------------------------------------------------------------------------------
+
+
+def test_datetimes_come_back_equal_and_aware_utc(make: Callable[..., SqlStore]) -> None:
+    store = make()
+    cases = {
+        "micro": (datetime(2026, 1, 2, 3, 4, 5, 678901, tzinfo=UTC), timedelta(seconds=1)),
+        "offset": (datetime(2026, 6, 1, 23, 59, tzinfo=timezone(timedelta(hours=-7))), None),
+        "min": (datetime(1, 1, 1, tzinfo=UTC), timedelta(days=1)),
+        "max": (datetime(9999, 12, 31, 23, 59, 59, 999999, tzinfo=UTC) - timedelta(days=1), None),
+    }
+    for key, (as_of, ttl) in cases.items():
+        expire_on = None if ttl is None else as_of + ttl
+        store.store(ReferentialPayload("n", key, 1, as_of, expire_on, True))
+    for key, (as_of, ttl) in cases.items():
+        found = store.find("n", key)
+        assert found is not None
+        assert found.as_of == as_of
+        assert found.as_of.tzinfo is UTC
+        assert found.expire_on == (None if ttl is None else as_of + ttl)
+
+
+def test_naive_datetimes_are_refused(make: Callable[..., SqlStore]) -> None:
+    with pytest.raises(StoreError, match="timezone-aware"):
+        make().store(ReferentialPayload("n", "k", 1, datetime(2026, 1, 1), None, True))
+
+
+def test_schema_columns_and_index(make: Callable[..., SqlStore], db_engine: sa.Engine) -> None:
+    store = make()
+    inspector = sa.inspect(db_engine)
+    name = store.table.name
+    columns = {c["name"] for c in inspector.get_columns(name)}
+    assert columns == {"name", "key", "as_of", "expire_on", "payload", "payload_type"}
+    assert inspector.get_pk_constraint(name)["constrained_columns"] == ["name", "key"]
+    assert [i["column_names"] for i in inspector.get_indexes(name)] == [["expire_on"]]
+
+
+def test_create_table_is_idempotent(make: Callable[..., SqlStore], clock: FakeClock) -> None:
+    first = make()
+    first.store(entry(clock, "k"))
+    second = make()
+    second.create_table()
+    assert second.find("n", "k") is not None
+
+
+@pytest.mark.parametrize(
+    "prefix",
+    ["x; DROP TABLE y", "a-b", "a b", "a.b.c", "1schema.x", "é", "x" * 33, 'a"', "a\n", None, 3],
+)
+def test_hostile_table_prefixes_are_refused_before_any_sql(
+    db_engine: sa.Engine, prefix: Any
+) -> None:
+    with (
+        listening(db_engine, "connect") as connects,
+        statements(db_engine) as seen,
+        pytest.raises(ConfigurationError, match="table_prefix"),
+    ):
+        SqlStore(db_engine, table_prefix=prefix)
+    assert seen.seen == []
+    assert connects == []
+    if db_engine.dialect.name == "sqlite":
+        assert sa.inspect(db_engine).get_table_names() == []
+
+
+def test_a_schema_prefix(backend: str, db_engine: sa.Engine, clock: FakeClock) -> None:
+    schema = "main" if backend == "sqlite" else f"s{postgres.unique_prefix()}"
+    store = SqlStore(db_engine, table_prefix=f"{schema}.app_")
+    store.store(entry(clock, "k"))
+    assert store.find("n", "k") is not None
+    assert "app_failover_store" in sa.inspect(db_engine).get_table_names(schema=schema)
+
+
+def test_prefixes_share_an_engine_and_never_dispose_it(
+    make: Callable[..., SqlStore], db_engine: sa.Engine, clock: FakeClock
+) -> None:
+    a = make(table_prefix=f"{postgres.unique_prefix()}a_")
+    b = make(table_prefix=f"{postgres.unique_prefix()}b_")
+    a.store(entry(clock, "k", {"in": "a"}))
+    assert b.find("n", "k") is None
+    a.close()
+    b.store(entry(clock, "k", {"in": "b"}))
+    found = a.find("n", "k")
+    assert found is not None
+    assert found.payload == {"in": "a"}
+    assert pooled(db_engine) >= 1  # the pool kept its connections
+
+
+def test_closing_a_store_disposes_the_engine_it_made(tmp_path: Path, clock: FakeClock) -> None:
+    store = SqlStore(f"sqlite:///{tmp_path / 'own.db'}")
+    store.store(entry(clock, "k"))
+    assert pooled(store.engine) >= 1
+    store.close()
+    assert pooled(store.engine) == 0
+
+
+def test_store_many_keeps_the_last_value_of_a_repeated_key(
+    make: Callable[..., SqlStore], clock: FakeClock
+) -> None:
+    store = make()
+    store.store_many([entry(clock, "k", {"v": 1}), entry(clock, "j"), entry(clock, "k", {"v": 2})])
+    found = store.find("n", "k")
+    assert found is not None
+    assert found.payload == {"v": 2}
+    store.store_many([])
+    assert len(store.find_all("n")) == 2
+
+
+def test_names(make: Callable[..., SqlStore], clock: FakeClock) -> None:
+    store = make()
+    for name in ("b", "a", "b"):
+        store.store(entry(clock, f"k{name}", name=name))
+    assert store.names() == ["a", "b"]
+
+
+def test_the_portable_upsert_of_other_databases(tmp_path: Path, clock: FakeClock) -> None:
+    store = SqlStore(f"sqlite:///{tmp_path / 'portable.db'}")
+    store._upsert = None  # what a database without INSERT ... ON CONFLICT gets
+    with statements(store.engine) as seen:
+        store.store(entry(clock, "a", {"v": 1}))
+        store.store(entry(clock, "a", {"v": 2}))
+        store.store_many([entry(clock, "a", {"v": 3}), entry(clock, "b", {"v": 4})])
+    assert [p.payload for p in store.find_all("n")] == [{"v": 3}, {"v": 4}]
+    verbs = [s.split()[0] for s, _ in seen.seen]
+    assert verbs == ["UPDATE", "INSERT", "UPDATE", "UPDATE", "UPDATE", "INSERT"]
+    store.close()
+
+
+# -- statements and pooling -----------------------------------------------------------------------
+
+
+def test_batches_are_one_statement_each(make: Callable[..., SqlStore], clock: FakeClock) -> None:
+    store = make()
+    keys = [f"k{i}" for i in range(1_000)]
+    with statements(store.engine) as seen:
+        store.store_many([entry(clock, k, {"k": k}) for k in keys])
+    assert len(seen.seen) == 1
+    assert "ON CONFLICT" in seen.seen[0][0]
+    with statements(store.engine) as seen:
+        found = store.find_many("n", [*keys, "absent"])
+    assert len(found) == 1_000
+    assert found["k999"].payload == {"k": "k999"}
+    ((sql, _),) = seen.seen
+    if store.engine.dialect.name == "postgresql":
+        assert "unnest(%(keys)s::VARCHAR[])" in sql  # the keys travel as one array parameter
+        assert sql.count("%(") == 3  # with the name, and LIMIT 1
+    else:
+        assert " IN (" in sql
+
+
+def test_clean_by_expiry_is_one_indexed_delete(
+    make: Callable[..., SqlStore], clock: FakeClock
+) -> None:
+    store = make()
+    store.store_many([entry(clock, f"s{i}", ttl=10) for i in range(5)])
+    store.store(entry(clock, "long", ttl=1000))
+    with statements(store.engine) as seen:
+        assert store.clean_by_expiry(clock.advance(10)) == 5
+    ((sql, _),) = seen.seen
+    assert sql.startswith("DELETE")
+    if store.engine.dialect.name == "sqlite":
+        with store.engine.connect() as conn:
+            plan = conn.exec_driver_sql(f"EXPLAIN QUERY PLAN {sql}", (0,)).all()
+        assert "failover_store_expire_on" in str(plan)
+
+
+def test_point_finds_reuse_pooled_connections(
+    make: Callable[..., SqlStore], clock: FakeClock
+) -> None:
+    store = make()
+    store.store(entry(clock, "k"))
+    with (
+        listening(store.engine, "connect") as connects,
+        listening(store.engine, "checkout") as checkouts,
+        statements(store.engine) as seen,
+    ):
+        for _ in range(200):
+            assert store.find("n", "k") is not None
+    assert len(connects) <= 1
+    assert len(checkouts) == 200
+    assert len(seen.seen) == 200
+
+
+def test_threads_share_a_pool(make: Callable[..., SqlStore], clock: FakeClock) -> None:
+    store = make()
+    errors: list[BaseException] = []
+
+    def work(t: int) -> None:
+        try:
+            for i in range(20):
+                store.store(entry(clock, f"{t}-{i}"))
+                store.find_many("n", [f"{t}-{j}" for j in range(i + 1)])
+        except BaseException as exc:  # re-raised on the main thread below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work, args=(t,)) for t in range(12)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    assert errors == []
+    assert len(store.find_all("n")) == 240
+
+
+def test_sqlite_runs_in_wal_mode_with_a_busy_timeout(tmp_path: Path) -> None:
+    path = tmp_path / "wal.db"
+    store = SqlStore(f"sqlite:///{path}")
+    with store.engine.connect() as conn:
+        assert conn.exec_driver_sql("PRAGMA journal_mode").scalar() == "wal"
+        assert conn.exec_driver_sql("PRAGMA busy_timeout").scalar() == 5000
+    store.close()
+    with sqlite3.connect(path) as other:  # the file itself is in WAL mode, for every process
+        assert other.execute("PRAGMA journal_mode").fetchone() == ("wal",)
+    other.close()
+
+
+def test_in_memory_sqlite_is_one_database_for_every_thread(clock: FakeClock) -> None:
+    store = SqlStore("sqlite://")
+    thread = threading.Thread(target=store.store, args=(entry(clock, "k"),))
+    thread.start()
+    thread.join()
+    assert store.find("n", "k") is not None
+    store.close()
+
+
+def test_an_unreachable_database_does_not_stop_construction(
+    caplog: pytest.LogCaptureFixture, clock: FakeClock
+) -> None:
+    port = postgres._free_port()  # nothing listens there
+    store = SqlStore(f"postgresql+psycopg://nobody@127.0.0.1:{port}/none")
+    assert "retried on first use" in caplog.text
+    with pytest.raises(StoreError, match="cannot create the table"):
+        store.find("n", "k")
+    store.close()
+
+
+# -- URLs -----------------------------------------------------------------------------------------
+
+
+def test_make_store_makes_sql_stores(tmp_path: Path) -> None:
+    store = make_store(f"sqlite:///{tmp_path / 'f.db'}")
+    assert isinstance(store, SqlStore)
+    assert store.does_io is True
+    store.close()
+
+
+@pytest.mark.parametrize(
+    ("url", "message"),
+    [
+        ("nosuchdb://host/db", "unknown database or driver 'nosuchdb'"),
+        ("mysql://user:hunter2@host/db", "driver of 'mysql' is not installed"),
+        ("postgresql+psycopg://u:hunter2@h:port/db", "is not a SQLAlchemy URL"),
+        ("sqlite:////no/such/folder/f.db", "folder '/no/such/folder' does not exist"),
+    ],
+)
+def test_bad_urls_are_one_line_configuration_errors(url: str, message: str) -> None:
+    with pytest.raises(ConfigurationError, match=message) as raised:
+        make_store(url)
+    text = str(raised.value)
+    assert "\n" not in text
+    assert "hunter2" not in text
+
+
+# -- serialization through the decorator ----------------------------------------------------------
+
+
+def decorated(
+    store: SqlStore, clock: FakeClock, upstream: Upstream, **kwargs: Any
+) -> tuple[failover.Failover, Any]:
+    engine = failover.Failover(store, clock=clock, async_writes=False, **kwargs)
+
+    @failover.failover("billing.invoice", engine=engine)
+    def invoice(number: int) -> Invoice | None:
+        return upstream(make_invoice(number))  # type: ignore[return-value]
+
+    return engine, invoice
+
+
+def make_invoice(number: int) -> Invoice:
+    customer = Customer(
+        UUID(int=number),
+        Tier.PAID,
+        Decimal("-12.50"),
+        Address("Lyon", date(2020, 2, 29)),
+        datetime(2026, 1, 1, 8, 30, 0, 1, tzinfo=UTC),
+    )
+    return Invoice(number=number, total=Money(Decimal("99.90"), "EUR"), customer=customer)
+
+
+def test_annotated_result_types_round_trip_exactly(
+    make: Callable[..., SqlStore], clock: FakeClock, upstream: Upstream
+) -> None:
+    engine, invoice = decorated(make(), clock, upstream, metrics=False)
+    with engine:
+        live = invoice(7)
+        upstream.fail()
+        clock.advance(60)
+        stale = invoice.referential(7)
+    assert stale.up_to_date is False
+    assert stale.as_of == clock() - timedelta(seconds=60)
+    assert stale.payload == live
+    assert type(stale.payload.customer.address) is Address
+    assert type(stale.payload.total) is Money
+    assert stale.payload.customer.tier is Tier.PAID
+
+
+def test_an_unencodable_result_is_returned_and_not_stored(
+    make: Callable[..., SqlStore],
+    clock: FakeClock,
+    upstream: Upstream,
+    registry: CollectorRegistry,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    store = make()
+    engine = failover.Failover(store, clock=clock, async_writes=False, metrics=registry)
+
+    @failover.failover("opaque", engine=engine)
+    def fetch() -> object:
+        return upstream(1 + 2j)  # JSON holds no complex numbers
+
+    with engine:
+        assert fetch() == 1 + 2j
+        assert fetch.peek() is None
+    assert store.find_all("opaque") == []
+    assert "storing the live result failed" in caplog.text
+    stored = {"name": "opaque", "result": "failed"}
+    assert registry.get_sample_value("failover_store_total", stored) == 1
+    with pytest.raises(SerializationError, match="cannot store"):
+        store.store(envelope("n", "k", 1 + 2j, clock(), clock(), True))
+
+
+def _hostile_rows(tmp_path: Path) -> dict[str, tuple[str, str]]:
+    """Rows that must never decode: (payload text, the reading store's codec)."""
+    marker = tmp_path / "pwned"
+    data = pickle.dumps(Exploit(marker))
+    signed, _ = PickleCodec(PICKLE_KEY).encode({"honest": 1})
+    other_key = seal(FernetCipher(FernetCipher.generate_key()), 'json:{"a":1}')
+    return {
+        "type off the allowlist": (
+            'json:{"__t":"tests.test_sql_store.Exploit","v":{"path":"x"}}',
+            "json",
+        ),
+        "a callable by name": ('json:{"__t":"posix.system","v":"touch x"}', "json"),
+        "corrupt JSON": ('json:{"broken', "json"),
+        "unknown codec marker": (
+            f"yaml:!!python/object/apply:os.system ['touch {marker}']",
+            "json",
+        ),
+        "no marker": ('{"a": 1}', "json"),
+        "pickle row, no pickle key": ("pickle:" + base64.b64encode(data).decode(), "json"),
+        "unsigned pickle": ("pickle:" + base64.b64encode(data).decode(), "pickle"),
+        "tampered pickle": (
+            "pickle:" + base64.b64encode(base64.b64decode(signed)[:32] + data).decode(),
+            "pickle",
+        ),
+        "ENC row, wrong key": (other_key, "fernet"),
+        "ENC row, no key": (other_key, "json"),
+    }
+
+
+HOSTILE = list(_hostile_rows(Path("x")))
+
+
+@pytest.mark.parametrize("row", HOSTILE)
+def test_a_row_that_cannot_be_decoded_is_a_miss_never_code(
+    row: str,
+    make: Callable[..., SqlStore],
+    clock: FakeClock,
+    upstream: Upstream,
+    registry: CollectorRegistry,
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    text, reader = _hostile_rows(tmp_path)[row]
+    options: dict[str, dict[str, Any]] = {
+        "json": {},
+        "pickle": {"codec": PickleCodec(PICKLE_KEY)},
+        "fernet": {"cipher": FernetCipher(FernetCipher.generate_key())},
+    }
+    store = make(**options[reader])
+    engine, invoice = decorated(store, clock, upstream, metrics=registry)
+    with engine:
+        key = invoice.referential(1).key
+        write_row(store, "billing.invoice", key, text)
+        with pytest.raises(SerializationError, match="cannot be decoded"):
+            store.find("billing.invoice", key)
+        assert store.find_many("billing.invoice", [key]) == {}
+        assert store.find_all("billing.invoice") == []
+        assert "skipped" in caplog.text
+        upstream.fail()
+        with pytest.raises(ConnectionError) as raised:
+            invoice(1)
+        assert raised.value is upstream.error
+        assert "the store failed while recovering" in raised.value.__notes__[-1]
+
+        # The same entries (one domain), another policy: the caller gets the policy's value.
+        @failover.failover("lenient", domain="billing.invoice", engine=engine, policy="never_throw")
+        def lenient(number: int) -> Invoice | None:
+            return upstream(make_invoice(number))  # type: ignore[return-value]
+
+        assert lenient(1) is None
+    assert not (tmp_path / "pwned").exists()
+    for name in ("billing.invoice", "lenient"):
+        outcome = {"name": name, "outcome": "error"}
+        assert registry.get_sample_value("failover_recover_total", outcome) == 1
+
+
+def test_a_pickle_store_still_reads_json_rows(
+    make: Callable[..., SqlStore], clock: FakeClock
+) -> None:
+    make().store(entry(clock, "json", {"v": 1}))
+    pickling = make(codec=PickleCodec(PICKLE_KEY))
+    pickling.store(entry(clock, "pickle", {"v": 2}))
+    assert [p.payload for p in pickling.find_all("n")] == [{"v": 1}, {"v": 2}]
+
+
+def test_async_functions_recover_from_a_sql_store(
+    make: Callable[..., SqlStore], clock: FakeClock, upstream: Upstream
+) -> None:
+    import asyncio
+
+    engine = failover.Failover(make(), clock=clock, async_writes=False, metrics=False)
+
+    @failover.failover("async.rates", engine=engine)
+    async def rate(ccy: str) -> dict[str, Decimal]:
+        return upstream({ccy: Decimal("1.0850")})  # type: ignore[return-value]
+
+    async def scenario() -> tuple[Any, Any]:
+        live = await rate("EUR")
+        upstream.fail()
+        return live, await rate.referential("EUR")
+
+    with engine:
+        live, stale = asyncio.run(scenario())
+    assert stale.payload == live
+    assert stale.up_to_date is False
+
+
+# -- several processes, one store -----------------------------------------------------------------
+
+WORKER = r"""
+import json, sys, time
+import failover
+from failover.stores.sql import SqlStore
+
+url, prefix, mine, theirs = sys.argv[1:5]
+engine = failover.Failover(SqlStore(url, table_prefix=prefix), metrics=False, async_writes=False)
+down = False
+
+@failover.failover("mp.rates", engine=engine)
+def rate(ccy: str) -> dict:
+    if down:
+        raise ConnectionError("upstream down")
+    return {"ccy": ccy, "written_by": mine}
+
+rate(mine)
+deadline = time.monotonic() + 30
+while rate.peek(theirs) is None:  # the other process writes its entry meanwhile
+    if time.monotonic() > deadline:
+        sys.exit(f"{mine}: no entry from the other process")
+    time.sleep(0.02)
+down = True
+found = rate.referential(theirs)
+print(json.dumps({"payload": found.payload, "up_to_date": found.up_to_date}))
+engine.close()
+"""
+
+
+def test_processes_see_each_others_entries(
+    backend: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    if backend == "postgresql":
+        url, prefix = request.getfixturevalue("postgres_url"), postgres.unique_prefix()
+    else:
+        url, prefix = f"sqlite:///{tmp_path / 'shared.db'}", ""
+    workers = {
+        mine: subprocess.Popen(
+            [sys.executable, "-c", WORKER, url, prefix, mine, theirs],
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for mine, theirs in (("EUR", "USD"), ("USD", "EUR"))
+    }
+    for mine, worker in workers.items():
+        out, err = worker.communicate(timeout=60)
+        assert worker.returncode == 0, err
+        theirs = "USD" if mine == "EUR" else "EUR"
+        assert json.loads(out) == {
+            "payload": {"ccy": theirs, "written_by": theirs},
+            "up_to_date": False,
+        }
