@@ -6,26 +6,32 @@ upstream through the execution layer and hand the outcome here.
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 import logging
 import typing
 from collections.abc import Callable
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import pybreaker
 
 from .context import CallContext, Miss
 from .definition import FailoverDefinition
-from .errors import BulkheadFull
+from .errors import BulkheadFull, StoreError
 from .execution import Execution
 from .handlers import Handler, key_of
 from .payload import ReferentialPayload, enrich, envelope
 from .policy import ExceptionPolicy, RecoverContext, default_for
+from .tenant import pinned
+
+if TYPE_CHECKING:
+    from .stores.tenant import MultiTenantStore
 
 __all__ = ["Binder", "Runtime"]
 
 log = logging.getLogger("failover")
+T = TypeVar("T")
 
 _SIMPLE_KINDS = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
 
@@ -71,6 +77,7 @@ class Runtime:
         "fn",
         "handler",
         "policy",
+        "router",
         "upstream",
     )
 
@@ -85,6 +92,7 @@ class Runtime:
         clock: Callable[[], datetime],
         blocking: bool,
         blocking_writes: bool,
+        router: MultiTenantStore | None = None,
     ) -> None:
         self.definition = definition
         self.binder = binder
@@ -98,6 +106,7 @@ class Runtime:
         # write) on a worker thread.
         self.blocking = blocking
         self.blocking_writes = blocking_writes
+        self.router = router
         self._return_type: Any = _UNRESOLVED
 
     def context(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> CallContext:
@@ -106,6 +115,24 @@ class Runtime:
         if binder.skip_first:
             args = args[1:]
         return CallContext(self.definition, binder, args, kwargs, binder.values(args, kwargs))
+
+    async def on_worker(self, fn: Callable[..., T], *args: Any) -> T:
+        """``fn(*args)`` on a worker thread, so that store I/O never blocks the event loop.
+
+        The context is copied into the thread (``asyncio.to_thread``), and the tenant is resolved
+        here, on the calling thread, and pinned for the worker.
+        """
+        if self.router is None:
+            return await asyncio.to_thread(fn, *args)
+        try:
+            tenant = self.router.resolve()
+        except StoreError:
+            tenant = None  # the worker meets the same error, where the caller's guard handles it
+        token = pinned.set(tenant)
+        try:
+            return await asyncio.to_thread(fn, *args)
+        finally:
+            pinned.reset(token)
 
     # -- success ------------------------------------------------------------------------------
 

@@ -3,7 +3,6 @@ around the shared `Runtime` decisions."""
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import inspect
 from collections.abc import Callable, Coroutine
@@ -183,7 +182,7 @@ def _async_shell(state: State) -> tuple[Callable[..., Any], Callable[..., Any]]:
             if not rt.accepts(exc):
                 raise
             if rt.blocking:  # never block the event loop on store I/O
-                found = await asyncio.to_thread(rt.recover, ctx, exc)
+                found = await rt.on_worker(rt.recover, ctx, exc)
             else:
                 found = rt.recover(ctx, exc)
             out = rt.resolve(ctx, exc, found)
@@ -192,7 +191,7 @@ def _async_shell(state: State) -> tuple[Callable[..., Any], Callable[..., Any]]:
             return out if envelope else out.payload
         if rt.blocking_writes:
             ctx.now = rt.clock()
-            await asyncio.to_thread(rt.store, ctx, result)
+            await rt.on_worker(rt.store, ctx, result)
             value = rt.live(ctx, result)
         else:
             value = rt.succeeded(ctx, result)

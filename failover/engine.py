@@ -268,6 +268,7 @@ class Failover:
                     self.clock,
                     self.blocking,
                     self.blocking_writes,
+                    self.store if isinstance(self.store, MultiTenantStore) else None,
                 )
                 self._runtimes[decorated] = rt
             return rt

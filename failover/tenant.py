@@ -23,6 +23,10 @@ P = ParamSpec("P")
 R = TypeVar("R")
 
 _current: ContextVar[str | None] = ContextVar("failover_tenant", default=None)
+# The tenant resolved on the calling thread before work moved to a worker thread: the router
+# uses it instead of calling its resolver again there (a custom resolver may read state that
+# only the calling thread has).
+pinned: ContextVar[str | None] = ContextVar("failover_pinned_tenant", default=None)
 
 
 def current_tenant() -> str | None:

@@ -96,3 +96,11 @@ def postgres_url() -> str:
     from . import postgres
 
     return postgres.server().url
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Parametrised items that run on PostgreSQL (e.g. ``store[sql(postgresql)]``) carry the
+    ``postgres`` marker too, so ``-m "not postgres"`` leaves out every PostgreSQL test."""
+    for item in items:
+        if "postgresql" in item.name:
+            item.add_marker(pytest.mark.postgres)

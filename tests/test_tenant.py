@@ -356,3 +356,70 @@ def test_a_call_without_a_tenant_returns_its_result_and_logs(
         country("FR")
     assert "the store failed while recovering" in str(refused.value.__notes__)
     engine.close()
+
+
+async def test_async_hand_off_keeps_the_calling_threads_tenant(
+    tmp_path: Path, clock: FakeClock
+) -> None:
+    """A resolver reading thread-local state: the worker thread that does the store I/O of an
+    async failover has none, so the tenant must be resolved before the hand-off."""
+    local = threading.local()
+    eng = Failover(
+        f"sqlite:///{tmp_path / 'pinned.db'}",
+        async_writes=False,  # writes on a worker thread too
+        tenant_resolver=lambda: getattr(local, "tenant", None),
+        clock=clock,
+        metrics=False,
+    )
+    up = [True]
+
+    @failover.failover("pinned", engine=eng)
+    async def fetch(code: str) -> dict[str, str]:
+        if not up[0]:
+            raise ConnectionError("down")
+        return {"code": code, "tenant": local.tenant}
+
+    try:
+        local.tenant = "acme"
+        await fetch("FR")
+        local.tenant = "globex"
+        await fetch("FR")
+        up[0] = False
+        local.tenant = "acme"
+        assert await fetch("FR") == {"code": "FR", "tenant": "acme"}
+        local.tenant = "globex"
+        assert await fetch("FR") == {"code": "FR", "tenant": "globex"}
+    finally:
+        eng.close()
+
+
+def test_sqlstore_per_tenant_is_one_table_each(tmp_path: Path, clock: FakeClock) -> None:
+    path = tmp_path / "tables.db"
+    factory = failover.SqlStore.per_tenant(
+        f"sqlite:///{path}", prefixes={"acme": "ACME_", "globex": "GLOBEX_"}
+    )
+    eng = Failover(factory, tenant_resolver=failover.current_tenant, clock=clock, metrics=False)
+
+    @failover.failover("per-tenant-tables", engine=eng)
+    def country(code: str) -> dict[str, str]:
+        return {"code": code}
+
+    try:
+        with failover.tenant("acme"):
+            country("FR")
+        with failover.tenant("globex"):
+            country("DE")
+            country("IT")
+        eng.flush()
+    finally:
+        eng.close()
+    db = sa.create_engine(f"sqlite:///{path}")
+    with db.connect() as conn:
+        counts = {
+            table: conn.execute(sa.text(f"SELECT count(*) FROM {table}")).scalar()
+            for table in ("ACME_failover_store", "GLOBEX_failover_store")
+        }
+    db.dispose()
+    assert counts == {"ACME_failover_store": 1, "GLOBEX_failover_store": 2}
+    with pytest.raises(ConfigurationError, match="'evil'"):
+        failover.SqlStore.per_tenant("sqlite://", prefixes={"evil": "x; DROP TABLE t"})

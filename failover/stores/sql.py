@@ -17,7 +17,7 @@ import logging
 import re
 import threading
 import zlib
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -30,7 +30,7 @@ from ..codec import Codec, JsonCodec
 from ..crypto import Cipher, seal, unseal
 from ..errors import ConfigurationError, SerializationError, StoreError
 from ..payload import envelope
-from .base import Payload
+from .base import FailoverStore, Payload
 
 __all__ = ["SqlStore", "make_engine"]
 
@@ -508,6 +508,21 @@ class SqlStore:
         with self._single.connect() as conn:
             rows = conn.execute(self._find_all, {"n": name}).all()
         return [payload for _, payload in self._decoded(name, rows)]
+
+    @classmethod
+    def per_tenant(
+        cls,
+        url_or_engine: str | sa.URL | sa.Engine,
+        prefixes: Mapping[str, str] | None = None,
+        **store_kwargs: Any,
+    ) -> Callable[[str], FailoverStore]:
+        """A factory ``tenant -> SqlStore``: one table per tenant, one shared engine.
+
+        See `failover.stores.tenant.per_tenant_tables`, which this is.
+        """
+        from .tenant import per_tenant_tables
+
+        return per_tenant_tables(url_or_engine, prefixes, **store_kwargs)
 
     def names(self) -> list[str]:
         """Every name that has entries, sorted."""

@@ -25,7 +25,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any, Final
 
 from ..errors import ConfigurationError, StoreError
-from ..tenant import current_tenant
+from ..tenant import current_tenant, pinned
 from .async_write import flush_chain
 from .base import FailoverStore, Payload
 
@@ -155,6 +155,16 @@ class MultiTenantStore:
         Raises:
             StoreError: no tenant and no ``default_tenant``, or a tenant refused by ``strict``.
         """
+        tenant = pinned.get() or self.resolve()
+        store = self._stores.get(tenant)  # one dict read: atomic, no lock on the common path
+        return store if store is not None else self.store_for(tenant)
+
+    def resolve(self) -> str:
+        """The current tenant id, from the resolver or else ``default_tenant``.
+
+        Raises:
+            StoreError: no tenant and no ``default_tenant``.
+        """
         tenant = self.resolver()
         if tenant is None:
             tenant = self.default_tenant
@@ -163,8 +173,7 @@ class MultiTenantStore:
                     "MultiTenantStore: no current tenant (set one with failover.tenant(...)) "
                     "and no default_tenant"
                 )
-        store = self._stores.get(tenant)  # one dict read: atomic, no lock on the common path
-        return store if store is not None else self.store_for(tenant)
+        return tenant
 
     def store_for(self, tenant: str) -> FailoverStore:
         """The store of ``tenant``, made on first use (exactly once).
