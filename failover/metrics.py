@@ -32,64 +32,44 @@ P = ParamSpec("P")
 
 
 class Metrics(Protocol):
-    """What layers report. Every method must be cheap and must never raise."""
+    """What layers report. Every method must be cheap and must never raise.
+
+    The methods do nothing by default: subclass to count only some things.
+    """
 
     def stored(self, name: str, ok: bool, seconds: float) -> None:
         """A store of a live result: ``ok`` or failed."""
-        ...
+        return None
 
     def recovered(
         self, name: str, outcome: str, seconds: float, stale_age: float | None = None
     ) -> None:
         """A recovery: ``outcome`` is ``recovered``, ``not_recovered`` or ``error``."""
-        ...
+        return None
 
     def partial(self, name: str) -> None:
         """A scatter/gather recovery that found some slices only."""
-        ...
+        return None
 
     def async_queue(self, size: int) -> None:
         """The async-writes queue now holds ``size`` writes."""
-        ...
+        return None
 
     def async_dropped(self, count: int = 1) -> None:
         """Writes discarded at a full async-writes queue."""
-        ...
+        return None
 
     def async_failed(self, count: int = 1) -> None:
         """Writes the async-writes worker could not write."""
-        ...
+        return None
 
     def cleanup(self, removed: int, seconds: float) -> None:
         """One cleanup run."""
-        ...
+        return None
 
 
-class NullMetrics:
+class NullMetrics(Metrics):
     """Counts nothing."""
-
-    def stored(self, name: str, ok: bool, seconds: float) -> None:
-        """Nothing."""
-
-    def recovered(
-        self, name: str, outcome: str, seconds: float, stale_age: float | None = None
-    ) -> None:
-        """Nothing."""
-
-    def partial(self, name: str) -> None:
-        """Nothing."""
-
-    def async_queue(self, size: int) -> None:
-        """Nothing."""
-
-    def async_dropped(self, count: int = 1) -> None:
-        """Nothing."""
-
-    def async_failed(self, count: int = 1) -> None:
-        """Nothing."""
-
-    def cleanup(self, removed: int, seconds: float) -> None:
-        """Nothing."""
 
 
 NULL_METRICS = NullMetrics()
