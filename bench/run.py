@@ -60,130 +60,158 @@ def minimal_failover(fn: Callable[[str], Any]) -> Callable[[str], Any]:
     return wrapper
 
 
-def batches(keys: list[str], number: int, repeat: int) -> list[list[str]]:
-    cycle = itertools.cycle(keys)
-    return [[next(cycle) for _ in range(number)] for _ in range(repeat)]
+Case = tuple[str, Callable[[str], Any], list[str]]
 
 
-def best_ns(fn: Callable[[str], Any], keys: list[str], number: int, repeat: int) -> float:
-    """Best per-call time over ``repeat`` runs of ``number`` calls."""
-    best = float("inf")
-    for batch in batches(keys, number, repeat):
+def interleaved(sync: list[Case], asyn: list[Case], number: int, rounds: int) -> dict[str, float]:
+    """Best per-call time of each case. Every round runs one batch of every case, so a burst
+    of load from elsewhere on the host hits the cases alike rather than whichever ran then."""
+    best = {label: float("inf") for label, _, _ in sync + asyn}
+    # One endless cycle of keys per case, so that a cold case keeps meeting new keys.
+    cycles = {label: itertools.cycle(keys) for label, _, keys in sync + asyn}
+
+    def batch(label: str) -> list[str]:
+        return list(itertools.islice(cycles[label], number))
+
+    loop = asyncio.new_event_loop()
+
+    async def run_async(fn: Callable[[str], Awaitable[Any]], batch: list[str]) -> int:
         start = time.perf_counter_ns()
         for k in batch:
-            fn(k)
-        best = min(best, (time.perf_counter_ns() - start) / number)
+            await fn(k)
+        return time.perf_counter_ns() - start
+
+    try:
+        for _ in range(rounds):
+            for label, fn, _ in sync:
+                keys = batch(label)
+                start = time.perf_counter_ns()
+                for k in keys:
+                    fn(k)
+                best[label] = min(best[label], (time.perf_counter_ns() - start) / number)
+            for label, afn, _ in asyn:
+                elapsed = loop.run_until_complete(run_async(afn, batch(label)))
+                best[label] = min(best[label], elapsed / number)
+    finally:
+        pending = asyncio.all_tasks(loop)  # cashews' expiry task
+        for task in pending:
+            task.cancel()
+        loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
+        loop.close()
     return best
 
 
-def best_async_ns(
-    fn: Callable[[str], Awaitable[Any]], keys: list[str], number: int, repeat: int
-) -> float:
-    """Best per-call time of ``await fn(key)`` in a running event loop."""
-
-    async def run() -> float:
-        best = float("inf")
-        for batch in batches(keys, number, repeat):
-            start = time.perf_counter_ns()
-            for k in batch:
-                await fn(k)
-            best = min(best, (time.perf_counter_ns() - start) / number)
-        return best
-
-    return asyncio.run(run())
-
-
-def sync_rows(n: int, r: int) -> dict[str, float]:
+def cases() -> tuple[list[Case], list[Case], list[failover.Failover]]:
     engine = failover.Failover("memory://", metrics=False)  # copying on, metrics off
+    cold = failover.Failover("memory://", metrics=False)  # its evictions stay its own
     metered = failover.Failover("memory://", metrics=True)
+    recovering = failover.Failover("memory://", metrics=False)  # no eviction by other cases
     decorated = failover.failover("bench.country", engine=engine)(country)
-    with_metrics = failover.failover("bench.metrics", engine=metered)(country)
-    failing = failover.failover("bench.broken", domain="bench.country", engine=engine)(broken)
-    rows = {
-        "plain call": best_ns(country, HOT, n, r),
-        "minimal hand-written failover (dict + try/except)": best_ns(
-            minimal_failover(country), HOT, n, r
-        ),
-        "cachetools.cached(TTLCache) miss": best_ns(
-            cachetools.cached(cachetools.TTLCache(maxsize=10_000, ttl=3600))(country), COLD, n, r
-        ),
-        "cachetools.cached(LRUCache) miss": best_ns(
-            cachetools.cached(cachetools.LRUCache(maxsize=10_000))(country), COLD, n, r
-        ),
-        "@failover success, repeated keys": best_ns(decorated, HOT, n, r),
-        "@failover success, repeated keys, metrics on": best_ns(with_metrics, HOT, n, r),
-        "@failover success, a new key every call": best_ns(decorated, COLD, n, r),
-    }
+    filling = failover.failover("bench.fill", domain="bench", engine=recovering)(country)
+    failing = failover.failover("bench.broken", domain="bench", engine=recovering)(broken)
     for k in HOT:  # the recover path finds every entry
-        decorated(k)
-    rows["@failover recover (upstream raises, entry found)"] = best_ns(failing, HOT, n, r)
-    engine.close()
-    metered.close()
-    return rows
-
-
-def async_rows(n: int, r: int) -> dict[str, float]:
-    engine = failover.Failover("memory://", metrics=False)
-    decorated = failover.failover("bench.acountry", engine=engine)(acountry)
-    rows = {
-        "plain await": best_async_ns(acountry, HOT, n, r),
-        "@failover success, async, repeated keys": best_async_ns(decorated, HOT, n, r),
-    }
+        filling(k)
+    sync: list[Case] = [
+        ("plain call", country, HOT),
+        ("minimal hand-written failover (dict + try/except)", minimal_failover(country), HOT),
+        (
+            "cachetools.cached(TTLCache) miss",
+            cachetools.cached(cachetools.TTLCache(maxsize=10_000, ttl=3600))(country),
+            COLD,
+        ),
+        (
+            "cachetools.cached(LRUCache) miss",
+            cachetools.cached(cachetools.LRUCache(maxsize=10_000))(country),
+            COLD,
+        ),
+        ("@failover success, repeated keys", decorated, HOT),
+        (
+            "@failover success, repeated keys, metrics on",
+            failover.failover("bench.metrics", engine=metered)(country),
+            HOT,
+        ),
+        (
+            "@failover success, a new key every call",
+            failover.failover("bench.cold", engine=cold)(country),
+            COLD,
+        ),
+        ("@failover recover (upstream raises, entry found)", failing, HOT),
+    ]
+    asyn: list[Case] = [
+        ("plain await", acountry, HOT),
+        (
+            "@failover success, async, repeated keys",
+            failover.failover("bench.acountry", engine=engine)(acountry),
+            HOT,
+        ),
+    ]
     try:
         from cashews import cache
     except ImportError:
         print("cashews is not installed: `make bench` installs it", file=sys.stderr)
     else:
         cache.setup("mem://", size=10_000)
-        rows["cashews @cache.failover success (mem://)"] = best_async_ns(
-            cache.failover(ttl="1h")(acountry), HOT, n, r
+        asyn.append(
+            ("cashews @cache.failover success (mem://)", cache.failover(ttl="1h")(acountry), HOT)
         )
-    engine.close()
-    return rows
+    return sync, asyn, [engine, cold, metered, recovering]
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--number", type=int, default=20_000, help="calls per repeat")
-    parser.add_argument("--repeat", type=int, default=9)
+    parser.add_argument("--number", type=int, default=5_000, help="calls per batch")
+    parser.add_argument("--rounds", type=int, default=30, help="batches of each case")
     args = parser.parse_args()
-    sync, asyn = sync_rows(args.number, args.repeat), async_rows(args.number, args.repeat)
+    sync, asyn, engines = cases()
+    best = interleaved(sync, asyn, args.number, args.rounds)
+    for engine in engines:
+        engine.close()
 
     print(
-        f"Python {platform.python_version()}, {platform.machine()}; best of {args.repeat} "
-        f"runs of {args.number:,} calls\n"
+        f"Python {platform.python_version()}, {platform.machine()}; best of {args.rounds} "
+        f"interleaved batches of {args.number:,} calls\n"
     )
     print("| path | ns/call | x plain |")
     print("|---|---:|---:|")
-    for rows, base in ((sync, sync["plain call"]), (asyn, asyn["plain await"])):
-        for label, ns in rows.items():
-            print(f"| {label} | {ns:,.0f} | {ns / base:.1f} |")
-    miss = sync["cachetools.cached(TTLCache) miss"]
-    print()
-    print("| bar | ratio | bar |")
-    print("|---|---:|---:|")
-    for label, ratio, bar in (
+    for group, base in ((sync, best["plain call"]), (asyn, best["plain await"])):
+        for label, _, _ in group:
+            print(f"| {label} | {best[label]:,.0f} | {best[label] / base:.1f} |")
+    miss = best["cachetools.cached(TTLCache) miss"]
+    ratios = [
         (
             "success (repeated keys) / cachetools TTL miss",
-            sync["@failover success, repeated keys"] / miss,
+            "@failover success, repeated keys",
+            miss,
             "<= 1",
         ),
         (
             "success (a new key every call) / cachetools TTL miss",
-            sync["@failover success, a new key every call"] / miss,
-            "(worst case)",
+            "@failover success, a new key every call",
+            miss,
+            "worst case",
         ),
         (
             "recover / cachetools TTL miss",
-            sync["@failover recover (upstream raises, entry found)"] / miss,
+            "@failover recover (upstream raises, entry found)",
+            miss,
             "<= 2",
         ),
-    ):
-        print(f"| {label} | {ratio:.2f} | {bar} |")
-    cashews_ns = asyn.get("cashews @cache.failover success (mem://)")
+    ]
+    cashews_ns = best.get("cashews @cache.failover success (mem://)")
     if cashews_ns:
-        ratio = asyn["@failover success, async, repeated keys"] / cashews_ns
-        print(f"| async success / cashews failover success | {ratio:.2f} | <= 0.2 |")
+        ratios.append(
+            (
+                "async success / cashews failover success",
+                "@failover success, async, repeated keys",
+                cashews_ns,
+                "<= 0.2",
+            )
+        )
+    print()
+    print("| ratio | value | bar |")
+    print("|---|---:|---:|")
+    for label, case, base, bar in ratios:
+        print(f"| {label} | {best[case] / base:.2f} | {bar} |")
 
 
 if __name__ == "__main__":

@@ -21,7 +21,7 @@ from .definition import FailoverDefinition
 from .errors import BulkheadFull, StoreError
 from .execution import Execution
 from .handlers import Handler, key_of
-from .payload import ReferentialPayload, enrich, envelope
+from .payload import ReferentialPayload, enrich, envelope, plain_kind
 from .policy import ExceptionPolicy, RecoverContext, default_for
 from .tenant import pinned
 
@@ -114,7 +114,9 @@ class Runtime:
         binder = self.binder
         if binder.skip_first:
             args = args[1:]
-        return CallContext(self.definition, binder, args, kwargs, binder.values(args, kwargs))
+        if kwargs or not binder.simple or len(args) != binder.n:
+            return CallContext(self.definition, binder, args, kwargs, binder.values(args, kwargs))
+        return CallContext(self.definition, binder, args, kwargs, args)  # binder.values' fast path
 
     async def on_worker(self, fn: Callable[..., T], *args: Any) -> T:
         """``fn(*args)`` on a worker thread, so that store I/O never blocks the event loop.
@@ -160,6 +162,8 @@ class Runtime:
                 self.handler.store(ctx, result)
             except Exception:
                 self._store_failed()
+        if plain_kind(type(result)):
+            return result
         return enrich(result, True, now)
 
     def live(self, ctx: CallContext, result: Any) -> Any:

@@ -110,7 +110,7 @@ class State:
 
     def runtime(self) -> Runtime | None:
         """The runtime on the engine in force, or ``None`` when that engine is disabled."""
-        engine = self.engine or _engine.default_engine()
+        engine = self.engine or _engine._default or _engine.get_engine()
         bound = self._bound
         if bound is not None and bound[0] is engine:
             return bound[1]
@@ -121,7 +121,7 @@ class State:
     def passthrough(self, args: tuple[Any, ...], kwargs: dict[str, Any], result: Any) -> Any:
         """The envelope of a call made while the engine is disabled."""
         d = self.definition
-        engine = self.engine or _engine.default_engine()
+        engine = self.engine or _engine._default or _engine.get_engine()
         own = self.binder.own(args)
         ctx = CallContext(d, self.binder, own, kwargs, self.binder.values(own, kwargs))
         return ReferentialPayload(d.effective_name, key_of(ctx), result, engine.clock(), None, True)
@@ -138,11 +138,19 @@ class State:
             rt.handler.invalidate(rt.context(args, kwargs))
 
 
-def _sync_shell(state: State) -> tuple[Callable[..., Any], Callable[..., Any]]:
+def _sync_shell(state: State, envelope: bool) -> Callable[..., Any]:
+    """The synchronous wrapper: the call itself, or (``envelope``) its ``.referential``.
+
+    Made once per flag, so the hot path has no extra frame to pass the flag through.
+    """
     fn = state.fn
 
-    def call(args: tuple[Any, ...], kwargs: dict[str, Any], envelope: bool) -> Any:
-        rt = state.runtime()
+    def shell(*args: Any, **kwargs: Any) -> Any:
+        bound = state._bound  # State.runtime's cache check, inlined: it runs on every call
+        if bound is not None and bound[0] is (state.engine or _engine._default):
+            rt = bound[1]
+        else:
+            rt = state.runtime()
         if rt is None:
             result = fn(*args, **kwargs)
             return state.passthrough(args, kwargs, result) if envelope else result
@@ -157,21 +165,19 @@ def _sync_shell(state: State) -> tuple[Callable[..., Any], Callable[..., Any]]:
         value = rt.succeeded(ctx, result)
         return rt.live_envelope(ctx, value) if envelope else value
 
-    @functools.wraps(fn)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        return call(args, kwargs, False)
-
-    def referential(*args: Any, **kwargs: Any) -> Any:
-        return call(args, kwargs, True)
-
-    return wrapper, referential
+    return shell
 
 
-def _async_shell(state: State) -> tuple[Callable[..., Any], Callable[..., Any]]:
+def _async_shell(state: State, envelope: bool) -> Callable[..., Any]:
+    """The ``async def`` wrapper, as `_sync_shell`; store I/O never blocks the event loop."""
     fn = state.fn
 
-    async def call(args: tuple[Any, ...], kwargs: dict[str, Any], envelope: bool) -> Any:
-        rt = state.runtime()
+    async def shell(*args: Any, **kwargs: Any) -> Any:
+        bound = state._bound
+        if bound is not None and bound[0] is (state.engine or _engine._default):
+            rt = bound[1]
+        else:
+            rt = state.runtime()
         if rt is None:
             result = await fn(*args, **kwargs)
             return state.passthrough(args, kwargs, result) if envelope else result
@@ -181,7 +187,7 @@ def _async_shell(state: State) -> tuple[Callable[..., Any], Callable[..., Any]]:
         except Exception as exc:
             if not rt.accepts(exc):
                 raise
-            if rt.blocking:  # never block the event loop on store I/O
+            if rt.blocking:
                 found = await rt.on_worker(rt.recover, ctx, exc)
             else:
                 found = rt.recover(ctx, exc)
@@ -197,14 +203,7 @@ def _async_shell(state: State) -> tuple[Callable[..., Any], Callable[..., Any]]:
             value = rt.succeeded(ctx, result)
         return rt.live_envelope(ctx, value) if envelope else value
 
-    @functools.wraps(fn)
-    async def wrapper(*args: Any, **kwargs: Any) -> Any:
-        return await call(args, kwargs, False)
-
-    async def referential(*args: Any, **kwargs: Any) -> Any:
-        return await call(args, kwargs, True)
-
-    return wrapper, referential
+    return shell
 
 
 class _Bound(functools.partial[Any]):
@@ -365,8 +364,9 @@ def _build(
         return_annotation=signature.return_annotation,
     )
     state = State(definition, Binder(signature, is_method), fn, engine)
-    wrapper, referential = (_async_shell if definition.is_async else _sync_shell)(state)
-    wrapper.referential = referential  # type: ignore[attr-defined]
+    shell = _async_shell if definition.is_async else _sync_shell
+    wrapper = functools.update_wrapper(shell(state, False), fn)
+    wrapper.referential = shell(state, True)  # type: ignore[attr-defined]
     wrapper.peek = state.peek  # type: ignore[attr-defined]
     wrapper.invalidate = state.invalidate  # type: ignore[attr-defined]
     wrapper.definition = definition  # type: ignore[attr-defined]

@@ -429,8 +429,3 @@ def register_default(decorated: State) -> None:
         engine.register(decorated)
     elif previous is not None and previous is not decorated:
         _warn_replaced(previous, decorated)
-
-
-def default_engine() -> Failover:
-    """The default engine (fast path for the decorator)."""
-    return _default or get_engine()

@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any, Protocol
 
 from .context import CallContext, Miss
+from .expiry import FixedTtl
 from .keys import canonical, digest, make_key
 from .payload import envelope
 from .stores.base import FailoverStore, Payload
@@ -67,7 +68,11 @@ class DefaultHandler:
         now = ctx.now or self.clock()
         name = definition.effective_name
         key = make_key(name, ctx.values) if definition.key is None else key_of(ctx)
-        expire_on = definition.expiry.compute_expiry(definition, now)
+        expiry = definition.expiry
+        if type(expiry) is FixedTtl:  # the default policy, inlined: this runs on every call
+            expire_on = now + expiry.ttl
+        else:
+            expire_on = expiry.compute_expiry(definition, now)
         self.store_.store(envelope(name, key, result, now, expire_on, True))
 
     def _live(self, ctx: CallContext) -> Payload | Miss:

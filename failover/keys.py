@@ -114,8 +114,8 @@ def digest(name: str, raw: str) -> str:
     return _blake2b(f"{name}:{raw}".encode(), digest_size=16).hexdigest()
 
 
-_MEMO_MAX = 16_384
-_memo: dict[tuple[str, tuple[Any, ...]], str] = {}
+_MEMO_MAX = 4_096  # per name: a catalogue of reference data fits; a huge key space just misses
+_memos: dict[str, dict[tuple[Any, ...], str]] = {}
 _MEMO_TYPES = (str, int)
 
 
@@ -123,19 +123,22 @@ def make_key(name: str, values: tuple[Any, ...]) -> str:
     """The default key of a call whose bound argument values, in signature order, are ``values``.
 
     Keys of calls whose arguments are all exactly ``str`` or ``int`` (most reference-data
-    lookups) are encoded inline and memoised: for those types equal tuples always mean equal
-    values, which is not true in general (``1 == 1.0 == True``).
+    lookups) are encoded inline and memoised, per name, so that one failover with a huge key
+    space cannot flush the memo of the others. The memo is sound only for those types: equal
+    tuples of them always mean equal values, which is not true in general (``1 == 1.0 == True``).
     """
     for v in values:
         if type(v) not in _MEMO_TYPES:
             return digest(name, _seq("t", values))
-    memo_key = (name, values)
-    key = _memo.get(memo_key)
+    memo = _memos.get(name)
+    if memo is None:
+        memo = _memos.setdefault(name, {})
+    key = memo.get(values)
     if key is None:
         # Same text as _seq("t", values) for str and int, without the generic dispatch.
         raw = "".join([f"s{len(v)}:{v}" if type(v) is str else f"i{v};" for v in values])
         key = _blake2b(f"{name}:t{len(values)}[{raw}]".encode(), digest_size=16).hexdigest()
-        if len(_memo) >= _MEMO_MAX:
-            _memo.clear()
-        _memo[memo_key] = key
+        if len(memo) >= _MEMO_MAX:
+            memo.clear()
+        memo[values] = key
     return key

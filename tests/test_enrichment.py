@@ -90,3 +90,20 @@ def test_plain_values_are_untouched(engine: Failover, upstream: Upstream) -> Non
         return upstream({"up_to_date": "not mine"})  # type: ignore[return-value]
 
     assert f() == {"up_to_date": "not mine"}
+
+
+def test_fast_envelopes_are_ordinary_frozen_payloads() -> None:
+    import dataclasses
+    import pickle
+
+    from failover.payload import envelope
+
+    fast = envelope("n", "k", [1], None, None, True)
+    slow = failover.ReferentialPayload("n", "k", [1], None, None, True)
+    assert type(fast) is failover.ReferentialPayload
+    assert fast == slow
+    assert repr(fast) == repr(slow)
+    assert pickle.loads(pickle.dumps(fast)) == slow
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        fast.name = "other"  # type: ignore[misc]
+    assert dataclasses.replace(fast, up_to_date=False).up_to_date is False

@@ -194,8 +194,8 @@ def _sample() -> dict[str, Any]:
 
 @given(st.lists(st.text(max_size=6) | st.integers(), max_size=4).map(tuple))
 def test_inline_fast_path_matches_the_generic_encoding(values: tuple[Any, ...]) -> None:
-    from failover.keys import _memo, _seq, digest
+    from failover.keys import _memos, _seq, digest
 
-    _memo.clear()
+    _memos.clear()
     assert make_key("n", values) == digest("n", _seq("t", values))
     assert make_key("n", values) == digest("n", _seq("t", values))  # memoised
