@@ -118,6 +118,7 @@ class PrometheusMetrics:
         self.max_names = max_names
         self._names: set[str] = set()
         self._names_lock = threading.Lock()
+        self._children: dict[tuple[Any, str, tuple[str, ...]], Any] = {}
         kw: dict[str, Any] = {"registry": registry}
         self._store = Counter("failover_store", "Stores of live results.", ["name", "result"], **kw)
         self._recover = Counter(
@@ -174,28 +175,40 @@ class PrometheusMetrics:
             self._names.add(name)
             return name
 
+    def _child(self, metric: Any, name: str, *labels: str) -> Any:
+        """``metric.labels(name, *labels)``, cached: ``labels()`` costs more than the update.
+
+        Only names under the cardinality guard are cached, so the cache is bounded too.
+        """
+        key = (metric, name, labels)
+        child = self._children.get(key)
+        if child is None:
+            label = self._label(name)
+            child = metric.labels(label, *labels)
+            if label is name:
+                self._children[key] = child
+        return child
+
     @_safe
     def stored(self, name: str, ok: bool, seconds: float) -> None:
         """A store of a live result."""
-        label = self._label(name)
-        self._store.labels(label, "stored" if ok else "failed").inc()
-        self._store_seconds.labels(label).observe(seconds)
+        self._child(self._store, name, "stored" if ok else "failed").inc()
+        self._child(self._store_seconds, name).observe(seconds)
 
     @_safe
     def recovered(
         self, name: str, outcome: str, seconds: float, stale_age: float | None = None
     ) -> None:
         """A recovery and, when a value was served stale, its age."""
-        label = self._label(name)
-        self._recover.labels(label, outcome).inc()
-        self._recover_seconds.labels(label).observe(seconds)
+        self._child(self._recover, name, outcome).inc()
+        self._child(self._recover_seconds, name).observe(seconds)
         if stale_age is not None:
-            self._stale_age.labels(label).observe(stale_age)
+            self._child(self._stale_age, name).observe(stale_age)
 
     @_safe
     def partial(self, name: str) -> None:
         """A partial scatter/gather recovery."""
-        self._partial.labels(self._label(name)).inc()
+        self._child(self._partial, name).inc()
 
     @_safe
     def async_queue(self, size: int) -> None:
