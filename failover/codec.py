@@ -205,9 +205,13 @@ class _Allowlist:
         """The type allowed under ``name``; pending annotations are resolved first when the name
         is missing, or names another type than ``expected`` (a class defined anew)."""
         tp = self.types.get(name)
-        if (tp is None or (expected is not None and tp is not expected)) and self.pending:
-            with self.lock:
-                self._resolve()
+        if tp is None or (expected is not None and tp is not expected):
+            # Another thread may be resolving (holding the lock, ``pending`` already taken):
+            # wait for it rather than miss a type it is about to add.
+            if self.pending or self.lock.locked():
+                with self.lock:
+                    if self.pending:
+                        self._resolve()
             tp = self.types.get(name)
         return tp
 
@@ -281,6 +285,8 @@ def _checked_types(types: Iterable[Any], owner: str) -> list[Any]:
 
 _TAG = "__t"
 _encoder = json.JSONEncoder(ensure_ascii=False, check_circular=False, separators=(",", ":"))
+# For text UTF-8 cannot hold (lone surrogates): escaped, it is text every database driver takes.
+_ascii_encoder = json.JSONEncoder(ensure_ascii=True, check_circular=False, separators=(",", ":"))
 
 
 def _tagged(tag: str, value: Any) -> dict[str, Any]:
@@ -293,14 +299,15 @@ def _folded(out: dict[str, Any], value: datetime | time) -> dict[str, Any]:
     return out
 
 
-def _enc_datetime(value: datetime) -> dict[str, Any]:
+def _enc_zoned(tag: str, value: datetime | time) -> dict[str, Any]:
     tz = value.tzinfo
     if isinstance(tz, ZoneInfo) and tz.key:
-        # A named zone comes back as itself, not as a fixed offset.
-        out = _tagged("datetime", value.replace(tzinfo=None).isoformat())
+        # A named zone comes back as itself, not as a fixed offset (and a time's zone, which
+        # has no offset isoformat could write, not as nothing).
+        out = _tagged(tag, value.replace(tzinfo=None).isoformat())
         out["z"] = tz.key
         return _folded(out, value)
-    return _folded(_tagged("datetime", value.isoformat()), value)
+    return _folded(_tagged(tag, value.isoformat()), value)
 
 
 def _dec_datetime(obj: dict[str, Any]) -> datetime:
@@ -313,6 +320,9 @@ def _dec_datetime(obj: dict[str, Any]) -> datetime:
 
 def _dec_time(obj: dict[str, Any]) -> time:
     value = time.fromisoformat(obj["v"])
+    zone = obj.get("z")
+    if zone is not None:
+        value = value.replace(tzinfo=ZoneInfo(zone))
     return value.replace(fold=1) if obj.get("f") else value
 
 
@@ -347,16 +357,16 @@ _DECODERS: dict[str, Callable[[dict[str, Any]], Any]] = {
 class JsonCodec:
     """JSON with tagged non-JSON values; restores only allowed types.
 
-    Tuples, sets, frozensets, bytes, dicts with non-string keys, ``datetime`` (aware ones with
-    their offset, or their ``zoneinfo`` zone), ``date``, ``time``, ``timedelta``, ``Decimal`` and
-    ``UUID`` round-trip exactly. Dataclasses, pydantic models (their fields and extras; private
-    attributes are not kept), ``NamedTuple``\\ s and ``Enum``\\ s round-trip when their type is on
-    the process-wide allowlist or in ``allowed_types``; other values (and subclasses of the
-    builtin types) cannot be encoded.
+    Tuples, sets, frozensets, bytes, dicts with non-string keys, ``datetime`` and ``time``
+    (aware ones with their offset, or their ``zoneinfo`` zone), ``date``, ``timedelta``,
+    ``Decimal`` and ``UUID`` round-trip exactly. Dataclasses, pydantic models (their fields and
+    extras; private attributes are not kept), ``NamedTuple``\\ s and ``Enum``\\ s round-trip when
+    their type is on the process-wide allowlist or in ``allowed_types``; other values (and
+    subclasses of the builtin types) cannot be encoded.
 
     Dataclasses and ``NamedTuple``\\ s are rebuilt through their constructor, pydantic models with
-    ``model_construct`` (a stored row whose fields no longer fit the class is undecodable, hence a
-    miss), enums by value.
+    ``model_construct`` (by field name, not re-validated: a stored row missing a field the class
+    now requires is undecodable, hence a miss), enums by value.
 
     Args:
         allowed_types: more types allowed for this codec only (closed over their fields).
@@ -395,7 +405,14 @@ class JsonCodec:
                 a structure too deep or cyclic.
         """
         try:
-            return _encoder.encode(self._enc(value)), type_name(type(value))
+            tree = self._enc(value)
+            text = _encoder.encode(tree)
+            if not text.isascii():
+                try:
+                    text.encode("utf-8")
+                except UnicodeEncodeError:
+                    text = _ascii_encoder.encode(tree)
+            return text, type_name(type(value))
         except SerializationError:
             raise
         except RecursionError:
@@ -416,9 +433,9 @@ class JsonCodec:
         if tp is set or tp is frozenset:
             return _tagged(tp.__name__, [self._enc(v) for v in value])
         if tp is datetime:
-            return _enc_datetime(value)
+            return _enc_zoned("datetime", value)
         if tp is time:
-            return _folded(_tagged("time", value.isoformat()), value)
+            return _enc_zoned("time", value)
         standard = _STANDARD.get(tp)
         if standard is not None:
             return _tagged(standard[0], standard[1](value))
@@ -511,6 +528,8 @@ def _construct_dataclass(tp: type, values: dict[str, Any]) -> Any:
 
 
 def _construct_model(tp: Any, values: dict[str, Any]) -> Any:
+    # By field name, without validation: the row was valid when written. A model that changed
+    # since (a required field added) refuses the row; changed field types are not re-checked.
     missing = [
         name for name, f in tp.__pydantic_fields__.items() if f.is_required() and name not in values
     ]

@@ -94,7 +94,15 @@ class FernetCipher:
         except ImportError:
             raise _missing_cryptography() from None
 
-        keys: list[Any] = [key] if isinstance(key, str | bytes) else list(key)
+        keys: list[Any]
+        if isinstance(key, str | bytes):
+            keys = [key]
+        elif isinstance(key, Sequence):
+            keys = list(key)
+        else:  # None, or a number: a misconfiguration, not a TypeError from list()
+            raise ConfigurationError(
+                f"FernetCipher: key must be str, bytes or a list of them, got {key!r}"
+            )
         if not keys:
             raise ConfigurationError("FernetCipher: at least one key is required")
         try:

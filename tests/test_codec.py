@@ -10,8 +10,9 @@ import json
 import math
 import os
 import pickle
+import threading
 from collections import OrderedDict
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, make_dataclass
 from datetime import UTC, date, datetime, time, timedelta, timezone
 from decimal import Decimal
 from pathlib import Path
@@ -209,6 +210,20 @@ def test_datetimes_round_trip_with_their_zone() -> None:
     assert back.utcoffset() == timedelta(hours=1)
 
 
+def test_times_round_trip_with_their_zone() -> None:
+    paris = ZoneInfo("Europe/Paris")
+    back = same(time(8, 30, tzinfo=paris, fold=1))
+    assert back.tzinfo is paris  # a time's zone has no offset of its own: isoformat drops it
+    assert back.fold == 1
+
+
+def test_text_utf8_cannot_hold_is_escaped() -> None:
+    lone = "file-\udcff.txt"  # a lone surrogate, as os.fsdecode makes of undecodable bytes
+    text, _ = JsonCodec().encode({lone: [lone, "é"]})
+    text.encode("utf-8")  # what every database driver does with it
+    same({lone: [lone, "é"]})
+
+
 # -- allowed types --------------------------------------------------------------------------------
 
 
@@ -403,6 +418,51 @@ def test_a_class_defined_anew_replaces_the_old_one() -> None:
     allow_types(first)
     allow_types(second)
     assert type(round_trip(second(1))) is second
+
+
+@dataclass
+class Raced:
+    """Allowed through a field annotation that blocks while it is read (the race test)."""
+
+    n: int
+
+
+def test_a_lookup_during_another_threads_resolution_waits_for_it() -> None:
+    reading, release = threading.Event(), threading.Event()
+
+    def gate() -> None:
+        reading.set()
+        release.wait(10)
+
+    # Its field annotation names a function not defined yet: the type waits in ``pending``.
+    holder = make_dataclass(
+        "Holder", [("raced", "_race_gate() or Raced")], namespace={"__module__": __name__}
+    )
+    codec = fresh_codec(holder)
+    text = json.dumps({"__t": type_name(Raced), "v": {"n": 1}})
+    results: dict[int, Any] = {}
+
+    def decode(i: int) -> None:
+        try:
+            results[i] = codec.decode(text, "x")
+        except SerializationError as exc:
+            results[i] = exc
+
+    globals()["_race_gate"] = gate
+    try:
+        first = threading.Thread(target=decode, args=(0,))
+        first.start()
+        assert reading.wait(10)  # the first lookup is resolving, and blocks in the gate
+        second = threading.Thread(target=decode, args=(1,))
+        second.start()
+        second.join(0.2)
+        release.set()
+        first.join(10)
+        second.join(10)
+    finally:
+        release.set()
+        del globals()["_race_gate"]
+    assert results == {0: Raced(1), 1: Raced(1)}
 
 
 @pytest.mark.parametrize("bad", [42, "Country", None])

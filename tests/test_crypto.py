@@ -65,7 +65,9 @@ def test_key_rotation_first_key_encrypts_every_key_decrypts() -> None:
         unseal(old, written_after)
 
 
-@pytest.mark.parametrize("key", ["", "short", b"x" * 32, [], ["not a key", KEY_A]])
+@pytest.mark.parametrize(
+    "key", ["", "short", b"x" * 32, [], ["not a key", KEY_A], None, 42, bytearray(32)]
+)
 def test_bad_keys_are_a_configuration_error(key: Any) -> None:
     with pytest.raises(ConfigurationError, match="FernetCipher"):
         FernetCipher(key)

@@ -602,6 +602,33 @@ def test_a_pickle_store_still_reads_json_rows(
     assert [p.payload for p in pickling.find_all("n")] == [{"v": 1}, {"v": 2}]
 
 
+def test_a_row_with_corrupt_times_is_a_decode_error_and_skipped(
+    make: Callable[..., SqlStore], clock: FakeClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    store = make()
+    store.store(entry(clock, "good", {"v": 1}))
+    write_row(store, "n", "bad", "json:1")
+    table = store.table
+    with store.engine.begin() as conn:  # microseconds past datetime.max
+        conn.execute(table.update().where(table.c.key == "bad").values(as_of=2**62))
+    with pytest.raises(SerializationError, match=r"\('n', 'bad'\)"):
+        store.find("n", "bad")
+    assert list(store.find_many("n", ["bad", "good"])) == ["good"]
+    assert [p.key for p in store.find_all("n")] == ["good"]
+    assert "skipped" in caplog.text
+
+
+def test_a_string_utf8_cannot_hold_does_not_fail_its_batch(
+    make: Callable[..., SqlStore], clock: FakeClock
+) -> None:
+    store = make()
+    lone = "file-\udcff.txt"  # a lone surrogate, as os.fsdecode makes of undecodable bytes
+    store.store_many([entry(clock, "plain", {"v": 1}), entry(clock, "lone", {lone: [lone]})])
+    found = store.find_many("n", ["plain", "lone"])
+    assert found["lone"].payload == {lone: [lone]}
+    assert found["plain"].payload == {"v": 1}
+
+
 def test_async_functions_recover_from_a_sql_store(
     make: Callable[..., SqlStore], clock: FakeClock, upstream: Upstream
 ) -> None:

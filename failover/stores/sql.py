@@ -412,7 +412,15 @@ class SqlStore:
     def _payload(self, name: str, key: str, row: Any) -> Payload:
         raw, payload_type, as_of, expire_on = row
         value = self._decode(name, key, raw, payload_type)
-        return envelope(name, key, value, _datetime(as_of), _datetime(expire_on), True)
+        try:
+            times = _datetime(as_of), _datetime(expire_on)
+        except (TypeError, ValueError, OverflowError) as exc:
+            # A row written by hand (out of range, or text in SQLite's untyped column) is as
+            # corrupt as a bad payload: a miss from find, skipped by find_many and find_all.
+            raise SerializationError(
+                f"{self._where}: entry ({name!r}, {key!r}) has corrupt times: {exc}"
+            ) from exc
+        return envelope(name, key, value, *times, True)
 
     def _decoded(self, name: str, rows: Iterable[Any]) -> Iterable[tuple[str, Payload]]:
         for key, *row in rows:
