@@ -32,6 +32,7 @@ __all__ = ["Binder", "Runtime"]
 
 log = logging.getLogger("failover")
 T = TypeVar("T")
+_new = object.__new__
 
 _SIMPLE_KINDS = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
 
@@ -114,9 +115,18 @@ class Runtime:
         binder = self.binder
         if binder.skip_first:
             args = args[1:]
+        ctx: CallContext = _new(CallContext)  # no __init__ frame: this runs on every call
+        ctx.definition = self.definition
+        ctx.binder = binder
+        ctx.args = args
+        ctx.kwargs = kwargs
+        ctx.now = None
+        ctx._arguments = None
         if kwargs or not binder.simple or len(args) != binder.n:
-            return CallContext(self.definition, binder, args, kwargs, binder.values(args, kwargs))
-        return CallContext(self.definition, binder, args, kwargs, args)  # binder.values' fast path
+            ctx.values = binder.values(args, kwargs)
+        else:
+            ctx.values = args  # binder.values' fast path
+        return ctx
 
     async def on_worker(self, fn: Callable[..., T], *args: Any) -> T:
         """``fn(*args)`` on a worker thread, so that store I/O never blocks the event loop.

@@ -27,10 +27,9 @@ def _copy(value: Any, depth: int) -> Any:
     if depth > _MAX_DEPTH:
         raise _TooDeep
     if tp is dict:
-        for v in value.values():
-            if type(v) not in _IMMUTABLE:
-                return {k: _copy(v, depth + 1) for k, v in value.items()}
-        return value.copy()  # flat: keys of a dict are immutable already
+        if _IMMUTABLE.issuperset(map(type, value.values())):
+            return value.copy()  # flat: the keys of a dict are immutable already
+        return {k: _copy(v, depth + 1) for k, v in value.items()}
     if tp is list:
         return [_copy(v, depth + 1) for v in value]
     if tp is tuple:
@@ -55,13 +54,8 @@ def _copied(payload: Payload) -> Payload:
     tp = type(value)
     if tp in _IMMUTABLE:
         return payload
-    if tp is dict:
-        for v in value.values():
-            if type(v) not in _IMMUTABLE:
-                value = deep_copy(value)
-                break
-        else:
-            value = value.copy()  # flat dict, the commonest payload: a shallow copy is deep
+    if tp is dict and _IMMUTABLE.issuperset(map(type, value.values())):
+        value = value.copy()  # a flat dict, the commonest payload: a shallow copy is deep
     else:
         value = deep_copy(value)
     return envelope(
