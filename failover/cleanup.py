@@ -116,7 +116,8 @@ class CleanupScheduler:
             The scheduler itself, for ``scheduler = CleanupScheduler(...).start()``.
         """
         with self._state_lock:
-            if self.running:
+            # A thread told to stop ends after its run: it does not count as running any more.
+            if self.running and not self._stopping.is_set():
                 return self
             # Each thread gets its own event: a thread still finishing a run after a stop() that
             # timed out must not be revived by this start().

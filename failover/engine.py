@@ -40,8 +40,9 @@ utcnow: Callable[[], datetime] = functools.partial(datetime.now, UTC)
 
 
 def _needs_copy(store: FailoverStore) -> bool:
-    # A store that encodes on the caller's thread (and so isolates by itself) says so.
-    return not getattr(store, "isolating", False)
+    # A store that encodes on the caller's thread (and so isolates by itself) says so; a copying
+    # layer given as the store copies already: a second one would only copy everything twice.
+    return not (isinstance(store, CopyingStore) or getattr(store, "isolating", False))
 
 
 def _tenant_factory(
@@ -330,7 +331,9 @@ class Failover:
             self._closed = True
         for scheduler in self._schedulers:
             scheduler.stop()
-        self.store.close()
+        # A cleanup run by hand on another thread ends first: its store is not closed under it.
+        with self._clean_lock:
+            self.store.close()
 
     def __enter__(self) -> Failover:
         return self

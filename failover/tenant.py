@@ -27,6 +27,9 @@ _current: ContextVar[str | None] = ContextVar("failover_tenant", default=None)
 # uses it instead of calling its resolver again there (a custom resolver may read state that
 # only the calling thread has).
 pinned: ContextVar[str | None] = ContextVar("failover_pinned_tenant", default=None)
+# The tokens of the `tenant` blocks open in this context, innermost last. The context keeps them,
+# not the instance: one instance shared by threads or tasks must give each its own tenant back.
+_open: ContextVar[tuple[Token[str | None], ...]] = ContextVar("failover_tenant_blocks", default=())
 
 
 def current_tenant() -> str | None:
@@ -53,24 +56,25 @@ class tenant:  # lower case: used like a function, `with failover.tenant("acme")
         ConfigurationError: ``name`` is neither a string nor ``None``.
     """
 
-    __slots__ = ("_tokens", "name")
+    __slots__ = ("name",)
 
     def __init__(self, name: str | None) -> None:
         if name is not None and not isinstance(name, str):
             raise ConfigurationError(f"tenant: the name must be a string or None, got {name!r}")
         self.name = name
-        # A stack, so one instance may be entered again inside its own block.
-        self._tokens: list[Token[str | None]] = []
 
     def __repr__(self) -> str:
         return f"tenant({self.name!r})"
 
     def __enter__(self) -> str | None:
-        self._tokens.append(_current.set(self.name))
+        _open.set((*_open.get(), _current.set(self.name)))
         return self.name
 
     def __exit__(self, *exc: object) -> None:
-        _current.reset(self._tokens.pop())
+        # Blocks nest within a context: the innermost one open here is the one ending.
+        *outer, token = _open.get()
+        _open.set(tuple(outer))
+        _current.reset(token)
 
     @overload
     def __call__(

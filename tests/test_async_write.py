@@ -517,3 +517,77 @@ def test_queued_writes_are_flushed_at_interpreter_exit(tmp_path: Path) -> None:
     reader = SqlStore(url)
     assert len(reader.find_all("n")) == 100
     reader.close()
+
+
+class BrokenQueueGauge(NullMetrics):
+    """Metrics whose queue gauge raises, as a custom metrics object lacking the method does."""
+
+    def async_queue(self, size: int) -> None:
+        raise AttributeError("async_queue")
+
+
+def test_a_failing_metric_does_not_stop_the_worker(clock: FakeClock) -> None:
+    inner = InMemoryStore()
+    store = AsyncWriteStore(inner, metrics=BrokenQueueGauge())
+    try:
+        store.store(entry(clock, "a"))
+        assert store.flush(WAIT)
+        store.store(entry(clock, "b"))  # a worker ended by the metric would never write this
+        assert store.flush(WAIT)
+        assert inner.find("n", "b") is not None
+    finally:
+        store._q.stop(WAIT)  # not close(): with a dead worker, it would wait forever
+
+
+class HeldLock:
+    """A lock that holds back the thread named ``held``: it tells when that thread arrives, and
+    lets it take the lock only once ``allow`` is set."""
+
+    def __init__(self, held: str) -> None:
+        self._lock = threading.Lock()
+        self.held = held
+        self.arrived = threading.Event()
+        self.allow = threading.Event()
+
+    def __enter__(self) -> None:
+        if threading.current_thread().name == self.held:
+            self.arrived.set()
+            assert self.allow.wait(WAIT)
+        self._lock.acquire()
+
+    def __exit__(self, *exc: object) -> None:
+        self._lock.release()
+
+
+def test_flush_waits_for_a_write_being_made_on_a_callers_thread(
+    clock: FakeClock, gated: GatedStore, closing: list[AsyncWriteStore]
+) -> None:
+    store = AsyncWriteStore(gated, queue_size=1, batch_size=1, rejection="caller_runs")
+    closing.append(store)
+    io_lock = store._q.io_lock = HeldLock("caller")  # type: ignore[assignment]
+    gated.hold()
+    store.store(entry(clock, "first"))
+    assert gated.entered.wait(WAIT)
+    store.store(entry(clock, "k", {"v": "old"}))  # queued: the queue is full now
+    caller = threading.Thread(
+        target=store.store, args=(entry(clock, "k", {"v": "new"}),), name="caller"
+    )
+    caller.start()
+    try:
+        assert io_lock.arrived.wait(WAIT)  # "new" is accepted (reads see it), not written yet
+        gated.gate.set()
+        q = store._q
+        with q.lock:  # the worker wrote "first" and skipped "old", superseded by "new"
+            assert q.progress.wait_for(lambda: q.handled >= 2, WAIT)
+        found = store.find("n", "k")
+        assert found is not None
+        assert found.payload == {"v": "new"}
+        assert gated.find("n", "k") is None
+        assert store.flush(timeout=0) is False  # a write that reads already see is not written
+    finally:
+        io_lock.allow.set()
+        caller.join(WAIT)
+    assert store.flush(WAIT)
+    found = gated.find("n", "k")
+    assert found is not None
+    assert found.payload == {"v": "new"}

@@ -12,7 +12,7 @@ import pytest
 
 import failover
 from failover import ConfigurationError, Failover, InMemoryStore, ReferentialPayload
-from failover.stores import AsyncWriteStore, FailoverStore, MultiTenantStore
+from failover.stores import AsyncWriteStore, CopyingStore, FailoverStore, MultiTenantStore
 from failover.stores.sql import SqlStore
 
 from .conftest import FakeClock, Upstream
@@ -227,3 +227,13 @@ async def test_async_functions_never_do_store_io_on_the_event_loop(
         assert threading.get_ident() not in raw.threads
     finally:
         engine.close()
+
+
+def test_a_given_copying_layer_is_not_doubled() -> None:
+    engine = Failover(CopyingStore(InMemoryStore()), metrics=False)
+    assert layers(engine.store) == ["CopyingStore", "InMemoryStore"]
+    engine.close()
+    # Queued, a copy is still made before the queue: the caller's value is not encoded yet.
+    engine = Failover(CopyingStore(InMemoryStore()), async_writes=True, metrics=False)
+    assert layers(engine.store)[:2] == ["CopyingStore", "AsyncWriteStore"]
+    engine.close()

@@ -302,3 +302,34 @@ def test_cleanup_racing_with_writers_loses_no_live_entry(
 
         remaining = {p.key for p in engine.store.find_all("race")}
     assert remaining == live
+
+
+def test_start_after_a_stop_that_timed_out_keeps_the_scheduler_running(
+    scheduler_factory: Callable[..., CleanupScheduler],
+) -> None:
+    clean = Blocking()
+    scheduler = scheduler_factory(clean, every="1h").start()
+    assert clean.entered.wait(WAIT)
+    old = scheduler._thread
+    assert old is not None
+    assert scheduler.stop(timeout=0) is False  # the run in progress goes on
+    scheduler.start()  # must not count on the old thread, which ends after its run
+    clean.release.set()
+    old.join(WAIT)
+    assert not old.is_alive()
+    assert scheduler.running
+
+
+def test_close_waits_for_a_cleanup_run_by_hand(clock: FakeClock) -> None:
+    store = BlockingStore()
+    engine = failover.Failover(store, clock=clock, metrics=False)
+    cleaner = threading.Thread(target=engine.clean)
+    cleaner.start()
+    assert store.blocker.entered.wait(WAIT)
+    try:
+        closer = _second_trigger(engine.close)  # the store is not closed under the cleanup
+    finally:
+        store.blocker.release.set()
+        cleaner.join(WAIT)
+    closer.join(WAIT)
+    assert not closer.is_alive()

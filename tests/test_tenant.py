@@ -7,7 +7,7 @@ import asyncio
 import logging
 import threading
 from collections.abc import Callable, Iterator
-from datetime import timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +23,7 @@ from failover.stores import (
     per_tenant_tables,
 )
 from failover.stores.tenant import per_tenant_stores, safe_tenant_id
+from failover.tenant import pinned
 
 from . import postgres
 from .conftest import FakeClock, Upstream
@@ -37,6 +38,7 @@ HOSTILE = [
     "acme\x00",
     "acme-corp",
 ]
+WAIT = 10.0  # a bound on waits that only a broken test reaches
 
 
 def entry(clock: FakeClock, key: str, value: object) -> ReferentialPayload[Any]:
@@ -423,3 +425,125 @@ def test_sqlstore_per_tenant_is_one_table_each(tmp_path: Path, clock: FakeClock)
     assert counts == {"ACME_failover_store": 1, "GLOBEX_failover_store": 2}
     with pytest.raises(ConfigurationError, match="'evil'"):
         failover.SqlStore.per_tenant("sqlite://", prefixes={"evil": "x; DROP TABLE t"})
+
+
+# -- concurrency and failures -------------------------------------------------------------------
+
+
+def test_one_tenant_instance_shared_by_threads_restores_each_ones_tenant() -> None:
+    acme = failover.tenant("acme")  # e.g. a module-level constant used by every request
+    both_in = threading.Barrier(2)
+    first_out = threading.Event()
+    seen: dict[str, object] = {}
+
+    def serve(name: str, leave_first: bool) -> None:
+        try:
+            with acme:
+                both_in.wait(WAIT)
+                if not leave_first:
+                    assert first_out.wait(WAIT)
+            seen[name] = failover.current_tenant()
+        except BaseException as exc:  # checked on the main thread below
+            seen[name] = exc
+        finally:
+            first_out.set()
+
+    threads = [
+        threading.Thread(target=serve, args=("first", True)),
+        threading.Thread(target=serve, args=("second", False)),
+    ]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join(WAIT)
+    assert seen == {"first": None, "second": None}
+
+
+def test_a_failing_resolver_is_a_store_error(clock: FakeClock) -> None:
+    def resolver() -> str | None:
+        raise RuntimeError("working outside of a request")
+
+    store = MultiTenantStore(CountingFactory(), resolver=resolver)
+    with pytest.raises(StoreError, match="resolver failed") as raised:
+        store.find("n", "k")
+    assert isinstance(raised.value.__cause__, RuntimeError)
+
+
+async def test_a_failing_resolver_never_breaks_an_async_call(tmp_path: Path) -> None:
+    def resolver() -> str | None:
+        raise RuntimeError("working outside of a request")
+
+    engine = Failover(
+        f"sqlite:///{tmp_path / 'f.db'}",
+        async_writes=False,  # the write goes to a worker thread, the tenant resolved first
+        tenant_resolver=resolver,
+        metrics=False,
+    )
+
+    @failover.failover("f", engine=engine)
+    async def f(x: int) -> dict[str, int]:
+        return {"x": x}
+
+    try:
+        assert await f(1) == {"x": 1}  # the store failed, logged; the live result returns
+    finally:
+        engine.close()
+
+
+def test_a_pinned_tenant_is_used_even_when_empty(clock: FakeClock) -> None:
+    factory = CountingFactory()
+    store = MultiTenantStore(factory, resolver=lambda: "other")
+    token = pinned.set("")  # what the calling thread's resolver said, before a hand-off
+    try:
+        store.store(entry(clock, "k", 1))
+    finally:
+        pinned.reset(token)
+    assert factory.made == {"": 1}
+
+
+class FailingStore(InMemoryStore):
+    """An in-memory store whose cleanup and close fail, like an unreachable database."""
+
+    def clean_by_expiry(self, now: datetime) -> int:
+        raise OSError("database unreachable")
+
+    def close(self) -> None:
+        raise OSError("database unreachable")
+
+
+def test_one_failing_tenant_does_not_keep_the_others_from_cleanup_or_close(
+    clock: FakeClock,
+) -> None:
+    made: dict[str, InMemoryStore] = {}
+
+    def factory(tenant: str) -> InMemoryStore:
+        made[tenant] = FailingStore() if tenant == "acme" else InMemoryStore()
+        return made[tenant]
+
+    store = MultiTenantStore(factory)
+    for name in ("acme", "globex"):  # acme first: the first one cleaned and closed
+        with failover.tenant(name):
+            store.store(entry(clock, "k", name))
+    with pytest.raises(OSError, match="unreachable"):
+        store.clean_by_expiry(clock.advance(61))
+    assert len(made["globex"]) == 0
+    with failover.tenant("globex"):
+        store.store(entry(clock, "k", "globex"))
+    with pytest.raises(OSError, match="unreachable"):
+        store.close()
+    assert len(made["globex"]) == 0  # closed: an in-memory store drops its entries
+
+
+def test_no_tenant_store_is_made_after_close(clock: FakeClock) -> None:
+    factory = CountingFactory()
+    store = MultiTenantStore(factory)
+    with failover.tenant("acme"):
+        store.store(entry(clock, "k", 1))
+    store.close()
+    with failover.tenant("globex"), pytest.raises(StoreError, match="closed"):
+        store.store(entry(clock, "k", 1))
+    with failover.tenant("acme"), pytest.raises(StoreError, match="closed"):
+        store.find("n", "k")
+    assert factory.made == {"acme": 1}  # nothing made that no one would close
+    assert store.flush(0)
+    assert store.clean_by_expiry(clock()) == 0

@@ -10,8 +10,10 @@ How it stays correct:
   superseded writes are skipped.
 - *Read-your-writes.* Reads look at ``pending`` first (a payload, or a tombstone for a delete),
   then at the inner store. A write leaves ``pending`` only after it was written.
-- *Flush.* Writes are counted when queued and when handled (written, skipped or failed);
-  a flush waits on a condition until the second count reaches the first.
+- *Flush.* Writes are counted when accepted (queued, or made on the caller's thread) and when
+  handled (written, skipped or failed); a flush waits on a condition until the second count
+  reaches the first. A write made on the caller's thread is counted too: reads see it at once,
+  and it may be what a queued write of its key was skipped for.
 - *Lifetime.* The worker thread holds the `_WriteQueue`, never the `AsyncWriteStore`, so a
   store dropped without `AsyncWriteStore.close` is still collected; its worker then writes
   what is left and ends. The interpreter-exit hook holds the queue weakly.
@@ -85,8 +87,8 @@ class _WriteQueue:
         self.has_work = threading.Condition(self.lock)
         self.progress = threading.Condition(self.lock)
         self.io_lock = threading.Lock()
-        self.queued = 0  # writes ever queued
-        self.handled = 0  # writes ever taken off the queue and handled
+        self.queued = 0  # writes ever accepted: queued, or being made on a caller's thread
+        self.handled = 0  # writes ever handled: written, skipped or failed
         self.worker: threading.Thread | None = None
         self.stopped = False  # closed or exiting: writes are made on the caller's thread
         self.dropping = False  # inside a burst of discarded writes (warned already)
@@ -112,7 +114,13 @@ class _WriteQueue:
                     return
             # Written right here: closed, exiting, or rejection="caller_runs" at a full queue.
             self._mark_pending(writes)
-        self.write(writes)
+            self.queued += len(writes)
+        try:
+            self.write(writes)
+        finally:
+            with self.lock:
+                self.handled += len(writes)
+                self.progress.notify_all()
 
     def _mark_pending(self, writes: list[_Write]) -> None:
         # Called with `lock` held: each write becomes the newest of its key.
@@ -176,7 +184,10 @@ class _WriteQueue:
                 if not size:
                     self.dropping = False  # the burst of discarded writes, if any, is over
                 self.progress.notify_all()
-            self.metrics.async_queue(size)
+            try:
+                self.metrics.async_queue(size)
+            except Exception:  # a custom metrics object must not end the worker: writes would stall
+                log.debug("failover: updating the async-writes queue metric failed", exc_info=True)
 
     def write(self, writes: list[_Write]) -> None:
         """Write what is still the newest write of its key, then forget it as pending."""
@@ -426,7 +437,10 @@ class AsyncWriteStore:
     # -- flush and close --------------------------------------------------------------------------
 
     def flush(self, timeout: float | None = None) -> bool:
-        """Wait until every write queued before this call is written.
+        """Wait until every write made before this call is written (or has failed).
+
+        Writes being made on another caller's thread (``rejection="caller_runs"``, or after
+        `close`) count too: reads see them already.
 
         Args:
             timeout: the most seconds to wait; ``None`` waits as long as it takes.

@@ -127,6 +127,7 @@ class MultiTenantStore:
         self.tenants: frozenset[str] | None = None if tenants is None else frozenset(tenants)
         self._stores: dict[str, FailoverStore] = {}
         self._lock = threading.Lock()
+        self._closed = False  # under `_lock`: no store is made after close(), none would close it
 
     def __repr__(self) -> str:
         return (
@@ -153,9 +154,12 @@ class MultiTenantStore:
         """The current tenant's store, made on first use.
 
         Raises:
-            StoreError: no tenant and no ``default_tenant``, or a tenant refused by ``strict``.
+            StoreError: no tenant and no ``default_tenant``, a failing resolver, a tenant refused
+                by ``strict``, or a closed store.
         """
-        tenant = pinned.get() or self.resolve()
+        tenant = pinned.get()
+        if tenant is None:  # not `or`: a pinned "" is a tenant the resolver returned
+            tenant = self.resolve()
         store = self._stores.get(tenant)  # one dict read: atomic, no lock on the common path
         return store if store is not None else self.store_for(tenant)
 
@@ -163,9 +167,14 @@ class MultiTenantStore:
         """The current tenant id, from the resolver or else ``default_tenant``.
 
         Raises:
-            StoreError: no tenant and no ``default_tenant``.
+            StoreError: no tenant and no ``default_tenant``, or the resolver raised.
         """
-        tenant = self.resolver()
+        try:
+            tenant = self.resolver()
+        except Exception as exc:
+            # A store error, which callers handle as one: the async shells resolve the tenant
+            # outside their store guards, before a hand-off, where anything else breaks the call.
+            raise StoreError(f"MultiTenantStore: the tenant resolver failed: {exc!r}") from exc
         if tenant is None:
             tenant = self.default_tenant
             if tenant is None:
@@ -179,7 +188,8 @@ class MultiTenantStore:
         """The store of ``tenant``, made on first use (exactly once).
 
         Raises:
-            StoreError: a tenant id that is not a string, or is refused by ``strict``.
+            StoreError: a tenant id that is not a string, is refused by ``strict``, or comes
+                after `close`.
         """
         store = self._stores.get(tenant)
         if store is not None:
@@ -194,6 +204,8 @@ class MultiTenantStore:
         with self._lock:
             store = self._stores.get(tenant)
             if store is None:
+                if self._closed:
+                    raise StoreError("MultiTenantStore: closed; no tenant store is made any more")
                 store = self.factory(tenant)
                 self._stores[tenant] = store
                 if not known:
@@ -233,8 +245,23 @@ class MultiTenantStore:
     # -- every tenant ---------------------------------------------------------------------------
 
     def clean_by_expiry(self, now: datetime) -> int:
-        """Remove expired entries of every tenant seen so far; return the total count."""
-        return sum(store.clean_by_expiry(now) for store in self.stores.values())
+        """Remove expired entries of every tenant seen so far; return the total count.
+
+        Raises:
+            Exception: the first tenant's failure, once every other tenant was cleaned.
+        """
+        removed = 0
+        failed: list[Exception] = []
+        for tenant, store in self.stores.items():
+            try:
+                removed += store.clean_by_expiry(now)
+            except Exception as exc:
+                # One tenant's unreachable database must not keep the others' entries forever.
+                log.warning("failover: cleaning tenant %r failed", tenant, exc_info=True)
+                failed.append(exc)
+        if failed:
+            raise failed[0]
+        return removed
 
     def flush(self, timeout: float | None = None) -> bool:
         """Wait until the queued writes of every tenant are written.
@@ -253,17 +280,32 @@ class MultiTenantStore:
         return flushed
 
     def close(self) -> None:
-        """Close every tenant's store, then the factory (if it has a ``close()``)."""
+        """Close every tenant's store, then the factory (if it has a ``close()``).
+
+        Raises:
+            Exception: the first failure, once every store and the factory were closed.
+        """
         with self._lock:
-            stores = list(self._stores.values())
+            self._closed = True
+            stores = list(self._stores.items())
             self._stores.clear()
-        try:
-            for store in stores:
+        failed: list[Exception] = []
+        for tenant, store in stores:
+            try:
                 store.close()
-        finally:
+            except Exception as exc:
+                # The others still close: each flushes its own queued writes.
+                log.warning(
+                    "failover: closing the store of tenant %r failed", tenant, exc_info=True
+                )
+                failed.append(exc)
+        try:
             close = getattr(self.factory, "close", None)
             if callable(close):
                 close()
+        finally:
+            if failed:
+                raise failed[0]
 
 
 class _Stores:
