@@ -77,6 +77,7 @@ class Runtime:
         "definition",
         "fn",
         "handler",
+        "new_tenants_block",
         "policy",
         "router",
         "upstream",
@@ -108,6 +109,8 @@ class Runtime:
         self.blocking = blocking
         self.blocking_writes = blocking_writes
         self.router = router
+        # A new tenant's store is made on its first use, and may connect to a database then.
+        self.new_tenants_block = blocking and router is not None
         self._return_type: Any = _UNRESOLVED
 
     def context(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> CallContext:
@@ -175,6 +178,11 @@ class Runtime:
         if plain_kind(type(result)):
             return result
         return enrich(result, True, now)
+
+    def tenant_unmade(self) -> bool:
+        """Whether the current tenant's store is still to be made (only with `new_tenants_block`:
+        its first use may connect to a database, so async callers store on a worker thread)."""
+        return self.router is not None and not self.router.ready()
 
     def live(self, ctx: CallContext, result: Any) -> Any:
         """``result`` enriched as live at ``ctx.now`` (already stored)."""

@@ -195,7 +195,7 @@ def _async_shell(state: State, envelope: bool) -> Callable[..., Any]:
             if out is None:
                 raise
             return out if envelope else out.payload
-        if rt.blocking_writes:
+        if rt.blocking_writes or (rt.new_tenants_block and rt.tenant_unmade()):
             ctx.now = rt.clock()
             await rt.on_worker(rt.store, ctx, result)
             value = rt.live(ctx, result)

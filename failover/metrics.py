@@ -245,11 +245,18 @@ def resolve_metrics(setting: Any) -> Metrics:
 
     if isinstance(setting, CollectorRegistry):
         return PrometheusMetrics.for_registry(setting)
-    if all(callable(getattr(setting, m, None)) for m in ("stored", "recovered", "cleanup")):
+    methods = [name for name in vars(Metrics) if not name.startswith("_")]
+    missing = [name for name in methods if not callable(getattr(setting, name, None))]
+    if not missing:
         return cast(Metrics, setting)
+    if len(missing) < len(methods):  # meant as a Metrics, but incomplete: say what is missing
+        raise ConfigurationError(
+            f"Failover: metrics object {setting!r} lacks {', '.join(missing)}; subclass "
+            "failover.metrics.Metrics, whose methods do nothing by default"
+        )
     raise ConfigurationError(
-        f"Failover: metrics must be a bool, a CollectorRegistry or a PrometheusMetrics, "
-        f"got {setting!r}"
+        f"Failover: metrics must be a bool, a CollectorRegistry, a PrometheusMetrics or a "
+        f"failover.metrics.Metrics, got {setting!r}"
     )
 
 

@@ -591,3 +591,58 @@ def test_flush_waits_for_a_write_being_made_on_a_callers_thread(
     found = gated.find("n", "k")
     assert found is not None
     assert found.payload == {"v": "new"}
+
+
+def test_discard_never_drops_a_delete(
+    clock: FakeClock, gated: GatedStore, metrics: RecordingMetrics, closing: list[AsyncWriteStore]
+) -> None:
+    """An invalidate() at a full queue must not be lost: the entry would be served again."""
+    gated.store(entry(clock, "stale"))  # already in the inner store
+    store = parked(closing, gated, clock, queue_size=1, batch_size=1, metrics=metrics)
+    store.store(entry(clock, "q1"))  # the queue is full now
+    deleted = threading.Event()
+
+    def invalidate() -> None:
+        store.delete("n", "stale")  # made on this thread, once the worker's batch is done
+        deleted.set()
+
+    th = threading.Thread(target=invalidate)
+    th.start()
+    store.store(entry(clock, "dropped"))
+    gated.gate.set()
+    th.join(WAIT)
+    assert deleted.is_set()
+    assert store.flush(WAIT)
+    assert gated.find("n", "stale") is None
+    assert store.find("n", "stale") is None
+    assert metrics.dropped == 1  # the store, not the delete
+
+
+# The worker thread dying of the BaseException is the point: pytest reports such threads.
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")
+def test_a_worker_killed_by_a_base_exception_does_not_hang_flush(
+    clock: FakeClock, closing: list[AsyncWriteStore], caplog: pytest.LogCaptureFixture
+) -> None:
+    class Fatal(InMemoryStore):
+        fatal = True
+
+        def store_many(self, payloads: Sequence[ReferentialPayload[Any]]) -> None:
+            if self.fatal:
+                self.fatal = False
+                raise SystemExit("the store pulled the plug")  # once: it kills the worker
+            super().store_many(payloads)
+
+    store = AsyncWriteStore(Fatal())
+    closing.append(store)
+    store.store(entry(clock, "a"))
+    store.store(entry(clock, "b"))
+    worker = store._q.worker
+    assert worker is not None
+    worker.join(WAIT)
+    assert not worker.is_alive()
+    flusher = threading.Thread(target=store.flush, daemon=True)  # no timeout: it must return
+    flusher.start()
+    flusher.join(WAIT)
+    assert not flusher.is_alive()
+    store.store(entry(clock, "after"))  # the worker is gone: written on the caller's thread
+    assert store.inner.find("n", "after") is not None

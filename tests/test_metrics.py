@@ -124,3 +124,25 @@ def test_metrics_off_adds_no_layer() -> None:
 def test_bad_metrics_setting() -> None:
     with pytest.raises(failover.ConfigurationError, match="metrics must be"):
         Failover(metrics="prometheus")
+
+
+def test_custom_metrics_objects(clock: FakeClock) -> None:
+    from failover.metrics import Metrics
+
+    class OnlyStores(Metrics):
+        def __init__(self) -> None:
+            self.stored_names: list[str] = []
+
+        def stored(self, name: str, ok: bool, seconds: float) -> None:
+            self.stored_names.append(name)
+
+    mine = OnlyStores()
+    eng = Failover(clock=clock, metrics=mine)
+    failover.failover("custom", engine=eng)(lambda: 1)()
+    assert mine.stored_names == ["custom"]
+
+    class Incomplete:
+        def stored(self, name: str, ok: bool, seconds: float) -> None: ...
+
+    with pytest.raises(failover.ConfigurationError, match="lacks recovered, partial"):
+        Failover(metrics=Incomplete())

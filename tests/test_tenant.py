@@ -547,3 +547,31 @@ def test_no_tenant_store_is_made_after_close(clock: FakeClock) -> None:
     assert factory.made == {"acme": 1}  # nothing made that no one would close
     assert store.flush(0)
     assert store.clean_by_expiry(clock()) == 0
+
+
+async def test_a_new_tenants_store_is_made_off_the_event_loop(
+    tmp_path: Path, clock: FakeClock
+) -> None:
+    """Making a tenant's SQL store connects to the database: never on the event loop."""
+    made_on: list[int] = []
+
+    def factory(tenant: str) -> failover.SqlStore:
+        made_on.append(threading.get_ident())
+        return failover.SqlStore(f"sqlite:///{tmp_path / safe_tenant_id(tenant)}.db")
+
+    eng = Failover(factory, tenant_resolver=failover.current_tenant, clock=clock, metrics=False)
+
+    @failover.failover("off-loop", engine=eng)
+    async def fetch(code: str) -> dict[str, str]:
+        return {"code": code}
+
+    loop_thread = threading.get_ident()
+    try:
+        for name in ("acme", "globex", "acme"):
+            with failover.tenant(name):
+                await fetch("FR")
+        eng.flush()
+    finally:
+        eng.close()
+    assert len(made_on) == 2
+    assert loop_thread not in made_on

@@ -93,6 +93,7 @@ class _WriteQueue:
         self.stopped = False  # closed or exiting: writes are made on the caller's thread
         self.dropping = False  # inside a burst of discarded writes (warned already)
         self.idle = False  # the worker waits for writes (only then is it worth a notify)
+        self.worker_done = False  # the worker ended (stopped, or killed by a BaseException)
         self.exit_hook = functools.partial(_flush_at_exit, weakref.ref(self))
 
     def submit(self, writes: list[_Write]) -> None:
@@ -110,8 +111,12 @@ class _WriteQueue:
                         return
                     self.stopped = True  # interpreter shutdown: no new threads
                 elif self.rejection != "caller_runs":
-                    self._reject(writes)
-                    return
+                    # A delete is an invalidate(): dropping it would serve what the user
+                    # removed, so under "discard" deletes are written here instead.
+                    kept = self._reject(writes)
+                    if not kept:
+                        return
+                    writes = kept
             # Written right here: closed, exiting, or rejection="caller_runs" at a full queue.
             self._mark_pending(writes)
             self.queued += len(writes)
@@ -128,14 +133,19 @@ class _WriteQueue:
         for write in writes:
             pending[write[0], write[1]] = write
 
-    def _reject(self, writes: list[_Write]) -> None:
-        # Called with `lock` held, at a full queue, for "abort" (raises) and "discard".
+    def _reject(self, writes: list[_Write]) -> list[_Write]:
+        """At a full queue (``lock`` held): raise for "abort"; for "discard", drop the stores
+        and return the deletes, which the caller writes on its own thread."""
         if self.rejection == "abort":
             raise StoreError(
                 f"AsyncWriteStore: the queue is full ({self.queue_size} writes waiting); "
                 f"{len(writes)} write(s) refused (rejection='abort')"
             )
-        self.metrics.async_dropped(len(writes))
+        deletes = [w for w in writes if isinstance(w[2], _Tombstone)]
+        dropped = len(writes) - len(deletes)
+        if not dropped:
+            return deletes
+        self.metrics.async_dropped(dropped)
         self.metrics.async_queue(len(self.queue))
         if not self.dropping:
             self.dropping = True
@@ -144,6 +154,7 @@ class _WriteQueue:
                 "writes until it drains (rejection='discard')",
                 self.queue_size,
             )
+        return deletes
 
     def _start_worker(self) -> bool:
         # Called with `lock` held. The worker runs in a copy of this thread's context, so context
@@ -163,7 +174,19 @@ class _WriteQueue:
         return True
 
     def run(self) -> None:
-        """The worker: take a batch, write it, repeat until stopped and drained."""
+        """The worker: drain the queue until stopped; however it ends, waiters wake up."""
+        try:
+            self._drain()
+        finally:
+            with self.lock:
+                self.worker_done = True
+                self.stopped = True  # from now on, writes are made on the caller's thread
+                lost = len(self.queue)
+                self.progress.notify_all()
+            if lost:
+                log.error("failover: the async-writes worker ended with %d writes unwritten", lost)
+
+    def _drain(self) -> None:
         queue, lock = self.queue, self.lock
         while True:
             with lock:
@@ -248,7 +271,8 @@ class _WriteQueue:
     def flush(self, timeout: float | None) -> bool:
         with self.lock:
             target = self.queued
-            return self.progress.wait_for(lambda: self.handled >= target, timeout)
+            self.progress.wait_for(lambda: self.handled >= target or self.worker_done, timeout)
+            return self.handled >= target
 
     def stop_soon(self) -> None:
         """Let the worker write what is queued and end; later writes are made in place."""

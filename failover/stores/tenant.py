@@ -163,6 +163,20 @@ class MultiTenantStore:
         store = self._stores.get(tenant)  # one dict read: atomic, no lock on the common path
         return store if store is not None else self.store_for(tenant)
 
+    def ready(self) -> bool:
+        """Whether the current tenant's store is made already, so using it sets nothing up.
+
+        The first use of a tenant makes its store, which may connect to a database: async
+        callers do that on a worker thread.
+        """
+        tenant = pinned.get()
+        if tenant is None:
+            try:
+                tenant = self.resolve()
+            except StoreError:
+                return True  # nothing to make: the error shows where the store is used
+        return tenant in self._stores
+
     def resolve(self) -> str:
         """The current tenant id, from the resolver or else ``default_tenant``.
 
