@@ -26,6 +26,7 @@ import contextvars
 import functools
 import logging
 import threading
+import time
 import weakref
 from collections import deque
 from collections.abc import Iterable, Sequence
@@ -44,7 +45,9 @@ REJECTIONS: Final = ("discard", "caller_runs", "abort")
 """What `AsyncWriteStore` does with writes that find the queue full."""
 
 _EXIT_FLUSH_SECONDS = 30.0
-"""How long interpreter exit waits for queued writes: a dead database must not hang the exit."""
+"""How long interpreter exit waits for queued writes, all queues (tenants) together: a dead
+database must not hang the exit."""
+_exit_deadline: list[float] = []  # set by the first exit hook that runs
 
 
 class _Tombstone:
@@ -293,7 +296,12 @@ class _WriteQueue:
 
 def _flush_at_exit(ref: weakref.ref[_WriteQueue]) -> None:
     queue = ref()
-    if queue is not None and not queue.stop(_EXIT_FLUSH_SECONDS):
+    if queue is None:
+        return
+    if not _exit_deadline:
+        _exit_deadline.append(time.monotonic() + _EXIT_FLUSH_SECONDS)
+    # Flush and join share what is left of the one deadline, whatever the number of queues.
+    if not queue.stop(max(0.0, _exit_deadline[0] - time.monotonic()) / 2):
         log.error(
             "failover: %d queued writes were not written before the interpreter exited",
             len(queue.queue),
