@@ -10,6 +10,7 @@ Quick start::
 
 import typing
 
+from . import stores
 from .cleanup import CleanupScheduler
 from .codec import JsonCodec, PickleCodec
 from .crypto import FernetCipher
@@ -78,10 +79,7 @@ if typing.TYPE_CHECKING:
 
 
 def __getattr__(name: str) -> object:
-    # SqlStore loads SQLAlchemy, a few hundred milliseconds: only when it is first asked for.
-    if name == "SqlStore":
-        from .stores.sql import SqlStore
-
-        globals()[name] = SqlStore
-        return SqlStore
+    if name == "SqlStore":  # lazy, as in failover.stores: it loads SQLAlchemy
+        globals()[name] = stores.SqlStore
+        return stores.SqlStore
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

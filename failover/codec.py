@@ -39,7 +39,7 @@ import typing
 from collections.abc import Callable, Iterable, Sequence
 from datetime import date, datetime, time, timedelta
 from decimal import Decimal
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol, TypeVar, runtime_checkable
 from uuid import UUID
 from zoneinfo import ZoneInfo
 
@@ -310,20 +310,22 @@ def _enc_zoned(tag: str, value: datetime | time) -> dict[str, Any]:
     return _folded(_tagged(tag, value.isoformat()), value)
 
 
-def _dec_datetime(obj: dict[str, Any]) -> datetime:
-    value = datetime.fromisoformat(obj["v"])
+_Clock = TypeVar("_Clock", datetime, time)
+
+
+def _zoned(value: _Clock, obj: dict[str, Any]) -> _Clock:
     zone = obj.get("z")
     if zone is not None:
         value = value.replace(tzinfo=ZoneInfo(zone))
     return value.replace(fold=1) if obj.get("f") else value
+
+
+def _dec_datetime(obj: dict[str, Any]) -> datetime:
+    return _zoned(datetime.fromisoformat(obj["v"]), obj)
 
 
 def _dec_time(obj: dict[str, Any]) -> time:
-    value = time.fromisoformat(obj["v"])
-    zone = obj.get("z")
-    if zone is not None:
-        value = value.replace(tzinfo=ZoneInfo(zone))
-    return value.replace(fold=1) if obj.get("f") else value
+    return _zoned(time.fromisoformat(obj["v"]), obj)
 
 
 def _td(value: timedelta) -> list[int]:
