@@ -192,9 +192,11 @@ class Runtime:
         """The envelope of a live (already enriched) value."""
         d = self.definition
         now = ctx.now or self.clock()
-        return envelope(
-            d.effective_name, key_of(ctx), value, now, d.expiry.compute_expiry(d, now), True
-        )
+        try:
+            key = key_of(ctx)
+        except Exception:  # a failing key= callable already showed up as a store failure
+            key = ""
+        return envelope(d.effective_name, key, value, now, d.expiry.compute_expiry(d, now), True)
 
     # -- failure ------------------------------------------------------------------------------
 
@@ -222,7 +224,7 @@ class Runtime:
             return envelope(found.name, found.key, value, found.as_of, found.expire_on, False)
         policy = self.policy
         if policy is ExceptionPolicy.RETHROW:
-            cause.add_note(f"failover {d.name!r}: nothing recovered ({found.value})")
+            _note(cause, d.name, found.value)
             return None
         if policy is ExceptionPolicy.NEVER_THROW:
             value = None
@@ -275,6 +277,21 @@ def resolve_return_type(fn: Callable[..., Any], fallback: Any) -> Any:
         return typing.get_type_hints(fn, include_extras=True).get("return", fallback)
     except Exception:
         return fallback
+
+
+def _note(cause: BaseException, name: str, why: str) -> None:
+    """Say on ``cause`` why failover ``name`` recovered nothing: one note per failover, however
+    often the same exception object passes (an upstream re-raising a kept error, nested calls),
+    so that notes never pile up on it."""
+    prefix = f"failover {name!r}: nothing recovered ("
+    note = f"{prefix}{why})"
+    notes = getattr(cause, "__notes__", None)
+    if isinstance(notes, list):
+        for i, old in enumerate(notes):
+            if isinstance(old, str) and old.startswith(prefix):
+                notes[i] = note  # the latest reason, in the note's place
+                return
+    cause.add_note(note)
 
 
 def _always_recovered(exc: Exception) -> bool:

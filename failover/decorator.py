@@ -295,6 +295,17 @@ def _is_method(fn: Callable[..., Any], signature: inspect.Signature) -> bool:
     return in_class and bool(params) and params[0].name in ("self", "cls")
 
 
+def _default_name(fn: Any, function: str) -> str:
+    """``module.qualname``: the name of a failover decorated without one."""
+    if not hasattr(fn, "__qualname__"):
+        # A callable object or a partial: its repr carries its address, so a name made from it
+        # would change with every process, and a persistent store would never find its entries.
+        raise ConfigurationError(
+            f"failover: {fn!r} has no stable qualified name to derive a name from; pass name="
+        )
+    return function
+
+
 def _build(
     fn: Any,
     name: str | None,
@@ -308,7 +319,7 @@ def _build(
         raise ConfigurationError(f"failover: can only decorate callables, got {fn!r}")
     function = f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', repr(fn))}"
     if name is None:
-        name = function
+        name = _default_name(fn, function)
     if not isinstance(name, str) or not name:
         raise ConfigurationError(f"failover {function}: name must be a non-empty string")
     domain = settings["domain"]
@@ -359,7 +370,9 @@ def _build(
         acquire_timeout=float(acquire_timeout),
         timeout=None,
         function=function,
-        is_async=_is_async(unwrapped),
+        # The callable itself first: an `async def` wrapper around a sync function (asyncify)
+        # is async, whatever it wraps; a plain wrapper around an `async def` returns its coroutine.
+        is_async=_is_async(fn) or _is_async(unwrapped),
         is_method=is_method,
         return_annotation=signature.return_annotation,
     )

@@ -353,8 +353,9 @@ class Failover:
         """
         env = os.environ if environ is None else environ
         kwargs: dict[str, Any] = {}
-        if f"{prefix}STORE" in env:
-            kwargs["store"] = env[f"{prefix}STORE"]
+        store = env.get(f"{prefix}STORE", "").strip()
+        if store:  # blank means unset, as for the other variables
+            kwargs["store"] = store
         for name in ("ASYNC_WRITES", "ENABLED", "METRICS"):
             raw = env.get(f"{prefix}{name}")
             if raw is not None and raw.strip():

@@ -239,7 +239,7 @@ def resolve_metrics(setting: Any) -> Metrics:
         return PrometheusMetrics.for_registry(None)
     if setting is False or setting is None:
         return NULL_METRICS
-    if isinstance(setting, PrometheusMetrics | NullMetrics):
+    if isinstance(setting, PrometheusMetrics) or type(setting) is NullMetrics:
         return setting
     from prometheus_client import CollectorRegistry
 
@@ -248,7 +248,7 @@ def resolve_metrics(setting: Any) -> Metrics:
     methods = [name for name in vars(Metrics) if not name.startswith("_")]
     missing = [name for name in methods if not callable(getattr(setting, name, None))]
     if not missing:
-        return cast(Metrics, setting)
+        return _Guarded(cast(Metrics, setting))
     if len(missing) < len(methods):  # meant as a Metrics, but incomplete: say what is missing
         raise ConfigurationError(
             f"Failover: metrics object {setting!r} lacks {', '.join(missing)}; subclass "
@@ -258,6 +258,54 @@ def resolve_metrics(setting: Any) -> Metrics:
         f"Failover: metrics must be a bool, a CollectorRegistry, a PrometheusMetrics or a "
         f"failover.metrics.Metrics, got {setting!r}"
     )
+
+
+class _Guarded(Metrics):
+    """A custom `Metrics` behind `_safe`: its failures are dropped, never raised into a call
+    (a raising ``recovered`` would otherwise turn a hit into a miss)."""
+
+    def __init__(self, inner: Metrics) -> None:
+        self.inner = inner
+
+    def __repr__(self) -> str:
+        return repr(self.inner)
+
+    @_safe
+    def stored(self, name: str, ok: bool, seconds: float) -> None:
+        """A store of a live result."""
+        self.inner.stored(name, ok, seconds)
+
+    @_safe
+    def recovered(
+        self, name: str, outcome: str, seconds: float, stale_age: float | None = None
+    ) -> None:
+        """A recovery."""
+        self.inner.recovered(name, outcome, seconds, stale_age)
+
+    @_safe
+    def partial(self, name: str) -> None:
+        """A partial scatter/gather recovery."""
+        self.inner.partial(name)
+
+    @_safe
+    def async_queue(self, size: int) -> None:
+        """The async-writes queue length."""
+        self.inner.async_queue(size)
+
+    @_safe
+    def async_dropped(self, count: int = 1) -> None:
+        """Writes discarded at a full queue."""
+        self.inner.async_dropped(count)
+
+    @_safe
+    def async_failed(self, count: int = 1) -> None:
+        """Queued writes that failed."""
+        self.inner.async_failed(count)
+
+    @_safe
+    def cleanup(self, removed: int, seconds: float) -> None:
+        """One cleanup run."""
+        self.inner.cleanup(removed, seconds)
 
 
 class MetricsHandler:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 from dataclasses import dataclass
 from datetime import datetime
@@ -84,8 +85,37 @@ class Referential:
 
 
 # Per-type decision, so that the runtime protocol check (slow) runs once per type, not per call.
-_PLAIN, _SETATTR, _DATACLASS, _PYDANTIC = range(4)
+# A type decides for all its instances only when its instances cannot differ: it declares both
+# fields, or its instances have no `__dict__` to carry them. Otherwise (a SimpleNamespace, a class
+# setting them in some paths only) each instance is checked (`_INSTANCE`): the first one seen
+# must not decide for the others.
+_PLAIN, _SETATTR, _DATACLASS, _PYDANTIC, _FROZEN, _NAMEDTUPLE, _INSTANCE = range(7)
+_FIELDS = ("up_to_date", "as_of")
 _kinds: dict[type, int] = {}
+
+
+def _declares(tp: type) -> bool:
+    """Whether every instance of ``tp`` has both fields: class attributes (the mixin, defaults,
+    slots, properties), dataclass fields or pydantic fields."""
+    if all(hasattr(tp, f) for f in _FIELDS):
+        return True
+    names: Any = getattr(tp, "model_fields", None)
+    if dataclasses.is_dataclass(tp):
+        names = {f.name for f in dataclasses.fields(tp)}
+    return isinstance(names, dict | set) and all(f in names for f in _FIELDS)
+
+
+def _copy_kind(tp: type) -> int:
+    """How an aware value of type ``tp`` takes the fields: set in place, or on a copy."""
+    if dataclasses.is_dataclass(tp) and tp.__dataclass_params__.frozen:  # type: ignore[attr-defined]
+        init = {f.name for f in dataclasses.fields(tp) if f.init}
+        # Fields of a non-dataclass base (the `Referential` mixin) are not `replace` arguments.
+        return _DATACLASS if all(f in init for f in _FIELDS) else _FROZEN
+    if hasattr(tp, "model_copy") and getattr(tp, "model_config", {}).get("frozen"):
+        return _PYDANTIC
+    if issubclass(tp, tuple) and all(f in getattr(tp, "_fields", ()) for f in _FIELDS):
+        return _NAMEDTUPLE  # its fields cannot be set: `_replace` makes the copy
+    return _SETATTR
 
 
 def _kind(value: object) -> int:
@@ -93,14 +123,13 @@ def _kind(value: object) -> int:
     kind = _kinds.get(tp)
     if kind is not None:
         return kind
-    if not isinstance(value, (Referential, ReferentialAware)):
-        kind = _PLAIN
-    elif dataclasses.is_dataclass(tp) and tp.__dataclass_params__.frozen:  # type: ignore[attr-defined]
-        kind = _DATACLASS
-    elif hasattr(tp, "model_copy") and getattr(tp, "model_config", {}).get("frozen"):
-        kind = _PYDANTIC
+    if isinstance(value, Referential) or _declares(tp):
+        kind = _copy_kind(tp)
+    elif hasattr(value, "__dict__") or isinstance(value, ReferentialAware):
+        # Attributes of its own, or a __getattr__ answering for them: decided per instance.
+        kind = _INSTANCE
     else:
-        kind = _SETATTR
+        kind = _PLAIN
     _kinds[tp] = kind
     return kind
 
@@ -119,6 +148,10 @@ def enrich(value: T, up_to_date: bool, as_of: datetime | None) -> T:
     kind = _kinds.get(type(value))
     if kind is None:
         kind = _kind(value)
+    if kind == _INSTANCE:
+        if not (hasattr(value, "up_to_date") and hasattr(value, "as_of")):
+            return value
+        kind = _copy_kind(type(value))
     if kind == _PLAIN:
         return value
     if kind == _SETATTR:
@@ -128,5 +161,12 @@ def enrich(value: T, up_to_date: bool, as_of: datetime | None) -> T:
         return value
     if kind == _DATACLASS:
         return dataclasses.replace(value, up_to_date=up_to_date, as_of=as_of)  # type: ignore[type-var]
+    if kind == _FROZEN:
+        frozen: Any = copy.copy(value)  # the caller's (or the store's) object stays as it is
+        object.__setattr__(frozen, "up_to_date", up_to_date)
+        object.__setattr__(frozen, "as_of", as_of)
+        return cast(T, frozen)
+    if kind == _NAMEDTUPLE:
+        return cast(T, value._replace(up_to_date=up_to_date, as_of=as_of))  # type: ignore[attr-defined]
     copied: T = value.model_copy(update={"up_to_date": up_to_date, "as_of": as_of})  # type: ignore[attr-defined]
     return copied

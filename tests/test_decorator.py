@@ -416,3 +416,52 @@ def test_nothing_is_created_at_import() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "ok"
+
+
+async def test_async_wrapper_over_a_sync_function_is_async(
+    engine: Failover, upstream: Upstream
+) -> None:
+    def asyncify(fn: Any) -> Any:  # as asyncer.asyncify: an `async def` wrapping a sync function
+        @functools.wraps(fn)
+        async def wrapper(*args: Any, **kwargs: Any) -> Any:
+            return fn(*args, **kwargs)
+
+        return wrapper
+
+    def fetch(code: str) -> object:
+        return upstream(code)
+
+    wrapped = failover.failover("asyncified", engine=engine)(asyncify(fetch))
+    assert wrapped.definition.is_async
+    assert inspect.iscoroutinefunction(wrapped)
+    assert await wrapped("FR") == "FR"  # the awaited value is stored, not a coroutine
+    upstream.fail()
+    assert await wrapped("FR") == "FR"
+
+
+def test_a_default_name_must_be_stable(engine: Failover) -> None:
+    class Fetcher:
+        def __call__(self, code: str) -> str:
+            return code
+
+    # Its repr carries its address: a name from it would change with every process.
+    with pytest.raises(ConfigurationError, match="pass name="):
+        failover.failover(engine=engine)(Fetcher())
+    with pytest.raises(ConfigurationError, match="pass name="):
+        failover.failover(functools.partial(lambda a, b: a + b, 1))  # type: ignore[misc]
+
+
+def test_referential_survives_a_failing_key_callable(
+    engine: Failover, caplog: pytest.LogCaptureFixture
+) -> None:
+    def key(code: str) -> str:
+        raise KeyError(code)
+
+    @failover.failover("bad-key", key=key, engine=engine)
+    def f(code: str) -> str:
+        return code
+
+    assert f("a") == "a"  # the store failed (logged); the live result still returns
+    env = f.referential("a")
+    assert (env.payload, env.up_to_date) == ("a", True)
+    assert "storing the live result failed" in caplog.text

@@ -108,3 +108,10 @@ def test_cachetools_store_expires_on_the_engine_clock(clock: FakeClock, upstream
     f(1)
     clock.advance(10)
     assert eng.raw_store.find_all("tlru") == []  # gone without any cleanup
+
+
+def test_from_env_treats_a_blank_store_as_unset() -> None:
+    eng = Failover.from_env("APP_", environ={"APP_STORE": " ", "APP_METRICS": "false"})
+    assert isinstance(eng.raw_store, InMemoryStore)
+    eng = Failover.from_env("APP_", environ={"APP_STORE": " cachetools:// ", "APP_METRICS": "0"})
+    assert isinstance(eng.raw_store, CachetoolsStore)

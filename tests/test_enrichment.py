@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
+from typing import NamedTuple
 
 import pytest
 
@@ -107,3 +108,51 @@ def test_fast_envelopes_are_ordinary_frozen_payloads() -> None:
     with pytest.raises(dataclasses.FrozenInstanceError):
         fast.name = "other"  # type: ignore[misc]
     assert dataclasses.replace(fast, up_to_date=False).up_to_date is False
+
+
+def test_the_first_instance_of_a_type_does_not_decide_for_the_others(
+    engine: Failover, clock: FakeClock
+) -> None:
+    from types import SimpleNamespace
+
+    results = iter(
+        [
+            SimpleNamespace(code="FR"),  # plain: no freshness attributes
+            SimpleNamespace(code="DE", up_to_date=False, as_of=None),  # aware
+            SimpleNamespace(code="IT"),  # plain again
+        ]
+    )
+
+    @failover.failover("namespaces", engine=engine)
+    def f(code: str) -> SimpleNamespace:
+        return next(results)
+
+    assert not hasattr(f("FR"), "up_to_date")
+    aware = f("DE")
+    assert (aware.up_to_date, aware.as_of) == (True, clock())
+    assert not hasattr(f("IT"), "up_to_date")  # never given fields it does not have
+
+
+@dataclass(frozen=True)
+class FrozenCountry(Referential):
+    code: str
+
+
+class NamedRate(NamedTuple):
+    value: float
+    up_to_date: bool = True
+    as_of: datetime | None = None
+
+
+def test_frozen_dataclass_with_the_mixin(
+    engine: Failover, clock: FakeClock, upstream: Upstream
+) -> None:
+    original = FrozenCountry("FR")
+    run(engine, clock, upstream, original, "frozen-mixin")
+    assert (original.up_to_date, original.as_of) == (True, None)  # the class defaults
+
+
+def test_named_tuple_gets_a_copy(engine: Failover, clock: FakeClock, upstream: Upstream) -> None:
+    original = NamedRate(1.5)
+    run(engine, clock, upstream, original, "named-tuple")
+    assert original.as_of is None

@@ -146,3 +146,29 @@ def test_custom_metrics_objects(clock: FakeClock) -> None:
 
     with pytest.raises(failover.ConfigurationError, match="lacks recovered, partial"):
         Failover(metrics=Incomplete())
+
+
+def test_a_failing_custom_metrics_object_never_breaks_a_call(
+    clock: FakeClock, upstream: Upstream
+) -> None:
+    from failover.metrics import Metrics
+
+    class Failing(Metrics):
+        def stored(self, name: str, ok: bool, seconds: float) -> None:
+            raise RuntimeError("metrics backend down")
+
+        def recovered(
+            self, name: str, outcome: str, seconds: float, stale_age: float | None = None
+        ) -> None:
+            raise RuntimeError("metrics backend down")
+
+    eng = Failover(clock=clock, metrics=Failing())
+
+    @failover.failover("failing-metrics", engine=eng)
+    def f(x: str) -> object:
+        return upstream(x)
+
+    assert f("a") == "a"
+    assert len(eng.raw_store.find_all("failing-metrics")) == 1  # stored, whatever the metric
+    upstream.fail()
+    assert f("a") == "a"  # the hit is served: a failing metric does not turn it into a miss

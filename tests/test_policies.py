@@ -262,3 +262,23 @@ async def test_cancellation_propagates(engine: Failover) -> None:
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
+
+
+def test_rethrow_note_is_added_once_per_failover(engine: Failover, clock: FakeClock) -> None:
+    error = ConnectionError("refused")  # one object, raised again and again (a cached failure)
+
+    @failover.failover("inner", engine=engine)
+    def inner() -> int:
+        raise error
+
+    @failover.failover("outer", engine=engine)
+    def outer() -> int:
+        return inner()
+
+    for _ in range(3):
+        with pytest.raises(ConnectionError):
+            outer()
+    assert error.__notes__ == [
+        "failover 'inner': nothing recovered (no stored entry)",
+        "failover 'outer': nothing recovered (no stored entry)",
+    ]
