@@ -151,16 +151,6 @@ class Runtime:
 
     # -- success ------------------------------------------------------------------------------
 
-    def store(self, ctx: CallContext, result: Any) -> None:
-        """Store a live result; a failing store is logged, never raised."""
-        store_if = self.definition.store_if
-        if store_if is not None and not store_if(result):
-            return
-        try:
-            self.handler.store(ctx, result)
-        except Exception:
-            self._store_failed()
-
     def _store_failed(self) -> None:
         log.warning(
             "failover %r: storing the live result failed", self.definition.name, exc_info=True
@@ -169,12 +159,12 @@ class Runtime:
     def succeeded(self, ctx: CallContext, result: Any) -> Any:
         """Store ``result`` and return it enriched as live."""
         ctx.now = now = self.clock()
-        store_if = self.definition.store_if
-        if store_if is None or store_if(result):
-            try:
+        try:  # a failing store_if is store trouble too: the live result still returns
+            store_if = self.definition.store_if
+            if store_if is None or store_if(result):
                 self.handler.store(ctx, result)
-            except Exception:
-                self._store_failed()
+        except Exception:
+            self._store_failed()
         if plain_kind(type(result)):
             return result
         return enrich(result, True, now)
@@ -183,10 +173,6 @@ class Runtime:
         """Whether the current tenant's store is still to be made (only with `new_tenants_block`:
         its first use may connect to a database, so async callers store on a worker thread)."""
         return self.router is not None and not self.router.ready()
-
-    def live(self, ctx: CallContext, result: Any) -> Any:
-        """``result`` enriched as live at ``ctx.now`` (already stored)."""
-        return enrich(result, True, ctx.now)
 
     def live_envelope(self, ctx: CallContext, value: Any) -> ReferentialPayload[Any]:
         """The envelope of a live (already enriched) value."""

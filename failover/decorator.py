@@ -196,9 +196,7 @@ def _async_shell(state: State, envelope: bool) -> Callable[..., Any]:
                 raise
             return out if envelope else out.payload
         if rt.blocking_writes or (rt.new_tenants_block and rt.tenant_unmade()):
-            ctx.now = rt.clock()
-            await rt.on_worker(rt.store, ctx, result)
-            value = rt.live(ctx, result)
+            value = await rt.on_worker(rt.succeeded, ctx, result)
         else:
             value = rt.succeeded(ctx, result)
         return rt.live_envelope(ctx, value) if envelope else value

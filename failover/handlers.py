@@ -82,7 +82,11 @@ class DefaultHandler:
         if found is None:
             return Miss.MISS
         if definition.expiry.is_expired(found, self.clock()):
-            self.store_.delete(definition.effective_name, key)
+            # A concurrent success may have stored a fresh entry since: delete only if the
+            # entry is still the expired one (the window left is one find long).
+            again = self.store_.find(definition.effective_name, key)
+            if again is not None and again.as_of == found.as_of:
+                self.store_.delete(definition.effective_name, key)
             return Miss.EXPIRED
         return envelope(found.name, found.key, found.payload, found.as_of, found.expire_on, False)
 

@@ -465,3 +465,55 @@ def test_referential_survives_a_failing_key_callable(
     env = f.referential("a")
     assert (env.payload, env.up_to_date) == ("a", True)
     assert "storing the live result failed" in caplog.text
+
+
+def test_recovery_never_deletes_a_fresh_entry_stored_meanwhile(
+    clock: FakeClock, upstream: Upstream
+) -> None:
+    """The expired entry is found, then a concurrent success stores a fresh one before the
+    expired one is deleted: the fresh one must survive."""
+
+    class Racing(failover.InMemoryStore):
+        on_find: Any = None
+
+        def find(self, name: str, key: str) -> Any:
+            found = super().find(name, key)
+            hook, self.on_find = self.on_find, None
+            if hook is not None:
+                hook()  # the concurrent success, right after the expired entry was read
+            return found
+
+    store = Racing()
+    eng = Failover(store, clock=clock, metrics=False)
+
+    @failover.failover("race", ttl=10, engine=eng)
+    def f(x: str) -> object:
+        return upstream(x)
+
+    f("a")
+    clock.advance(20)
+    store.on_find = lambda: f("a")  # upstream still up for this one call
+
+    @failover.failover("race-reader", domain="race", ttl=10, engine=eng)
+    def reader(x: str) -> object:
+        raise ConnectionError("down")
+
+    with pytest.raises(ConnectionError, match="down"):
+        reader("a")  # finds the expired entry: a miss, and the fresh one must stay
+    upstream.fail()
+    env = f.referential("a")  # the fresh entry is still there
+    assert (env.payload, env.as_of) == ("a", clock())
+
+
+def test_a_failing_store_if_never_breaks_the_call(
+    engine: Failover, upstream: Upstream, caplog: pytest.LogCaptureFixture
+) -> None:
+    def picky(result: object) -> bool:
+        raise ValueError("bug in store_if")
+
+    @failover.failover("picky", engine=engine, store_if=picky)
+    def f(x: str) -> object:
+        return upstream(x)
+
+    assert f("a") == "a"
+    assert "storing the live result failed" in caplog.text
