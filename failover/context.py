@@ -27,6 +27,8 @@ class CallContext:
     Internal and mutable only in ``now``, which the core sets when the upstream answers.
     """
 
+    # Also built field by field in `Runtime.context` (no __init__ frame on the hot path): a new
+    # field goes there too.
     __slots__ = ("_arguments", "args", "binder", "definition", "kwargs", "now", "values")
 
     def __init__(
