@@ -30,12 +30,18 @@ log = logging.getLogger("failover")
 
 def _period(every: timedelta | float | str) -> timedelta:
     try:
-        return parse_ttl(every, "CleanupScheduler")
+        period = parse_ttl(every, "CleanupScheduler")
     except ConfigurationError:
         raise ConfigurationError(
             "CleanupScheduler: every= must be a positive duration (seconds, a timedelta, or e.g. "
             f"'30s', '15m', '1h'), got {every!r}"
         ) from None
+    if period.total_seconds() > threading.TIMEOUT_MAX:  # the thread could not wait that long
+        raise ConfigurationError(
+            f"CleanupScheduler: every={every!r} is too long "
+            f"(at most {int(threading.TIMEOUT_MAX)} seconds)"
+        )
+    return period
 
 
 class CleanupScheduler:

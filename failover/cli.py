@@ -18,7 +18,7 @@ from datetime import UTC, datetime, timedelta
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from types import FrameType
-from typing import TYPE_CHECKING, TextIO
+from typing import TYPE_CHECKING, NoReturn, TextIO
 
 from .cleanup import CleanupScheduler
 from .engine import Failover, utcnow
@@ -28,6 +28,8 @@ from .metrics import NULL_METRICS, Metrics, NullMetrics, PrometheusMetrics
 from .stores.factory import make_store
 
 if TYPE_CHECKING:
+    import sqlalchemy as sa
+
     from .stores.sql import SqlStore
 
 __all__ = ["main", "render_table"]
@@ -38,6 +40,14 @@ _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 class _CliError(Exception):
     """A problem the user can fix, reported as one line."""
+
+
+class _Parser(argparse.ArgumentParser):
+    """An argument parser whose usage errors are one line too, pointing at ``--help``."""
+
+    def error(self, message: str) -> NoReturn:
+        """Print ``PROG: error: message; see PROG --help`` on stderr and exit with status 2."""
+        self.exit(2, f"{self.prog}: error: {message}; see {self.prog} --help\n")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -85,7 +95,7 @@ def _version() -> str:
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog=PROG,
         description="Serve the last good answer, marked stale, when an upstream goes down.",
     )
@@ -159,11 +169,16 @@ def _every(text: str) -> timedelta:
     with contextlib.suppress(ValueError):
         value = float(text)  # a bare number is seconds, as in the Python API
     try:
-        return parse_ttl(value, "--every")
-    except ConfigurationError:
+        every = parse_ttl(value, "--every")
+    except (ConfigurationError, ValueError, OverflowError):  # nan, inf, past timedelta.max
         raise argparse.ArgumentTypeError(
             f"{text!r} is not a positive duration (seconds, or e.g. 30s, 15m, 1h, 1d)"
         ) from None
+    if every.total_seconds() > threading.TIMEOUT_MAX:  # the scheduler's thread could not wait
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is too long (at most {int(threading.TIMEOUT_MAX)} seconds)"
+        )
+    return every
 
 
 def _port(text: str) -> int:
@@ -186,9 +201,30 @@ def _display(url: str) -> str:
     """The URL without its password, fit for printing."""
     if "@" not in url:
         return url
-    from sqlalchemy.engine import make_url
+    from .stores.sql import _masked
 
-    return make_url(url).render_as_string(hide_password=True)
+    return _masked(_sqlalchemy_url(url) or url)
+
+
+def _sqlalchemy_url(url: str) -> sa.URL | None:
+    """``url`` parsed by SQLAlchemy; ``None`` when it cannot be (the store reports that itself)."""
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError
+
+    try:
+        return make_url(url)
+    except (ArgumentError, ValueError):
+        return None
+
+
+def _in_process(url: str) -> bool:
+    """Whether the store at ``url`` lives inside this process: nothing of it outlives a command."""
+    if url.partition("://")[0].lower() in ("memory", "cachetools"):
+        return True
+    from .stores.sql import _is_memory
+
+    parsed = _sqlalchemy_url(url) if url.lower().startswith("sqlite") else None
+    return parsed is not None and _is_memory(parsed)
 
 
 def render_table(headers: Sequence[str], rows: Iterable[Sequence[str]]) -> str:
@@ -231,7 +267,7 @@ def _demo(args: argparse.Namespace) -> int:
     store = args.store or demo.default_store()
     out = sys.stdout
     print(f"failover demo: store {_display(store)}", file=out)
-    in_process = store.partition("://")[0].lower() in ("memory", "cachetools")
+    in_process = _in_process(store)
     result = demo.run(store if in_process else _open(store, "demo", create=True))
     print(f"upstream {result.upstream_url}/countries/<code>, ttl {_duration(result.ttl)}", file=out)
     print("time: a fake clock that the demo moves on, so nothing waits", file=out)
@@ -272,8 +308,7 @@ def _open(url: str, command: str, *, create: bool, table_prefix: str = "") -> Sq
     warning and retry on first use (right for a service starting, noise for a command). Without
     ``create``, a SQLite file must exist: a mistyped path is an error, not a new empty file.
     """
-    scheme = url.partition("://")[0].lower()
-    if "://" not in url or scheme in ("memory", "cachetools"):
+    if "://" not in url or _in_process(url):
         make_store(url).close()  # a malformed URL is reported as such
         raise _CliError(
             f"{url} is a store inside one process, a new empty one here: {PROG} {command} "

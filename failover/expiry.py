@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -19,6 +20,16 @@ _UNITS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d|w)\s*$")
 
 
+def _seconds(seconds: float, value: object, owner: str) -> timedelta:
+    # inf and nan are floats, and a huge number overflows timedelta: neither is a duration.
+    try:
+        if not math.isfinite(seconds):
+            raise OverflowError
+        return timedelta(seconds=seconds)
+    except OverflowError:
+        raise ConfigurationError(f"{owner}: ttl {value!r} is not a finite duration") from None
+
+
 def parse_ttl(value: timedelta | float | str, owner: str = "ttl") -> timedelta:
     """Turn ``timedelta``, seconds, or ``"30s"``/``"15m"``/``"24h"``/``"7d"`` into a timedelta.
 
@@ -30,7 +41,7 @@ def parse_ttl(value: timedelta | float | str, owner: str = "ttl") -> timedelta:
     elif isinstance(value, bool):
         raise ConfigurationError(f"{owner}: ttl must be a duration, got {value!r}")
     elif isinstance(value, int | float):
-        ttl = timedelta(seconds=value)
+        ttl = _seconds(value, value, owner)
     elif isinstance(value, str):
         match = _DURATION.match(value)
         if match is None:
@@ -38,7 +49,7 @@ def parse_ttl(value: timedelta | float | str, owner: str = "ttl") -> timedelta:
                 f"{owner}: ttl {value!r} is not a duration; use seconds or e.g. '30s', '15m', "
                 "'24h', '7d'"
             )
-        ttl = timedelta(seconds=float(match[1]) * _UNITS[match[2]])
+        ttl = _seconds(float(match[1]) * _UNITS[match[2]], value, owner)
     else:
         raise ConfigurationError(f"{owner}: ttl must be a duration, got {type(value).__name__}")
     if ttl <= timedelta(0):

@@ -333,3 +333,8 @@ def test_close_waits_for_a_cleanup_run_by_hand(clock: FakeClock) -> None:
         cleaner.join(WAIT)
     closer.join(WAIT)
     assert not closer.is_alive()
+
+
+def test_a_period_longer_than_a_thread_can_wait_is_refused() -> None:
+    with pytest.raises(ConfigurationError, match="too long"):
+        CleanupScheduler(lambda: 0, every=1e10)

@@ -81,16 +81,25 @@ def single_error_line(capsys: pytest.CaptureFixture[str]) -> str:
         "memory://?max_entries=lots",
         "sqlite:////nonexistent-dir/sub/failover.db",
         "postgresql+nosuchdriver://user@127.0.0.1/db",
+        "postgresql+psycopg://user:secret@127.0.0.1:port/db",  # not a SQLAlchemy URL
     ],
 )
 @pytest.mark.parametrize("command", ["inspect", "clean", "scheduler", "demo"])
 def test_bad_store_urls(command: str, url: str, capsys: pytest.CaptureFixture[str]) -> None:
     assert main([command, "--store", url]) == 1
-    single_error_line(capsys)
+    captured = capsys.readouterr()
+    assert "secret" not in captured.out + captured.err
+    lines = captured.err.splitlines()
+    assert len(lines) == 1, captured.err
+    assert lines[0].startswith("failover: error: ")
 
 
-def test_in_process_stores_cannot_be_inspected(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["inspect", "--store", "memory://"]) == 1
+@pytest.mark.parametrize("url", ["memory://", "cachetools://", "sqlite://", "sqlite:///:memory:"])
+@pytest.mark.parametrize("command", ["inspect", "clean", "scheduler"])
+def test_in_process_stores_cannot_be_inspected(
+    command: str, url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main([command, "--store", url]) == 1
     assert "durable store" in single_error_line(capsys)
 
 
@@ -120,30 +129,70 @@ def test_metrics_port_in_use(sqlite_url: str, capsys: pytest.CaptureFixture[str]
     assert "Address already in use" in single_error_line(capsys)
 
 
+def usage_error_line(capsys: pytest.CaptureFixture[str], prog: str) -> str:
+    """A usage error is one line too, pointing at --help rather than printing the usage."""
+    err = capsys.readouterr().err
+    assert len(err.splitlines()) == 1, err
+    assert err.startswith(f"{prog}: error: ")
+    assert err.rstrip().endswith(f"; see {prog} --help")
+    return err
+
+
+@pytest.mark.parametrize(
+    ("argv", "prog", "message"),
+    [
+        ([], "failover", "the following arguments are required: COMMAND"),
+        (["bogus"], "failover", "argument COMMAND: invalid choice: 'bogus'"),
+        (["inspect"], "failover inspect", "the following arguments are required: --store"),
+        (["clean", "--store", "sqlite:///x.db", "--nope"], "failover", "unrecognized arguments"),
+    ],
+)
+def test_usage_errors_are_one_line(
+    argv: list[str], prog: str, message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        main(argv)
+    assert exit_.value.code == 2
+    assert message in usage_error_line(capsys, prog)
+
+
 @pytest.mark.parametrize("port", ["0", "65536", "http", "-1"])
 def test_bad_metrics_port_is_a_usage_error(port: str, capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as exit_:
         main(["scheduler", "--store", "sqlite:///never-opened.db", f"--metrics-port={port}"])
     assert exit_.value.code == 2
-    assert f"argument --metrics-port: {port!r} is not a TCP port" in capsys.readouterr().err
+    err = usage_error_line(capsys, "failover scheduler")
+    assert f"argument --metrics-port: {port!r} is not a TCP port" in err
 
 
-@pytest.mark.parametrize("every", ["soon", "0", "-5m"])
+@pytest.mark.parametrize("every", ["soon", "0", "-5m", "nan", "inf", "1e400", "1e15"])
 def test_bad_period_is_a_usage_error(every: str, capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as exit_:
         main(["scheduler", "--store", "sqlite:///never-opened.db", f"--every={every}"])
     assert exit_.value.code == 2
-    err = capsys.readouterr().err
+    err = usage_error_line(capsys, "failover scheduler")
     assert f"argument --every: {every!r} is not a positive duration" in err
-    assert "Traceback" not in err
+
+
+@pytest.mark.parametrize("every", ["1e10", "999999d"])
+def test_a_period_too_long_to_wait_is_a_usage_error(
+    every: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Past threading.TIMEOUT_MAX the scheduler's thread would die on its first wait.
+    with pytest.raises(SystemExit) as exit_:
+        main(["scheduler", "--store", "sqlite:///never-opened.db", f"--every={every}"])
+    assert exit_.value.code == 2
+    err = usage_error_line(capsys, "failover scheduler")
+    assert f"argument --every: {every!r} is too long" in err
 
 
 # -- demo -----------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("kind", ["memory", "sqlite"])
+@pytest.mark.parametrize("kind", ["memory", "sqlite", "sqlite-memory"])
 def test_demo_in_process(kind: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    url = "memory://" if kind == "memory" else f"sqlite:///{tmp_path / 'demo.db'}"
+    urls = {"memory": "memory://", "sqlite-memory": "sqlite://"}
+    url = urls.get(kind, f"sqlite:///{tmp_path / 'demo.db'}")
     assert main(["demo", "--store", url]) == 0
     out = capsys.readouterr().out
     assert outcomes(out) == ["live", "stale", "stale", "live", "error", "error", "live"]
@@ -265,7 +314,10 @@ def free_port() -> int:
         return port
 
 
-def test_scheduler_runs_serves_metrics_and_exits_0_on_sigterm(sqlite_url: str) -> None:
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_scheduler_runs_serves_metrics_and_exits_0_on_a_signal(
+    sqlite_url: str, signum: signal.Signals
+) -> None:
     port = free_port()
     command = ["scheduler", "--store", sqlite_url, "--every", "1h", "--metrics-port", str(port)]
     proc = subprocess.Popen(
@@ -285,12 +337,12 @@ def test_scheduler_runs_serves_metrics_and_exits_0_on_sigterm(sqlite_url: str) -
             metrics = response.read().decode()
         assert "failover_cleanup_removed_total 2.0" in metrics
         assert "failover_cleanup_seconds_count 1.0" in metrics
-        proc.send_signal(signal.SIGTERM)
+        proc.send_signal(signum)
         out, err = proc.communicate(timeout=10)
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.communicate()
     assert proc.returncode == 0, err
-    assert "scheduler stopped (SIGTERM)" in out
+    assert f"scheduler stopped ({signum.name})" in out
     assert "Traceback" not in err

@@ -86,3 +86,9 @@ def test_definition_exposes_the_resolved_ttl(engine: Failover) -> None:
 
     assert f.definition.ttl == timedelta(minutes=15)
     assert f.definition.expiry == FixedTtl(timedelta(minutes=15))
+
+
+@pytest.mark.parametrize("value", [float("inf"), float("nan"), 1e400, 1e300, "99999999999999999d"])
+def test_parse_ttl_rejects_what_is_not_a_finite_duration(value: Any) -> None:
+    with pytest.raises(ConfigurationError, match="failover 'x'"):
+        parse_ttl(value, "failover 'x'")
