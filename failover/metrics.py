@@ -68,6 +68,9 @@ class Metrics(Protocol):
         return None
 
 
+_METHODS = tuple(name for name in vars(Metrics) if not name.startswith("_"))
+
+
 class NullMetrics(Metrics):
     """Counts nothing."""
 
@@ -245,11 +248,10 @@ def resolve_metrics(setting: Any) -> Metrics:
 
     if isinstance(setting, CollectorRegistry):
         return PrometheusMetrics.for_registry(setting)
-    methods = [name for name in vars(Metrics) if not name.startswith("_")]
-    missing = [name for name in methods if not callable(getattr(setting, name, None))]
+    missing = [name for name in _METHODS if not callable(getattr(setting, name, None))]
     if not missing:
         return _Guarded(cast(Metrics, setting))
-    if len(missing) < len(methods):  # meant as a Metrics, but incomplete: say what is missing
+    if len(missing) < len(_METHODS):  # meant as a Metrics, but incomplete: say what is missing
         raise ConfigurationError(
             f"Failover: metrics object {setting!r} lacks {', '.join(missing)}; subclass "
             "failover.metrics.Metrics, whose methods do nothing by default"
@@ -266,46 +268,11 @@ class _Guarded(Metrics):
 
     def __init__(self, inner: Metrics) -> None:
         self.inner = inner
+        for name in _METHODS:  # instance attributes: they take precedence over the methods
+            setattr(self, name, _safe(getattr(inner, name)))
 
     def __repr__(self) -> str:
         return repr(self.inner)
-
-    @_safe
-    def stored(self, name: str, ok: bool, seconds: float) -> None:
-        """A store of a live result."""
-        self.inner.stored(name, ok, seconds)
-
-    @_safe
-    def recovered(
-        self, name: str, outcome: str, seconds: float, stale_age: float | None = None
-    ) -> None:
-        """A recovery."""
-        self.inner.recovered(name, outcome, seconds, stale_age)
-
-    @_safe
-    def partial(self, name: str) -> None:
-        """A partial scatter/gather recovery."""
-        self.inner.partial(name)
-
-    @_safe
-    def async_queue(self, size: int) -> None:
-        """The async-writes queue length."""
-        self.inner.async_queue(size)
-
-    @_safe
-    def async_dropped(self, count: int = 1) -> None:
-        """Writes discarded at a full queue."""
-        self.inner.async_dropped(count)
-
-    @_safe
-    def async_failed(self, count: int = 1) -> None:
-        """Queued writes that failed."""
-        self.inner.async_failed(count)
-
-    @_safe
-    def cleanup(self, removed: int, seconds: float) -> None:
-        """One cleanup run."""
-        self.inner.cleanup(removed, seconds)
 
 
 class MetricsHandler:
