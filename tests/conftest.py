@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pytest
 
@@ -70,6 +71,16 @@ class Upstream:
         if self.error is not None:
             raise self.error
         return value
+
+
+class BrokenStore(failover.InMemoryStore):
+    """A real store whose disk is gone: every store and find raises ``OSError``."""
+
+    def store(self, payload: Any) -> None:
+        raise OSError("disk full")
+
+    def find(self, name: str, key: str) -> Any:
+        raise OSError("disk gone")
 
 
 @pytest.fixture

@@ -13,7 +13,7 @@ import pytest
 import failover
 from failover import ConfigurationError, Failover, ReferentialPayload
 
-from .conftest import FakeClock, Upstream
+from .conftest import BrokenStore, FakeClock, Upstream
 
 
 def test_success_stores_and_failure_recovers_stale(
@@ -323,14 +323,7 @@ def test_store_if_filters_what_is_stored(engine: Failover, upstream: Upstream) -
 def test_store_failure_never_breaks_the_call(
     clock: FakeClock, upstream: Upstream, caplog: pytest.LogCaptureFixture
 ) -> None:
-    class Broken(failover.InMemoryStore):
-        def store(self, payload: Any) -> None:
-            raise OSError("disk full")
-
-        def find(self, name: str, key: str) -> Any:
-            raise OSError("disk gone")
-
-    eng = Failover(Broken(), clock=clock, metrics=False)
+    eng = Failover(BrokenStore(), clock=clock, metrics=False)
 
     @failover.failover("broken", engine=eng, policy="never_throw")
     def f(x: str) -> object:
@@ -344,11 +337,7 @@ def test_store_failure_never_breaks_the_call(
 
 
 def test_recover_error_note_under_rethrow(clock: FakeClock, upstream: Upstream) -> None:
-    class Broken(failover.InMemoryStore):
-        def find(self, name: str, key: str) -> Any:
-            raise OSError("disk gone")
-
-    eng = Failover(Broken(), clock=clock, metrics=False)
+    eng = Failover(BrokenStore(), clock=clock, metrics=False)
 
     @failover.failover("broken2", engine=eng)
     def f(x: str) -> object:

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
@@ -12,7 +10,7 @@ import failover
 from failover import Failover
 from failover.metrics import PrometheusMetrics
 
-from .conftest import FakeClock, Upstream
+from .conftest import BrokenStore, FakeClock, Upstream
 
 
 def samples(registry: CollectorRegistry) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
@@ -59,14 +57,7 @@ def test_store_and_recover_outcomes(
 def test_store_and_recover_errors_are_counted(
     registry: CollectorRegistry, clock: FakeClock, upstream: Upstream
 ) -> None:
-    class Broken(failover.InMemoryStore):
-        def store(self, payload: Any) -> None:
-            raise OSError("full")
-
-        def find(self, name: str, key: str) -> Any:
-            raise OSError("gone")
-
-    eng = Failover(Broken(), clock=clock, metrics=registry)
+    eng = Failover(BrokenStore(), clock=clock, metrics=registry)
 
     @failover.failover("broken", engine=eng, policy="never_throw")
     def f(x: str) -> object:
