@@ -34,6 +34,7 @@ from .stores import (
     CopyingStore,
     FailoverStore,
     InMemoryStore,
+    TieredStore,
     make_store,
 )
 from .tenant import current_tenant, tenant
@@ -59,6 +60,7 @@ __all__ = [
     "PickleCodec",
     "PrometheusMetrics",
     "RecoverContext",
+    "RedisStore",
     "Referential",
     "ReferentialAware",
     "ReferentialPayload",
@@ -66,6 +68,7 @@ __all__ = [
     "SplitterError",
     "SqlStore",
     "StoreError",
+    "TieredStore",
     "configure",
     "current_tenant",
     "failover",
@@ -75,11 +78,14 @@ __all__ = [
 ]
 
 if typing.TYPE_CHECKING:
+    from .stores.redis import RedisStore
     from .stores.sql import SqlStore
 
 
 def __getattr__(name: str) -> object:
-    if name == "SqlStore":  # lazy, as in failover.stores: it loads SQLAlchemy
-        globals()[name] = stores.SqlStore
-        return stores.SqlStore
+    # Lazy, as in failover.stores: SqlStore loads SQLAlchemy, RedisStore needs redis-py.
+    if name in ("RedisStore", "SqlStore"):
+        value = getattr(stores, name)
+        globals()[name] = value
+        return value
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -100,6 +100,15 @@ def _postgres_stopped() -> Iterator[None]:
     postgres.stop()
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _redis_stopped() -> Iterator[None]:
+    """Stops the session's redis-server at the end, failed tests or not, if one started."""
+    from . import redis_server
+
+    yield
+    redis_server.stop()
+
+
 @pytest.fixture(scope="session")
 def postgres_url() -> str:
     """The URL of the session's PostgreSQL database (the server starts on first use); skips

@@ -18,11 +18,12 @@ from failover.stores import (
     FailoverStore,
     InMemoryStore,
     MultiTenantStore,
+    TieredStore,
     per_tenant_tables,
 )
 from failover.stores.sql import SqlStore
 
-from . import postgres
+from . import postgres, redis_server
 
 StoreFactory = Callable[[Any, Path], FailoverStore]
 
@@ -53,3 +54,51 @@ FACTORIES: dict[str, StoreFactory] = {
         per_tenant_tables(f"sqlite:///{tmp / 'store.db'}"), lambda: "acme"
     ),
 }
+
+
+def redis_store(clock: Any, **kwargs: Any) -> FailoverStore:
+    """A `RedisStore` on the session's server, under a key prefix of its own; skips the test
+    where ``redis-server`` is missing."""
+    from failover.stores.redis import RedisStore
+
+    kwargs.setdefault("prefix", redis_server.unique_prefix())
+    return RedisStore(redis_server.server().url, clock=clock, **kwargs)
+
+
+def redis_tenants(clock: Any) -> FailoverStore:
+    from failover.stores.redis import RedisStore
+
+    factory = RedisStore.per_tenant(
+        redis_server.server().url, prefix=redis_server.unique_prefix(), clock=clock
+    )
+    return MultiTenantStore(factory, lambda: "acme")
+
+
+FACTORIES.update(
+    {
+        # Skipped, saying why, where redis-server is missing.
+        "redis": lambda clock, tmp: redis_store(clock),
+        "redis(fernet)": lambda clock, tmp: redis_store(
+            clock, cipher=FernetCipher(FernetCipher.generate_key())
+        ),
+        "async(redis)": lambda clock, tmp: AsyncWriteStore(redis_store(clock)),
+        "tenant(redis)": lambda clock, tmp: redis_tenants(clock),
+        "tiered(memory, memory)": lambda clock, tmp: TieredStore(InMemoryStore(), InMemoryStore()),
+        "tiered(cachetools, redis)": lambda clock, tmp: TieredStore(
+            CachetoolsStore(clock=clock), redis_store(clock)
+        ),
+        "tiered(memory, sql(sqlite))": lambda clock, tmp: TieredStore(
+            InMemoryStore(), SqlStore(f"sqlite:///{tmp / 'store.db'}")
+        ),
+    }
+)
+
+EXPIRED_BY_THE_SERVER = {
+    "redis",
+    "redis(fernet)",
+    "async(redis)",
+    "tenant(redis)",
+    "tiered(cachetools, redis)",  # counts what its far store removed
+}
+"""Stores whose entries leave when Redis's clock, not the test's fake one, reaches their
+``expire_on``: moving the fake clock on expires nothing there, and cleaning has nothing to do."""

@@ -22,7 +22,8 @@ from failover.stores import (
     per_tenant_databases,
     per_tenant_tables,
 )
-from failover.stores.tenant import per_tenant_stores, safe_tenant_id
+from failover.stores.factory import per_tenant_stores
+from failover.stores.tenant import safe_tenant_id
 from failover.tenant import pinned
 
 from . import postgres

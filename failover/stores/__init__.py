@@ -3,35 +3,50 @@
 import typing
 
 from .async_write import AsyncWriteStore
-from .base import FailoverStore
+from .base import Capabilities, FailoverStore
 from .copying import CopyingStore
 from .factory import make_store
 from .memory import InMemoryStore
-from .tenant import MultiTenantStore, per_tenant_databases, per_tenant_tables
+from .tenant import MultiTenantStore
+from .tiered import TieredStore
 from .ttl import CachetoolsStore
 
 __all__ = [
     "AsyncWriteStore",
     "CachetoolsStore",
+    "Capabilities",
     "CopyingStore",
     "FailoverStore",
     "InMemoryStore",
     "MultiTenantStore",
+    "RedisStore",
     "SqlStore",
+    "TieredStore",
     "make_store",
     "per_tenant_databases",
     "per_tenant_tables",
 ]
 
 if typing.TYPE_CHECKING:
-    from .sql import SqlStore
+    from .redis import RedisStore
+    from .sql import SqlStore, per_tenant_databases, per_tenant_tables
+
+# Loaded when first asked for: the SQL ones load SQLAlchemy (a few hundred milliseconds), the
+# Redis one needs redis-py (an optional extra).
+_LAZY = {
+    "SqlStore": "sql",
+    "per_tenant_databases": "sql",
+    "per_tenant_tables": "sql",
+    "RedisStore": "redis",
+}
 
 
 def __getattr__(name: str) -> object:
-    # SqlStore loads SQLAlchemy, a few hundred milliseconds: only when it is first asked for.
-    if name == "SqlStore":
-        from .sql import SqlStore
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import importlib
 
-        globals()[name] = SqlStore
-        return SqlStore
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value
+    return value

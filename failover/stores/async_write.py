@@ -35,7 +35,7 @@ from typing import Final
 
 from ..errors import ConfigurationError, SerializationError, StoreError
 from ..metrics import NULL_METRICS, Metrics
-from .base import FailoverStore, Payload
+from .base import Capabilities, FailoverStore, Payload, does_io, flush
 
 __all__ = ["REJECTIONS", "AsyncWriteStore", "flush_chain"]
 
@@ -308,7 +308,7 @@ def _flush_at_exit(ref: weakref.ref[_WriteQueue]) -> None:
         )
 
 
-class AsyncWriteStore:
+class AsyncWriteStore(Capabilities):
     """Writes go to a bounded queue that one daemon thread drains in batches (`store_many`).
 
     Reads see the writes still queued (read-your-writes within the process). Writes of one key
@@ -390,7 +390,11 @@ class AsyncWriteStore:
     @property
     def does_io(self) -> bool:
         """Whether the inner store does I/O (reads still do, on the caller's thread)."""
-        return bool(getattr(self.inner, "does_io", True))
+        return does_io(self.inner)
+
+    def layers_below(self) -> tuple[FailoverStore]:
+        """The inner store."""
+        return (self.inner,)
 
     @property
     def queued(self) -> int:
@@ -480,7 +484,11 @@ class AsyncWriteStore:
         Returns:
             ``True`` when everything was written, ``False`` when the timeout came first.
         """
-        return self._q.flush(timeout)
+        if timeout is None:
+            return self._q.flush(None) and super().flush(None)
+        deadline = time.monotonic() + timeout
+        flushed = self._q.flush(timeout)
+        return super().flush(max(0.0, deadline - time.monotonic())) and flushed
 
     def close(self) -> None:
         """Flush the queue, stop the worker, then close the inner store.
@@ -493,22 +501,5 @@ class AsyncWriteStore:
 
 
 def flush_chain(store: FailoverStore, timeout: float | None = None) -> bool:
-    """Flush the async-writes layer of a store chain (every tenant's, for a multi-tenant one).
-
-    Walks the chain through each layer's ``inner`` to the first layer with a ``flush`` method.
-
-    Args:
-        store: the outermost layer.
-        timeout: the most seconds to wait; ``None`` waits as long as it takes.
-
-    Returns:
-        ``True`` when everything queued was written (or nothing was queued), ``False`` when the
-        timeout came first.
-    """
-    layer: object = store
-    while layer is not None:
-        flush = getattr(layer, "flush", None)
-        if callable(flush):
-            return bool(flush(timeout))
-        layer = getattr(layer, "inner", None)
-    return True
+    """`failover.stores.base.flush`, under the name the engine still imports."""
+    return flush(store, timeout)

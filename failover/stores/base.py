@@ -1,14 +1,17 @@
-"""The `FailoverStore` protocol every store and store layer implements."""
+"""The `FailoverStore` protocol every store and store layer implements, and what stores and
+layers declare about themselves (`Capabilities`), read in one place (`does_io`,
+`writes_async`, `isolating`, `flush`)."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable, Sequence
 from datetime import datetime
 from typing import Any, Protocol, runtime_checkable
 
 from ..payload import ReferentialPayload
 
-__all__ = ["FailoverStore"]
+__all__ = ["Capabilities", "FailoverStore", "does_io", "flush", "isolating", "writes_async"]
 
 Payload = ReferentialPayload[Any]
 
@@ -49,3 +52,96 @@ class FailoverStore(Protocol):
     def close(self) -> None:
         """Release resources; the store is not used afterwards."""
         ...
+
+
+class Capabilities:
+    """What a store, a store layer or a tenant store factory declares about itself.
+
+    The library's stores and layers derive from it; a store of your own may too, or set the same
+    attributes itself, or set none (then it is taken to do I/O, write on the caller's thread and
+    keep the objects it is given). The engine and the layers read the declarations through
+    `does_io`, `writes_async`, `isolating` and `flush`, never by probing for them.
+
+    Attributes:
+        does_io: operations block on I/O (a database, a network): ``async def`` failovers reach
+            the store from a worker thread, and writes are queued by default.
+        writes_async: a write never blocks the caller on I/O (it is queued, or lands in process
+            memory): no queue is put in front, and async callers write in place.
+        isolating: values are encoded as they are stored and decoded anew on every read, so
+            no copying layer is needed in front (unless writes are queued).
+    """
+
+    # Properties, so that a layer may answer per instance (as its inner store) and a raw store
+    # with a plain class attribute (``does_io = False``).
+    @property
+    def does_io(self) -> bool:
+        """Operations block on I/O (the default: ``True``)."""
+        return True
+
+    @property
+    def writes_async(self) -> bool:
+        """A write never blocks the caller on I/O (the default: ``False``)."""
+        return False
+
+    @property
+    def isolating(self) -> bool:
+        """Values are encoded as stored and decoded anew on every read (the default:
+        ``False``)."""
+        return False
+
+    def layers_below(self) -> Sequence[object]:
+        """The stores this one wraps (none for a raw store): what `flush` walks."""
+        return ()
+
+    def flush(self, timeout: float | None = None) -> bool:
+        """Wait until every write queued in this store, or below it, is written.
+
+        Args:
+            timeout: the most seconds to wait, overall; ``None`` waits as long as it takes.
+
+        Returns:
+            ``True`` when everything was written (or nothing was queued), ``False`` when the
+            timeout came first.
+        """
+        return flush_all(self.layers_below(), timeout)
+
+
+def does_io(store: object) -> bool:
+    """Whether ``store`` (or a tenant store factory) declares I/O; ``True`` when it says nothing."""
+    return bool(getattr(store, "does_io", True))
+
+
+def writes_async(store: object) -> bool:
+    """Whether ``store`` declares writes that never block the caller; ``False`` when it says
+    nothing."""
+    return bool(getattr(store, "writes_async", False))
+
+
+def isolating(store: object) -> bool:
+    """Whether ``store`` declares that it isolates by encoding; ``False`` when it says nothing."""
+    return bool(getattr(store, "isolating", False))
+
+
+def flush(store: object, timeout: float | None = None) -> bool:
+    """Wait until the writes queued in ``store`` (a store chain: every layer, every tenant, both
+    tiers) are written; a store without a ``flush`` method queues nothing.
+
+    Args:
+        store: the outermost layer.
+        timeout: the most seconds to wait, overall; ``None`` waits as long as it takes.
+
+    Returns:
+        ``True`` when everything queued was written, ``False`` when the timeout came first.
+    """
+    method = getattr(store, "flush", None)
+    return bool(method(timeout)) if callable(method) else True
+
+
+def flush_all(stores: Iterable[object], timeout: float | None = None) -> bool:
+    """`flush` each store in turn, within one deadline for them all."""
+    deadline = None if timeout is None else time.monotonic() + timeout
+    flushed = True
+    for store in stores:
+        remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
+        flushed = flush(store, remaining) and flushed
+    return flushed

@@ -8,7 +8,7 @@ from datetime import datetime
 from typing import Any
 
 from ..payload import envelope
-from .base import FailoverStore, Payload
+from .base import Capabilities, FailoverStore, Payload, does_io, writes_async
 
 __all__ = ["CopyingStore", "deep_copy"]
 
@@ -63,7 +63,7 @@ def _copied(payload: Payload) -> Payload:
     )
 
 
-class CopyingStore:
+class CopyingStore(Capabilities):
     """Stores and returns deep copies, so that what a caller does to a returned object never
     changes what is stored, and the reverse."""
 
@@ -76,12 +76,16 @@ class CopyingStore:
     @property
     def does_io(self) -> bool:
         """Whether the inner store does I/O."""
-        return bool(getattr(self.inner, "does_io", True))
+        return does_io(self.inner)
 
     @property
     def writes_async(self) -> bool:
-        """Whether the inner store writes off the caller's thread."""
-        return bool(getattr(self.inner, "writes_async", False))
+        """Whether the inner store's writes never block the caller."""
+        return writes_async(self.inner)
+
+    def layers_below(self) -> tuple[FailoverStore]:
+        """The inner store."""
+        return (self.inner,)
 
     def store(self, payload: Payload) -> None:
         """Store a copy."""

@@ -1,4 +1,9 @@
-"""`make_store`: a store from a URL."""
+"""Stores from URLs: `make_store` for one store, `per_tenant` for one store per tenant.
+
+The routing is by URL scheme and stays generic: each kind of store makes its own per-tenant
+factory (`per_tenant_stores` here for the in-process stores, `failover.stores.sql` for SQL,
+`RedisStore.per_tenant` for Redis). Store modules are imported when their scheme is first used.
+"""
 
 from __future__ import annotations
 
@@ -9,8 +14,13 @@ from urllib.parse import parse_qsl, urlsplit
 
 from ..errors import ConfigurationError
 from .base import FailoverStore
+from .tenant import TenantStores
 
-__all__ = ["make_store"]
+__all__ = ["make_store", "per_tenant", "per_tenant_stores"]
+
+_IN_PROCESS = ("memory", "cachetools")
+_REDIS = ("redis", "rediss", "unix")
+_TIERED = "tiered+"
 
 
 def _int_options(url: str, allowed: set[str]) -> dict[str, Any]:
@@ -29,20 +39,43 @@ def _int_options(url: str, allowed: set[str]) -> dict[str, Any]:
     return options
 
 
+def _scheme(url: object) -> str:
+    if not isinstance(url, str) or "://" not in url:
+        raise ConfigurationError(f"store URL {url!r} is not a URL (e.g. 'memory://')")
+    return url.split("://", 1)[0].lower()
+
+
+def _redis_module() -> Any:
+    try:
+        from . import redis
+    except ImportError as exc:
+        raise ConfigurationError(f"Redis stores need redis-py: {exc}") from None
+    return redis
+
+
 def make_store(url: str, *, clock: Callable[[], datetime] | None = None) -> FailoverStore:
     """A raw store from a URL.
 
-    ``memory://?max_entries=10000``, ``cachetools://?maxsize=10000``, or any SQLAlchemy URL
-    (``sqlite:///path.db``, ``postgresql+psycopg://user@host/db``) for a `SqlStore`.
+    - ``memory://?max_entries=10000``: an `InMemoryStore`;
+    - ``cachetools://?maxsize=10000``: a `CachetoolsStore`;
+    - ``redis://[:password@]host[:port][/db]``, ``rediss://...`` (TLS), ``unix:///path.sock``:
+      a `RedisStore` (``?prefix=`` its key prefix; redis-py's options such as
+      ``socket_timeout`` pass through);
+    - ``tiered+`` before any other URL (``tiered+redis://host/0``): a `TieredStore` with a
+      ``cachetools://`` store near and the URL's store far;
+    - any SQLAlchemy URL (``sqlite:///path.db``, ``postgresql+psycopg://user@host/db``): a
+      `SqlStore`.
+
+    Args:
+        url: the store's URL.
+        clock: the engine's time source (cachetools and Redis stores measure expiry on it).
 
     Raises:
-        ConfigurationError: an unknown scheme or option; for a SQL URL, one SQLAlchemy cannot
-            parse, an unknown database, or a driver that is not installed (named in a one-line
-            message, the password masked).
+        ConfigurationError: an unknown scheme or option; a URL its store cannot parse; a driver
+            or client library that is not installed (named in a one-line message, the password
+            masked).
     """
-    if not isinstance(url, str) or "://" not in url:
-        raise ConfigurationError(f"store URL {url!r} is not a URL (e.g. 'memory://')")
-    scheme = url.split("://", 1)[0].lower()
+    scheme = _scheme(url)
     if scheme == "memory":
         from .memory import InMemoryStore
 
@@ -51,8 +84,88 @@ def make_store(url: str, *, clock: Callable[[], datetime] | None = None) -> Fail
         from .ttl import CachetoolsStore
 
         return CachetoolsStore(**_int_options(url, {"maxsize"}), clock=clock)
+    if scheme in _REDIS:
+        store: FailoverStore = _redis_module().RedisStore(url, clock=clock)
+        return store
+    if scheme.startswith(_TIERED):
+        from .tiered import TieredStore
+        from .ttl import CachetoolsStore
+
+        return TieredStore(
+            CachetoolsStore(clock=clock), make_store(url[len(_TIERED) :], clock=clock)
+        )
     try:
         from .sql import SqlStore
     except ImportError as exc:  # pragma: no cover - sqlalchemy is a dependency
         raise ConfigurationError(f"SQL stores need SQLAlchemy ({exc})") from exc
     return SqlStore(url)  # SqlStore turns a bad URL into a ConfigurationError naming it
+
+
+def per_tenant_stores(url: str, *, clock: Callable[[], datetime] | None = None) -> TenantStores:
+    """One in-process store per tenant (``memory://``, ``cachetools://``), from one URL.
+
+    Args:
+        url: a `make_store` URL, made once per tenant.
+        clock: the time source of ``cachetools://`` stores.
+
+    Returns:
+        A factory ``tenant -> store`` for `MultiTenantStore`.
+
+    Raises:
+        ConfigurationError: a URL that is not an in-process store, or that `make_store` refuses.
+    """
+    scheme = url.split("://", 1)[0].lower() if isinstance(url, str) else ""
+    if scheme not in _IN_PROCESS:
+        # Several stores made from one database URL would share one table: no isolation.
+        raise ConfigurationError(
+            f"per_tenant_stores: {url!r} is not an in-process store URL; for a database use "
+            "per_tenant_tables or per_tenant_databases"
+        )
+    make_store(url, clock=clock).close()  # a bad option fails now, not at the first tenant
+    return TenantStores(
+        lambda tenant: make_store(url, clock=clock), False, f"per_tenant_stores({url!r})"
+    )
+
+
+def per_tenant(url: str, *, clock: Callable[[], datetime] | None = None) -> TenantStores:
+    """The engine's strategy for a store URL under multi-tenancy.
+
+    ``memory://`` and ``cachetools://`` URLs: one in-process store per tenant
+    (`per_tenant_stores`). Redis URLs: one key prefix per tenant, one shared client
+    (`RedisStore.per_tenant`). ``tiered+`` URLs: per tenant, a near store of its own in front of
+    the tenant's far store. A database URL containing ``{tenant}``: one database per tenant
+    (`per_tenant_databases`). Any other database URL: one table per tenant, prefixed
+    ``{tenant}_`` (`per_tenant_tables`).
+
+    Args:
+        url: the engine's ``store`` URL.
+        clock: the time source of the stores that measure expiry (cachetools, Redis).
+
+    Returns:
+        A factory ``tenant -> store`` for `MultiTenantStore`.
+
+    Raises:
+        ConfigurationError: a URL its store refuses.
+    """
+    scheme = _scheme(url)
+    if scheme in _IN_PROCESS:
+        return per_tenant_stores(url, clock=clock)
+    if scheme in _REDIS:
+        stores: TenantStores = _redis_module().RedisStore.per_tenant(url, clock=clock)
+        return stores
+    if scheme.startswith(_TIERED):
+        from .tiered import TieredStore
+        from .ttl import CachetoolsStore
+
+        far = per_tenant(url[len(_TIERED) :], clock=clock)
+        return TenantStores(
+            lambda tenant: TieredStore(CachetoolsStore(clock=clock), far(tenant)),
+            True,
+            f"tiered({far!r})",
+            far.close,
+        )
+    from .sql import per_tenant_databases, per_tenant_tables
+
+    if "{tenant}" in url:
+        return per_tenant_databases(url)
+    return per_tenant_tables(url)

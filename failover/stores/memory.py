@@ -8,12 +8,12 @@ from collections.abc import Iterable, Sequence
 from datetime import datetime
 
 from ..errors import ConfigurationError
-from .base import Payload
+from .base import Capabilities, Payload
 
 __all__ = ["InMemoryStore"]
 
 
-class InMemoryStore:
+class InMemoryStore(Capabilities):
     """Entries in process memory; past ``max_entries`` the least recently used leaves.
 
     Args:

@@ -30,9 +30,10 @@ from ..codec import Codec, JsonCodec
 from ..crypto import Cipher, seal, unseal
 from ..errors import ConfigurationError, SerializationError, StoreError
 from ..payload import envelope
-from .base import FailoverStore, Payload
+from .base import Capabilities, FailoverStore, Payload
+from .tenant import SHOWN, TenantStores, safe_tenant_id
 
-__all__ = ["SqlStore", "make_engine"]
+__all__ = ["SqlStore", "make_engine", "per_tenant_databases", "per_tenant_tables"]
 
 log = logging.getLogger("failover")
 
@@ -204,7 +205,7 @@ def _upsert(table: sa.Table, dialect: str) -> sa.Executable | None:
     return upsert
 
 
-class SqlStore:
+class SqlStore(Capabilities):
     """Entries in a SQL table: the durable store, shared by processes and instances.
 
     SQLite (a file) is the embedded default; PostgreSQL for many instances sharing one store;
@@ -526,10 +527,8 @@ class SqlStore:
     ) -> Callable[[str], FailoverStore]:
         """A factory ``tenant -> SqlStore``: one table per tenant, one shared engine.
 
-        See `failover.stores.tenant.per_tenant_tables`, which this is.
+        See `per_tenant_tables`, which this is.
         """
-        from .tenant import per_tenant_tables
-
         return per_tenant_tables(url_or_engine, prefixes, **store_kwargs)
 
     def names(self) -> list[str]:
@@ -558,6 +557,99 @@ class SqlStore:
         """Dispose the engine's connections, when the store made the engine."""
         if self._owns_engine:
             self.engine.dispose()
+
+
+# -- one store per tenant -------------------------------------------------------------------------
+
+
+def per_tenant_tables(
+    url_or_engine: str | sa.URL | Engine,
+    prefixes: Mapping[str, str] | None = None,
+    **store_kwargs: Any,
+) -> TenantStores:
+    """One table per tenant, in one database, through one shared SQLAlchemy engine.
+
+    Args:
+        url_or_engine: a SQLAlchemy URL, or an `sqlalchemy.Engine` (never disposed here).
+        prefixes: the table prefix of each tenant, e.g. ``{"acme": "acme_"}``; a tenant not listed
+            is refused with `StoreError`. ``None``: the prefix is ``f"{tenant}_"``, for tenant ids
+            matching `failover.stores.tenant.TENANT_ID`.
+        **store_kwargs: passed to each `SqlStore` (``codec``, ``cipher``, ``allowed_types``...).
+
+    Returns:
+        A factory ``tenant -> SqlStore`` for `MultiTenantStore`.
+
+    Raises:
+        ConfigurationError: a prefix `SqlStore` refuses (checked here, for every tenant, before
+            any SQL runs), two tenants whose tables would be one table, or a bad URL.
+    """
+    if prefixes is not None:
+        prefixes = dict(prefixes)
+        seen: dict[str, str] = {}
+        for tenant, prefix in prefixes.items():
+            try:
+                _split_prefix(prefix)
+            except ConfigurationError as exc:
+                raise ConfigurationError(f"per_tenant_tables: tenant {tenant!r}: {exc}") from None
+            # SQLite table names ignore case: two prefixes differing only by case are one table.
+            other = seen.setdefault(prefix.lower(), tenant)
+            if other != tenant:
+                raise ConfigurationError(
+                    f"per_tenant_tables: tenants {other!r} and {tenant!r} would share a table "
+                    f"(prefixes {prefixes[other]!r} and {prefix!r})"
+                )
+    owned = not isinstance(url_or_engine, Engine)
+    engine = url_or_engine if isinstance(url_or_engine, Engine) else make_engine(url_or_engine)
+
+    def prefix_of(tenant: str) -> str:
+        if prefixes is None:
+            return f"{safe_tenant_id(tenant)}_"
+        try:
+            return prefixes[tenant]
+        except KeyError:
+            raise StoreError(
+                f"per_tenant_tables: no table prefix for tenant {str(tenant)[:SHOWN]!r}"
+            ) from None
+
+    return TenantStores(
+        lambda tenant: SqlStore(engine, table_prefix=prefix_of(tenant), **store_kwargs),
+        True,
+        f"per_tenant_tables({engine.url.render_as_string(hide_password=True)!r})",
+        engine.dispose if owned else None,
+    )
+
+
+def per_tenant_databases(url_template: str, **store_kwargs: Any) -> TenantStores:
+    """One database per tenant: ``url_template`` with ``{tenant}`` replaced by the tenant id.
+
+    For example ``"sqlite:////var/lib/app/failover-{tenant}.db"`` (one SQLite file per tenant)
+    or ``"postgresql+psycopg://app@db/failover_{tenant}"``. Tenant ids must match
+    `failover.stores.tenant.TENANT_ID`.
+
+    Args:
+        url_template: a SQLAlchemy URL containing ``{tenant}``.
+        **store_kwargs: passed to each `SqlStore`.
+
+    Returns:
+        A factory ``tenant -> SqlStore`` for `MultiTenantStore`.
+
+    Raises:
+        ConfigurationError: the template has no ``{tenant}``, or is not a URL `SqlStore` takes
+            (checked here, before the first tenant comes).
+    """
+    if not isinstance(url_template, str) or "{tenant}" not in url_template:
+        shown = _masked(url_template) if isinstance(url_template, str) else url_template
+        raise ConfigurationError(
+            f"per_tenant_databases: the URL template must contain '{{tenant}}', got {shown!r}"
+        )
+    make_engine(url_template.replace("{tenant}", "tenant")).dispose()  # connects to nothing
+    return TenantStores(
+        lambda tenant: SqlStore(
+            url_template.replace("{tenant}", safe_tenant_id(tenant)), **store_kwargs
+        ),
+        True,
+        f"per_tenant_databases({_masked(url_template)!r})",
+    )
 
 
 def _resolve_codec(codec: Codec | None, allowed_types: Iterable[Any]) -> Codec:

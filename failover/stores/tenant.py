@@ -1,17 +1,17 @@
-"""`MultiTenantStore`: one store chain per tenant, and the factories that make them.
+"""`MultiTenantStore`: one store chain per tenant.
 
 The tenant is resolved on the calling thread, before any hand-off (the async-writes queue sits
 below this layer, inside each tenant's chain), so a write can never land in another tenant's
-store. Strategies for SQL, each one a factory ``tenant -> store``:
+store. Each tenant's store comes from a factory ``tenant -> store``: one of your own, or one a
+kind of store makes (`failover.stores.factory.per_tenant` picks it from a URL):
 
-- `per_tenant_tables`: one table per tenant (``{prefix}failover_store``), one shared database
-  connection pool.
-- `per_tenant_databases`: one database (a SQLite file, a PostgreSQL database) per tenant, from a
-  URL template containing ``{tenant}``.
-- any callable ``tenant -> FailoverStore`` of your own.
+- in-process stores: `failover.stores.factory.per_tenant_stores`;
+- SQL: `failover.stores.sql.per_tenant_tables` (one table per tenant) and
+  `failover.stores.sql.per_tenant_databases` (one database per tenant);
+- Redis: `RedisStore.per_tenant` (one key prefix per tenant).
 
-Tenant ids that end up in a table or file name must match `TENANT_ID` (lower case letters,
-digits, ``_``; at most 31 characters): a hostile id never reaches SQL text or a path.
+Tenant ids that end up in a table name, a file name or a key prefix must match `TENANT_ID` (lower
+case letters, digits, ``_``; at most 31 characters): a hostile id never reaches SQL text or a path.
 """
 
 from __future__ import annotations
@@ -19,48 +19,36 @@ from __future__ import annotations
 import logging
 import re
 import threading
-import time
-from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, Final
+from typing import Final
 
 from ..errors import ConfigurationError, StoreError
 from ..tenant import current_tenant, pinned
-from .async_write import flush_chain
-from .base import FailoverStore, Payload
-
-if TYPE_CHECKING:
-    import sqlalchemy
+from .base import Capabilities, FailoverStore, Payload, does_io, writes_async
 
 __all__ = [
     "TENANT_ID",
     "MultiTenantStore",
     "TenantStoreFactory",
+    "TenantStores",
     "per_tenant",
-    "per_tenant_databases",
-    "per_tenant_stores",
-    "per_tenant_tables",
     "safe_tenant_id",
 ]
 
 log = logging.getLogger("failover")
 
 TenantStoreFactory = Callable[[str], FailoverStore]
-"""Makes the store of one tenant. It may carry a ``does_io`` attribute (assumed ``True``
-when absent) and a ``close()`` method, called when the `MultiTenantStore` closes."""
+"""Makes the store of one tenant. It may declare ``does_io`` and ``writes_async`` as a store does
+(see `failover.stores.base.Capabilities`), and have a ``close()`` method, called when the
+`MultiTenantStore` closes."""
 
 TENANT_ID: Final = re.compile(r"[a-z0-9_]{1,31}")
 """The tenant ids allowed in table and file names. Lower case only: SQLite table names and the
 file names of some file systems ignore case, so ``Acme`` and ``acme`` would share a store. At
 most 31 characters: with its ``_``, a table prefix of `SqlStore` is 32 at most."""
 
-_IN_PROCESS = ("memory", "cachetools")
-_PASSWORD = re.compile(r"(://[^:/@]*:)[^@]*@")  # masked in the factory's repr
-_SHOWN = 60  # characters of a refused tenant id shown in an error message
-
-
-def _masked(url: str) -> str:
-    return _PASSWORD.sub(r"\1***@", url)
+SHOWN = 60  # characters of a refused tenant id shown in an error message
 
 
 def safe_tenant_id(tenant: str) -> str:
@@ -71,13 +59,13 @@ def safe_tenant_id(tenant: str) -> str:
     """
     if not isinstance(tenant, str) or TENANT_ID.fullmatch(tenant) is None:
         raise StoreError(
-            f"tenant id {str(tenant)[:_SHOWN]!r} cannot name a table or a file: "
+            f"tenant id {str(tenant)[:SHOWN]!r} cannot name a table or a file: "
             f"it must match {TENANT_ID.pattern}"
         )
     return tenant
 
 
-class MultiTenantStore:
+class MultiTenantStore(Capabilities):
     """Routes each operation to the current tenant's store, made on first use.
 
     Each tenant's store is made exactly once, even when many threads meet a new tenant at the same
@@ -137,13 +125,17 @@ class MultiTenantStore:
 
     @property
     def does_io(self) -> bool:
-        """Whether the tenants' stores do I/O (the factory's ``does_io``, ``True`` if unknown)."""
-        return bool(getattr(self.factory, "does_io", True))
+        """Whether the tenants' stores do I/O (as the factory declares; ``True`` if it does not)."""
+        return does_io(self.factory)
 
     @property
     def writes_async(self) -> bool:
-        """Whether writes leave the caller's thread (the factory's ``writes_async``)."""
-        return bool(getattr(self.factory, "writes_async", False))
+        """Whether writes never block the caller (as the factory declares)."""
+        return writes_async(self.factory)
+
+    def layers_below(self) -> list[FailoverStore]:
+        """The stores made so far, one per tenant: `flush` waits for each."""
+        return list(self._stores.values())
 
     @property
     def stores(self) -> dict[str, FailoverStore]:
@@ -213,7 +205,7 @@ class MultiTenantStore:
         known = self.tenants is None or tenant in self.tenants or tenant == self.default_tenant
         if self.strict and not known:
             raise StoreError(
-                f"MultiTenantStore: unknown tenant {tenant[:_SHOWN]!r} refused (strict=True)"
+                f"MultiTenantStore: unknown tenant {tenant[:SHOWN]!r} refused (strict=True)"
             )
         with self._lock:
             store = self._stores.get(tenant)
@@ -226,7 +218,7 @@ class MultiTenantStore:
                     log.warning(
                         "failover: tenant %r is not among the known tenants; it gets a store of "
                         "its own (strict=True would refuse it)",
-                        tenant[:_SHOWN],
+                        tenant[:SHOWN],
                     )
             return store
 
@@ -277,22 +269,6 @@ class MultiTenantStore:
             raise failed[0]
         return removed
 
-    def flush(self, timeout: float | None = None) -> bool:
-        """Wait until the queued writes of every tenant are written.
-
-        Args:
-            timeout: the most seconds to wait, overall; ``None`` waits as long as it takes.
-
-        Returns:
-            ``True`` when everything was written, ``False`` when the timeout came first.
-        """
-        deadline = None if timeout is None else time.monotonic() + timeout
-        flushed = True
-        for store in self.stores.values():
-            remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
-            flushed = flush_chain(store, remaining) and flushed
-        return flushed
-
     def close(self) -> None:
         """Close every tenant's store, then the factory (if it has a ``close()``).
 
@@ -322,8 +298,16 @@ class MultiTenantStore:
                 raise failed[0]
 
 
-class _Stores:
-    """A factory with the attributes `MultiTenantStore` reads (``does_io``, ``close``)."""
+class TenantStores:
+    """A factory ``tenant -> store`` that declares whether its stores do I/O, and releases what
+    they share (a connection pool) when the `MultiTenantStore` closes.
+
+    Args:
+        make: makes one tenant's store.
+        does_io: whether the stores it makes do I/O.
+        description: its ``repr``.
+        close: releases what the stores share, if anything.
+    """
 
     def __init__(
         self,
@@ -349,147 +333,8 @@ class _Stores:
             self._close()
 
 
-def per_tenant_stores(url: str, *, clock: Callable[[], datetime] | None = None) -> _Stores:
-    """One in-process store per tenant (``memory://``, ``cachetools://``), from one URL.
+def per_tenant(url: str, *, clock: Callable[[], datetime] | None = None) -> TenantStores:
+    """Moved to `failover.stores.factory.per_tenant`; kept until the engine imports it there."""
+    from .factory import per_tenant as route
 
-    Args:
-        url: a `make_store` URL, made once per tenant.
-        clock: the time source of ``cachetools://`` stores.
-
-    Returns:
-        A factory ``tenant -> store`` for `MultiTenantStore`.
-
-    Raises:
-        ConfigurationError: a URL that is not an in-process store, or that `make_store` refuses.
-    """
-    from .factory import make_store
-
-    scheme = url.split("://", 1)[0].lower() if isinstance(url, str) else ""
-    if scheme not in _IN_PROCESS:
-        # Several stores made from one database URL would share one table: no isolation.
-        raise ConfigurationError(
-            f"per_tenant_stores: {url!r} is not an in-process store URL; for a database use "
-            "per_tenant_tables or per_tenant_databases"
-        )
-    make_store(url, clock=clock).close()  # a bad option fails now, not at the first tenant
-    return _Stores(
-        lambda tenant: make_store(url, clock=clock), False, f"per_tenant_stores({url!r})"
-    )
-
-
-def per_tenant_tables(
-    url_or_engine: str | sqlalchemy.URL | sqlalchemy.Engine,
-    prefixes: Mapping[str, str] | None = None,
-    **store_kwargs: Any,
-) -> _Stores:
-    """One table per tenant, in one database, through one shared SQLAlchemy engine.
-
-    Args:
-        url_or_engine: a SQLAlchemy URL, or an `sqlalchemy.Engine` (never disposed here).
-        prefixes: the table prefix of each tenant, e.g. ``{"acme": "acme_"}``; a tenant not listed
-            is refused with `StoreError`. ``None``: the prefix is ``f"{tenant}_"``, for tenant ids
-            matching `TENANT_ID`.
-        **store_kwargs: passed to each `SqlStore` (``codec``, ``cipher``, ``allowed_types``...).
-
-    Returns:
-        A factory ``tenant -> SqlStore`` for `MultiTenantStore`.
-
-    Raises:
-        ConfigurationError: a prefix `SqlStore` refuses (checked here, for every tenant, before
-            any SQL runs), two tenants whose tables would be one table, or a bad URL.
-    """
-    from .sql import SqlStore, _split_prefix, make_engine
-
-    if prefixes is not None:
-        prefixes = dict(prefixes)
-        seen: dict[str, str] = {}
-        for tenant, prefix in prefixes.items():
-            try:
-                _split_prefix(prefix)
-            except ConfigurationError as exc:
-                raise ConfigurationError(f"per_tenant_tables: tenant {tenant!r}: {exc}") from None
-            # SQLite table names ignore case: two prefixes differing only by case are one table.
-            other = seen.setdefault(prefix.lower(), tenant)
-            if other != tenant:
-                raise ConfigurationError(
-                    f"per_tenant_tables: tenants {other!r} and {tenant!r} would share a table "
-                    f"(prefixes {prefixes[other]!r} and {prefix!r})"
-                )
-    from sqlalchemy import Engine
-
-    owned = not isinstance(url_or_engine, Engine)
-    engine = url_or_engine if isinstance(url_or_engine, Engine) else make_engine(url_or_engine)
-
-    def prefix_of(tenant: str) -> str:
-        if prefixes is None:
-            return f"{safe_tenant_id(tenant)}_"
-        try:
-            return prefixes[tenant]
-        except KeyError:
-            raise StoreError(
-                f"per_tenant_tables: no table prefix for tenant {str(tenant)[:_SHOWN]!r}"
-            ) from None
-
-    return _Stores(
-        lambda tenant: SqlStore(engine, table_prefix=prefix_of(tenant), **store_kwargs),
-        True,
-        f"per_tenant_tables({engine.url.render_as_string(hide_password=True)!r})",
-        engine.dispose if owned else None,
-    )
-
-
-def per_tenant_databases(url_template: str, **store_kwargs: Any) -> _Stores:
-    """One database per tenant: ``url_template`` with ``{tenant}`` replaced by the tenant id.
-
-    For example ``"sqlite:////var/lib/app/failover-{tenant}.db"`` (one SQLite file per tenant)
-    or ``"postgresql+psycopg://app@db/failover_{tenant}"``. Tenant ids must match `TENANT_ID`.
-
-    Args:
-        url_template: a SQLAlchemy URL containing ``{tenant}``.
-        **store_kwargs: passed to each `SqlStore`.
-
-    Returns:
-        A factory ``tenant -> SqlStore`` for `MultiTenantStore`.
-
-    Raises:
-        ConfigurationError: the template has no ``{tenant}``, or is not a URL `SqlStore` takes
-            (checked here, before the first tenant comes).
-    """
-    from .sql import SqlStore, make_engine
-
-    if not isinstance(url_template, str) or "{tenant}" not in url_template:
-        shown = _masked(url_template) if isinstance(url_template, str) else url_template
-        raise ConfigurationError(
-            f"per_tenant_databases: the URL template must contain '{{tenant}}', got {shown!r}"
-        )
-    make_engine(url_template.replace("{tenant}", "tenant")).dispose()  # connects to nothing
-    return _Stores(
-        lambda tenant: SqlStore(
-            url_template.replace("{tenant}", safe_tenant_id(tenant)), **store_kwargs
-        ),
-        True,
-        f"per_tenant_databases({_masked(url_template)!r})",
-    )
-
-
-def per_tenant(url: str, *, clock: Callable[[], datetime] | None = None) -> _Stores:
-    """The engine's strategy for a store URL under multi-tenancy.
-
-    ``memory://`` and ``cachetools://`` URLs: one in-process store per tenant
-    (`per_tenant_stores`). A database URL containing ``{tenant}``: one database per tenant
-    (`per_tenant_databases`). Any other database URL: one table per tenant, prefixed
-    ``{tenant}_`` (`per_tenant_tables`).
-
-    Args:
-        url: the engine's ``store`` URL.
-        clock: the time source of ``cachetools://`` stores.
-
-    Returns:
-        A factory ``tenant -> store`` for `MultiTenantStore`.
-    """
-    scheme = url.split("://", 1)[0].lower()
-    if scheme in _IN_PROCESS:
-        return per_tenant_stores(url, clock=clock)
-    if "{tenant}" in url:
-        return per_tenant_databases(url)
-    return per_tenant_tables(url)
+    return route(url, clock=clock)

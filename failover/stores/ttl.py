@@ -10,7 +10,7 @@ from typing import Any
 import cachetools
 
 from ..errors import ConfigurationError
-from .base import Payload
+from .base import Capabilities, Payload
 
 __all__ = ["CachetoolsStore"]
 
@@ -19,7 +19,7 @@ def _utcnow() -> datetime:
     return datetime.now(UTC)
 
 
-class CachetoolsStore:
+class CachetoolsStore(Capabilities):
     """Entries in a `cachetools.TLRUCache`: expired entries leave on their own, without the
     cleanup scheduler, and the least recently used leave past ``maxsize``.
 

@@ -1,0 +1,573 @@
+"""`RedisStore`: entries in Redis, which expires them itself.
+
+The keys under the store's prefix (``"failover:"`` by default), for a failover name ``N``
+(percent-encoded, so that a ``:`` in a name can never make two entries share a key):
+
+- ``{prefix}e:{N}:{key}``, a string: one entry. A header line ``{as_of} {expire_on} {type}``
+  (microseconds since the Unix epoch, UTC; the value's type name), then the payload text as
+  `Serializer` writes it (codec, signature, encryption). Redis deletes it at its ``expire_on``
+  (``SET ... PXAT``): the store has nothing to clean.
+- ``{prefix}i:{N}``, a sorted set: the keys of ``N``'s entries, scored by the time Redis expires
+  each (milliseconds). `RedisStore.find_all` walks it instead of ``KEYS``/``SCAN`` over the
+  database. Every write trims the keys expired since, and the index itself expires with its
+  last entry.
+- ``{prefix}names``, a set: the names that have entries (`RedisStore.names`, ``failover
+  inspect``).
+
+One operation is one command, or one pipeline (one round trip): ``find`` is ``GET``,
+``find_many`` one ``MGET``, ``store`` and ``store_many`` one pipeline of ``SET``\\ s and the index
+updates. Needs Redis 7.0 or later (``PEXPIREAT ... NX|GT``).
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from datetime import datetime
+from types import TracebackType
+from typing import Any, NamedTuple
+from urllib.parse import parse_qsl, quote, urlencode, urlsplit, urlunsplit
+
+try:
+    import redis
+    from redis.backoff import NoBackoff
+    from redis.retry import Retry
+except ImportError as exc:  # pragma: no cover - exercised where redis-py is not installed
+    raise ImportError(f"RedisStore needs redis-py: pip install 'failover[redis]' ({exc})") from exc
+
+from ..codec import Codec
+from ..crypto import Cipher
+from ..errors import ConfigurationError, SerializationError, StoreError
+from .base import Capabilities, FailoverStore, Payload
+from .serializer import Serializer, datetime_of, micros
+from .tenant import TenantStores, safe_tenant_id
+
+__all__ = ["RedisStore", "StoredEntry"]
+
+log = logging.getLogger("failover")
+
+DEFAULT_PREFIX = "failover:"
+_PREFIX = re.compile(r"[!-~]{0,100}")  # printable ASCII, no spaces: readable in redis-cli
+_SCHEMES = ("redis", "rediss", "unix")
+_MGET_CHUNK = 1_000  # keys per MGET when find_all reads a whole index
+_INF = float("inf")
+
+
+class StoredEntry(NamedTuple):
+    """One entry as Redis holds it, not decoded (what ``failover inspect`` lists).
+
+    Attributes:
+        name: the failover name.
+        key: the entry's key.
+        as_of: when it was stored, or ``None`` when unreadable.
+        expire_on: when it expires, or ``None`` when unreadable.
+        size: the stored value's size in bytes.
+        payload_type: the stored value's type name (``"?"`` when unreadable).
+    """
+
+    name: str
+    key: str
+    as_of: datetime | None
+    expire_on: datetime | None
+    size: int
+    payload_type: str
+
+
+def _masked(url: str) -> str:
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
+    return urlunsplit(parts._replace(netloc=netloc))
+
+
+def _checked_prefix(prefix: object, owner: str) -> str:
+    if not isinstance(prefix, str) or _PREFIX.fullmatch(prefix) is None:
+        raise ConfigurationError(
+            f"{owner}: prefix must be printable ASCII without spaces (at most 100 characters), "
+            f"got {prefix!r}"
+        )
+    return prefix
+
+
+def split_url(url: str) -> tuple[str, str | None]:
+    """A ``redis://``/``rediss://``/``unix://`` URL without its ``prefix`` option, and that
+    option (``None`` when absent); the other options are redis-py's own."""
+    parts = urlsplit(url)
+    options = parse_qsl(parts.query, keep_blank_values=True)
+    prefixes = [v for k, v in options if k == "prefix"]
+    if not prefixes:
+        return url, None
+    rest = urlencode([(k, v) for k, v in options if k != "prefix"])
+    return urlunsplit(parts._replace(query=rest)), prefixes[-1]
+
+
+def make_client(url: str, socket_timeout: float = 1.0) -> redis.Redis:
+    """A redis-py client for a store URL: connections are made on first use, every socket
+    operation gives up after ``socket_timeout`` seconds, and a command is retried once, at once,
+    on a dropped connection (a restarted server), never on a timeout.
+
+    Args:
+        url: ``redis://[[user]:password@]host[:port][/db]``, ``rediss://...`` (TLS) or
+            ``unix:///path/to/redis.sock[?db=N]``, with redis-py's query options
+            (``socket_timeout``, ``socket_connect_timeout``, ``max_connections``...), which win
+            over ``socket_timeout``.
+        socket_timeout: the default for both the connect and the read/write timeouts.
+
+    Raises:
+        ConfigurationError: not such a URL, or an option redis-py refuses (the password masked).
+    """
+    scheme = url.partition("://")[0].lower() if isinstance(url, str) else ""
+    shown = _masked(url) if isinstance(url, str) else repr(url)
+    if scheme not in _SCHEMES:
+        raise ConfigurationError(
+            f"store URL {shown!r} is not a Redis URL (redis://, rediss:// or unix://)"
+        )
+    if not isinstance(socket_timeout, int | float) or not 0 < socket_timeout < _INF:
+        raise ConfigurationError(
+            f"RedisStore: socket_timeout must be a positive number of seconds, "
+            f"got {socket_timeout!r}"
+        )
+    try:
+        return redis.Redis.from_url(
+            url,
+            socket_timeout=socket_timeout,
+            socket_connect_timeout=socket_timeout,
+            retry=Retry(NoBackoff(), 1, (redis.ConnectionError,)),
+        )
+    except (ValueError, TypeError) as exc:
+        raise ConfigurationError(f"store URL {shown!r}: {exc}") from None
+
+
+class _Errors:
+    """Turns redis-py's errors (an unreachable server, a timeout, a refused command) into
+    `StoreError` naming the store and the operation."""
+
+    __slots__ = ("operation", "where")
+
+    def __init__(self, where: str, operation: str) -> None:
+        self.where = where
+        self.operation = operation
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        if exc is not None and isinstance(exc, redis.RedisError):
+            raise StoreError(f"{self.where}: {self.operation} failed: {exc}") from exc
+
+
+class RedisStore(Capabilities):
+    """Entries in Redis: shared by every instance, expired by Redis itself.
+
+    Values go through the same `Serializer` as `SqlStore`'s (the JSON codec and its allowlist
+    by default, signed pickle as the opt-in, optional encryption); an entry that cannot be
+    decoded is a miss (`find` raises `SerializationError`, which the engine counts as a recover
+    ``error``; `find_many` and `find_all` skip it with a warning), and never runs code.
+
+    Connections are made on first use: a service starts while Redis is down, its calls answer
+    live meanwhile (their writes fail and are counted), and recoveries find nothing until Redis
+    is back. Every socket operation gives up after ``socket_timeout``.
+
+    Args:
+        url_or_client: a ``redis://``, ``rediss://`` or ``unix://`` URL (its ``prefix`` option
+            sets ``prefix``; redis-py's options pass through), or a `redis.Redis` client to
+            share (the store then never closes it, and its own timeouts apply).
+        prefix: put before every key the store writes; stores with different prefixes share
+            one database without seeing each other's entries.
+        codec: turns values into text and back; default `JsonCodec`.
+        cipher: encrypts the payloads written (e.g. `FernetCipher`).
+        allowed_types: more types the JSON codec may restore.
+        socket_timeout: seconds before a connect, a read or a write gives up (with a URL).
+        clock: the time ``expire_on`` is measured on (the engine passes its own): each entry
+            lives ``expire_on - clock()`` on Redis's clock. Default: the wall clock, and the
+            entry expires at ``expire_on`` exactly.
+
+    Raises:
+        ConfigurationError: a bad URL, option, prefix, codec or cipher (nothing is connected).
+    """
+
+    does_io = True
+    isolating = True
+
+    def __init__(
+        self,
+        url_or_client: str | redis.Redis,
+        prefix: str = DEFAULT_PREFIX,
+        codec: Codec | None = None,
+        cipher: Cipher | None = None,
+        *,
+        allowed_types: Iterable[Any] = (),
+        socket_timeout: float = 1.0,
+        clock: Callable[[], datetime] | None = None,
+    ) -> None:
+        if isinstance(url_or_client, str):
+            url, url_prefix = split_url(url_or_client)
+            if url_prefix is not None:
+                if prefix not in (DEFAULT_PREFIX, url_prefix):
+                    raise ConfigurationError(
+                        f"RedisStore: prefix {prefix!r} and the URL's prefix={url_prefix!r} "
+                        "disagree; give one"
+                    )
+                prefix = url_prefix
+            prefix = _checked_prefix(prefix, "RedisStore")
+            self.client: redis.Redis = make_client(url, socket_timeout)
+            self._owns_client = True
+            shown = _masked(url)
+        elif isinstance(url_or_client, redis.Redis):
+            prefix = _checked_prefix(prefix, "RedisStore")
+            self.client = url_or_client
+            self._owns_client = False
+            shown = repr(url_or_client)
+        else:
+            raise ConfigurationError(
+                f"RedisStore: expected a redis:// URL or a redis.Redis client, "
+                f"got {url_or_client!r}"
+            )
+        if clock is not None and not callable(clock):
+            raise ConfigurationError(f"RedisStore: clock must be callable, got {clock!r}")
+        self.prefix = prefix
+        self._where = f"RedisStore({shown}, prefix={prefix!r})"
+        self.serializer = Serializer(self._where, codec, cipher, allowed_types)
+        self._clock = clock
+        self._names_key = f"{prefix}names"
+        self._entry_prefixes: dict[str, str] = {}  # name -> "{prefix}e:{N}:"
+
+    def __repr__(self) -> str:
+        return self._where
+
+    @property
+    def codec(self) -> Codec:
+        """The codec values are written with."""
+        return self.serializer.codec
+
+    @property
+    def cipher(self) -> Cipher | None:
+        """The cipher payloads are encrypted with, if any."""
+        return self.serializer.cipher
+
+    # -- keys -------------------------------------------------------------------------------------
+
+    def _entry_prefix(self, name: str) -> str:
+        found = self._entry_prefixes.get(name)
+        if found is None:
+            if len(self._entry_prefixes) > 10_000:  # names come from code: this is a safeguard
+                self._entry_prefixes.clear()
+            found = self._entry_prefixes[name] = f"{self.prefix}e:{quote(name, safe='')}:"
+        return found
+
+    def _index_key(self, name: str) -> str:
+        return f"{self.prefix}i:{quote(name, safe='')}"
+
+    def _errors(self, operation: str) -> _Errors:
+        return _Errors(self._where, operation)
+
+    def _command(self, operation: str, *command: Any) -> Any:
+        """One command's reply."""
+        execute: Callable[..., Any] = self.client.execute_command  # untyped in redis-py
+        with self._errors(operation):
+            return execute(*command)
+
+    def _pipelined(self, operation: str, commands: Iterable[tuple[Any, ...]]) -> list[Any]:
+        """The replies of ``commands``, sent in one round trip (not a transaction)."""
+        with self._errors(operation):
+            pipe = self.client.pipeline(transaction=False)
+            queue: Callable[..., Any] = pipe.execute_command  # untyped in redis-py
+            for command in commands:
+                queue(*command)
+            replies: list[Any] = pipe.execute()
+            return replies
+
+    def _offset_ms(self) -> int:
+        """Redis's (the wall clock's) time minus the store's clock, in milliseconds."""
+        if self._clock is None:
+            return 0
+        return round((time.time() - self._clock().timestamp()) * 1000)
+
+    # -- encoding ---------------------------------------------------------------------------------
+
+    def _value(self, payload: Payload) -> tuple[str, int]:
+        """The stored string of an envelope, and when Redis expires it (ms since the epoch,
+        before the clock's offset)."""
+        text, payload_type = self.serializer.dump(payload)
+        expire_on = micros(payload.expire_on)
+        as_of = micros(payload.as_of)
+        if expire_on is None or as_of is None:
+            raise SerializationError(
+                f"{self._where}: cannot store ({payload.name!r}, {payload.key!r}): "
+                "an entry needs as_of and expire_on"
+            )
+        if "\n" in payload_type:  # the header is one line
+            payload_type = payload_type.replace("\n", " ")
+        return f"{as_of} {expire_on} {payload_type}\n{text}", expire_on // 1000
+
+    def _load(self, name: str, key: str, raw: bytes | str) -> Payload:
+        try:
+            text = raw.decode() if isinstance(raw, bytes) else raw
+            header, _, body = text.partition("\n")
+            as_of, expire_on, payload_type = header.split(" ", 2)
+            times = int(as_of), int(expire_on)
+        except ValueError as exc:  # UnicodeDecodeError included
+            raise SerializationError(
+                f"{self._where}: entry ({name!r}, {key!r}) cannot be decoded: not a failover "
+                f"entry ({exc})"
+            ) from exc
+        return self.serializer.load(name, key, body, payload_type, *times)
+
+    def _decoded(self, name: str, pairs: Iterable[tuple[str, Any]]) -> dict[str, Payload]:
+        found: dict[str, Payload] = {}
+        load = self._load
+        for key, raw in pairs:
+            if raw is not None:
+                try:
+                    found[key] = load(name, key, raw)
+                except SerializationError as exc:
+                    log.warning("%s; skipped", exc)
+        return found
+
+    # -- FailoverStore ----------------------------------------------------------------------------
+
+    def store(self, payload: Payload) -> None:
+        """Insert or replace one entry (one round trip).
+
+        Raises:
+            SerializationError: the codec cannot encode the value (nothing is written).
+            StoreError: Redis cannot be reached, or refused.
+        """
+        self.store_many((payload,))
+
+    def store_many(self, payloads: Sequence[Payload]) -> None:
+        """Insert or replace several entries, in one pipeline (one round trip); the last write
+        of a repeated key wins.
+
+        Raises:
+            SerializationError: the codec cannot encode one of the values (nothing is written).
+            StoreError: Redis cannot be reached, or refused.
+        """
+        if not payloads:
+            return
+        offset = self._offset_ms()
+        commands: list[tuple[Any, ...]] = []
+        indexes: dict[str, dict[str, int]] = {}
+        for payload in payloads:
+            value, expires = self._value(payload)
+            at = max(expires + offset, 1)  # 0 and below are refused: long expired, gone at once
+            name, key = payload.name, payload.key
+            commands.append(("SET", self._entry_prefix(name) + key, value, "PXAT", at))
+            members = indexes.get(name)
+            if members is None:
+                members = indexes[name] = {}
+            members[key] = at
+        now = int(time.time() * 1000)
+        for name, members in indexes.items():
+            index = self._index_key(name)
+            scored: list[Any] = [index]
+            for key, at in members.items():
+                scored += (at, key)
+            last = max(members.values())
+            commands += (
+                ("ZADD", *scored),
+                ("ZREMRANGEBYSCORE", index, "-inf", now),
+                # The index lives as long as its longest-lived entry: set when it has no expiry
+                # yet (a new index), pushed later when this batch outlives it.
+                ("PEXPIREAT", index, last, "NX"),
+                ("PEXPIREAT", index, last, "GT"),
+            )
+        commands.append(("SADD", self._names_key, *indexes))
+        self._pipelined("store", commands)
+
+    def find(self, name: str, key: str) -> Payload | None:
+        """The entry, or ``None`` (Redis has removed expired ones).
+
+        Raises:
+            SerializationError: the entry cannot be decoded.
+            StoreError: Redis cannot be reached.
+        """
+        raw = self._command("find", "GET", self._entry_prefix(name) + key)
+        return None if raw is None else self._load(name, key, raw)
+
+    def find_many(self, name: str, keys: Iterable[str]) -> dict[str, Payload]:
+        """The entries found among ``keys``, in one ``MGET``; entries that cannot be decoded are
+        skipped with a warning.
+
+        Raises:
+            StoreError: Redis cannot be reached.
+        """
+        wanted = list(dict.fromkeys(keys))
+        if not wanted:
+            return {}
+        prefix = self._entry_prefix(name)
+        raws = self._command("find_many", "MGET", *[prefix + k for k in wanted])
+        return self._decoded(name, zip(wanted, raws, strict=True))
+
+    def _index(self, name: str) -> list[str]:
+        """The keys in ``name``'s index, sorted, once trimmed of those Redis expired."""
+        index = self._index_key(name)
+        now = int(time.time() * 1000)
+        members = self._pipelined(
+            "find_all", [("ZREMRANGEBYSCORE", index, "-inf", now), ("ZRANGE", index, 0, -1)]
+        )[1]
+        return sorted(m.decode() if isinstance(m, bytes) else m for m in members)
+
+    def _read_all(self, name: str, keys: list[str]) -> list[Any]:
+        prefix = self._entry_prefix(name)
+        chunks = (
+            ("MGET", *[prefix + k for k in keys[i : i + _MGET_CHUNK]])
+            for i in range(0, len(keys), _MGET_CHUNK)
+        )
+        return [raw for chunk in self._pipelined("find_all", chunks) for raw in chunk]
+
+    def find_all(self, name: str) -> list[Payload]:
+        """Every entry of ``name``, by key, read through the name's index (two round trips);
+        entries that cannot be decoded are skipped with a warning.
+
+        Raises:
+            StoreError: Redis cannot be reached.
+        """
+        keys = self._index(name)
+        if not keys:
+            return []
+        found = self._decoded(name, zip(keys, self._read_all(name, keys), strict=True))
+        return list(found.values())
+
+    def delete(self, name: str, key: str) -> None:
+        """Remove the entry if present (one round trip).
+
+        Raises:
+            StoreError: Redis cannot be reached.
+        """
+        self._pipelined(
+            "delete",
+            [("DEL", self._entry_prefix(name) + key), ("ZREM", self._index_key(name), key)],
+        )
+
+    def clean_by_expiry(self, now: datetime) -> int:
+        """Nothing to delete: Redis removes each entry at its ``expire_on``. Trims the names'
+        indexes of the keys it removed, and returns 0.
+
+        Raises:
+            StoreError: Redis cannot be reached.
+        """
+        cutoff = int(time.time() * 1000)
+        trims = [("ZREMRANGEBYSCORE", self._index_key(n), "-inf", cutoff) for n in self.names()]
+        if trims:
+            self._pipelined("clean_by_expiry", trims)
+        return 0
+
+    def close(self) -> None:
+        """Close the client's connections, when the store made the client."""
+        if self._owns_client:
+            self.client.close()
+
+    # -- beyond the protocol ----------------------------------------------------------------------
+
+    def names(self) -> list[str]:
+        """Every name that has entries, sorted.
+
+        Raises:
+            StoreError: Redis cannot be reached.
+        """
+        members = self._command("names", "SMEMBERS", self._names_key)
+        names = sorted(m.decode() if isinstance(m, bytes) else m for m in members)
+        if not names:
+            return []
+        alive = self._pipelined("names", [("EXISTS", self._index_key(n)) for n in names])
+        return [name for name, exists in zip(names, alive, strict=True) if exists]
+
+    def entries(self, name: str | None = None) -> list[StoredEntry]:
+        """The entries as stored, not decoded (their types need no allowlist): of ``name``, or
+        of every name; by name, then key.
+
+        Raises:
+            StoreError: Redis cannot be reached.
+        """
+        listed: list[StoredEntry] = []
+        for each in self.names() if name is None else [name]:
+            keys = self._index(each)
+            for key, raw in zip(keys, self._read_all(each, keys) if keys else [], strict=True):
+                if raw is not None:
+                    listed.append(_describe(each, key, raw))
+        return listed
+
+    @classmethod
+    def per_tenant(
+        cls,
+        url_or_client: str | redis.Redis,
+        prefixes: Mapping[str, str] | None = None,
+        **store_kwargs: Any,
+    ) -> TenantStores:
+        """A factory ``tenant -> RedisStore`` for `MultiTenantStore`: one key prefix per
+        tenant, one shared client (connection pool).
+
+        Args:
+            url_or_client: a Redis URL (its ``prefix`` option is the base prefix), or a client
+                (never closed here).
+            prefixes: the key prefix of each tenant; a tenant not listed is refused with
+                `StoreError`. ``None``: ``f"{prefix}t:{tenant}:"`` for tenant ids matching
+                `failover.stores.tenant.TENANT_ID`, which no key of an untenanted store with
+                the same base prefix can start with.
+            **store_kwargs: passed to each `RedisStore` (``prefix``, ``codec``, ``cipher``,
+                ``socket_timeout``, ``clock``...).
+
+        Raises:
+            ConfigurationError: a bad URL or prefix, or two tenants sharing a prefix.
+        """
+        base = store_kwargs.pop("prefix", DEFAULT_PREFIX)
+        socket_timeout = store_kwargs.pop("socket_timeout", 1.0)
+        if isinstance(url_or_client, str):
+            url, url_prefix = split_url(url_or_client)
+            base = url_prefix if url_prefix is not None else base
+            client = make_client(url, socket_timeout)
+            shown = _masked(url)
+            close: Callable[[], None] | None = client.close
+        elif isinstance(url_or_client, redis.Redis):
+            client, shown, close = url_or_client, repr(url_or_client), None
+        else:
+            raise ConfigurationError(
+                f"RedisStore.per_tenant: expected a redis:// URL or a redis.Redis client, "
+                f"got {url_or_client!r}"
+            )
+        _checked_prefix(base, "RedisStore.per_tenant")
+        if prefixes is not None:
+            prefixes = dict(prefixes)
+            seen: dict[str, str] = {}
+            for tenant, prefix in prefixes.items():
+                _checked_prefix(prefix, f"RedisStore.per_tenant: tenant {tenant!r}")
+                other = seen.setdefault(prefix, tenant)
+                if other != tenant:
+                    raise ConfigurationError(
+                        f"RedisStore.per_tenant: tenants {other!r} and {tenant!r} share the "
+                        f"prefix {prefix!r}"
+                    )
+        RedisStore(client, base, **store_kwargs)  # bad options fail now, not at the first tenant
+
+        def prefix_of(tenant: str) -> str:
+            if prefixes is None:
+                return f"{base}t:{safe_tenant_id(tenant)}:"
+            try:
+                return prefixes[tenant]
+            except KeyError:
+                raise StoreError(
+                    f"RedisStore.per_tenant: no key prefix for tenant {str(tenant)[:60]!r}"
+                ) from None
+
+        def make(tenant: str) -> FailoverStore:
+            return RedisStore(client, prefix_of(tenant), **store_kwargs)
+
+        return TenantStores(make, True, f"RedisStore.per_tenant({shown}, prefix={base!r})", close)
+
+
+def _describe(name: str, key: str, raw: bytes | str) -> StoredEntry:
+    data = raw if isinstance(raw, bytes) else raw.encode()
+    header = data.partition(b"\n")[0].decode(errors="replace").split(" ", 2)
+    try:
+        as_of, expire_on = datetime_of(int(header[0])), datetime_of(int(header[1]))
+        payload_type = header[2]
+    except (ValueError, IndexError, OverflowError):
+        as_of = expire_on = None
+        payload_type = "?"
+    return StoredEntry(name, key, as_of, expire_on, len(data), payload_type)

@@ -1,0 +1,186 @@
+"""`TieredStore`: a process-local store in front of a shared one."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Iterable, Sequence
+from datetime import datetime
+from typing import TypeVar
+
+from ..errors import ConfigurationError
+from ..metrics import Metrics
+from .async_write import AsyncWriteStore
+from .base import Capabilities, FailoverStore, Payload, does_io, writes_async
+
+__all__ = ["TieredStore"]
+
+log = logging.getLogger("failover")
+
+T = TypeVar("T")
+
+
+def _fresher(a: Payload | None, b: Payload | None) -> Payload | None:
+    """The entry stored last (``a`` on a tie: it is the same write, or as good)."""
+    if a is None or b is None:
+        return a if b is None else b
+    if b.as_of is not None and (a.as_of is None or b.as_of > a.as_of):
+        return b
+    return a
+
+
+class TieredStore(Capabilities):
+    """A process-local store (``near``) in front of a shared one (``far``, e.g. Redis or
+    PostgreSQL).
+
+    Writes go to both: to ``near`` at once, to ``far`` through async writes (an
+    `AsyncWriteStore` is put in front of it, unless it writes asynchronously already or does no
+    I/O), so a write never waits for the network. Reads ask both and answer with the entry
+    stored last (the other instances may have written a fresher one to ``far``), keeping what
+    ``far`` had in ``near`` for the next outage. While ``far`` is down, reads answer from
+    ``near`` alone (a miss there, with ``far`` down, is a recover error); writes to ``far`` fail
+    and are counted by the async-writes layer.
+
+    Args:
+        near: an in-process store (`InMemoryStore`, `CachetoolsStore`), which does no I/O.
+        far: the shared store.
+        metrics: where the async-writes layer put in front of ``far`` reports its queue, its
+            drops and its failures.
+
+    Raises:
+        ConfigurationError: a ``near`` store that does I/O, or arguments that are not stores.
+    """
+
+    writes_async = True  # near keeps objects in memory; far's writes are queued
+
+    def __init__(
+        self, near: FailoverStore, far: FailoverStore, *, metrics: Metrics | None = None
+    ) -> None:
+        for setting, store in (("near", near), ("far", far)):
+            if not isinstance(store, FailoverStore):
+                raise ConfigurationError(f"TieredStore: {setting} must be a store, got {store!r}")
+        if does_io(near):
+            raise ConfigurationError(
+                f"TieredStore: near must be an in-process store (one that does no I/O), got "
+                f"{near!r}"
+            )
+        self.near = near
+        self.far: FailoverStore = (
+            far if writes_async(far) or not does_io(far) else AsyncWriteStore(far, metrics=metrics)
+        )
+        # Writes to `near` and the refills of `near` from `far` take turns: a refill never
+        # replaces an entry written meanwhile by a fresher one.
+        self._lock = threading.Lock()
+
+    def __repr__(self) -> str:
+        return f"TieredStore(near={self.near!r}, far={self.far!r})"
+
+    @property
+    def does_io(self) -> bool:
+        """Whether reads do I/O (the far store's)."""
+        return does_io(self.far)
+
+    def layers_below(self) -> tuple[FailoverStore, FailoverStore]:
+        """Both tiers: `flush` waits for the far one's queue."""
+        return self.near, self.far
+
+    # -- writes -----------------------------------------------------------------------------------
+
+    def store(self, payload: Payload) -> None:
+        """Store in both tiers (in the far one through its queue)."""
+        with self._lock:
+            self.near.store(payload)
+        self.far.store(payload)
+
+    def store_many(self, payloads: Sequence[Payload]) -> None:
+        """Store in both tiers (in the far one through its queue)."""
+        with self._lock:
+            self.near.store_many(payloads)
+        self.far.store_many(payloads)
+
+    def delete(self, name: str, key: str) -> None:
+        """Delete from both tiers."""
+        with self._lock:
+            self.near.delete(name, key)
+        self.far.delete(name, key)
+
+    # -- reads ------------------------------------------------------------------------------------
+
+    def _from_far(self, read: Callable[[], T], answered: bool, operation: str) -> T | None:
+        """``far``'s answer; ``None`` when it fails and ``near`` ``answered`` on its own."""
+        try:
+            return read()
+        except Exception:
+            if not answered:
+                raise  # nothing to answer with: the engine counts the failure
+            log.debug(
+                "failover: %s: the far store failed; answering from the near one",
+                operation,
+                exc_info=True,
+            )
+            return None
+
+    def _keep(self, found: Iterable[Payload]) -> None:
+        """Keep entries of ``far`` in ``near``, unless ``near`` has one as fresh meanwhile."""
+        with self._lock:
+            for payload in found:
+                if _fresher(self.near.find(payload.name, payload.key), payload) is payload:
+                    self.near.store(payload)
+
+    def find(self, name: str, key: str) -> Payload | None:
+        """The fresher of the two tiers' entries (``near``'s alone while ``far`` fails)."""
+        near = self.near.find(name, key)
+        far = self._from_far(lambda: self.far.find(name, key), near is not None, "find")
+        best = _fresher(near, far)
+        if best is not None and best is not near:
+            self._keep((best,))
+        return best
+
+    def find_many(self, name: str, keys: Iterable[str]) -> dict[str, Payload]:
+        """Per key, the fresher of the two tiers' entries (``near``'s alone while ``far``
+        fails)."""
+        keys = list(keys)
+        near = self.near.find_many(name, keys)
+        far = self._from_far(lambda: self.far.find_many(name, keys), bool(near), "find_many")
+        found = dict(near)
+        kept = []
+        for key, payload in (far or {}).items():
+            if _fresher(near.get(key), payload) is payload:
+                found[key] = payload
+                kept.append(payload)
+        if kept:
+            self._keep(kept)
+        return found
+
+    def find_all(self, name: str) -> list[Payload]:
+        """Every entry of ``name`` in either tier, the fresher of each key, by key."""
+        found = {p.key: p for p in self.near.find_all(name)}
+        far = self._from_far(lambda: self.far.find_all(name), bool(found), "find_all")
+        for payload in far or ():
+            best = _fresher(found.get(payload.key), payload)
+            if best is not None:
+                found[payload.key] = best
+        return [found[key] for key in sorted(found)]
+
+    # -- maintenance ------------------------------------------------------------------------------
+
+    def clean_by_expiry(self, now: datetime) -> int:
+        """Remove expired entries from both tiers; return the far store's count (the store of
+        record: the near one holds copies of the same entries).
+
+        Raises:
+            Exception: the far store's failure, once the near one was cleaned.
+        """
+        self.near.clean_by_expiry(now)
+        return self.far.clean_by_expiry(now)
+
+    def close(self) -> None:
+        """Close both tiers (the far one's queue is flushed first).
+
+        Raises:
+            Exception: the first failure, once both were closed.
+        """
+        try:
+            self.far.close()
+        finally:
+            self.near.close()
