@@ -30,6 +30,7 @@ from .stores.factory import make_store
 if TYPE_CHECKING:
     import sqlalchemy as sa
 
+    from .stores.redis import RedisStore
     from .stores.sql import SqlStore
 
 __all__ = ["main", "render_table"]
@@ -193,7 +194,10 @@ def _store_argument(parser: argparse.ArgumentParser) -> None:
         "--store",
         metavar="URL",
         required=True,
-        help="store URL, e.g. sqlite:///failover.db or postgresql+psycopg://user@host/db",
+        help=(
+            "store URL, e.g. sqlite:///failover.db, postgresql+psycopg://user@host/db or "
+            "redis://host:6379/0"
+        ),
     )
 
 
@@ -301,10 +305,10 @@ def _demo(args: argparse.Namespace) -> int:
 # -- stores -------------------------------------------------------------------------------------
 
 
-def _open(url: str, command: str, *, create: bool, table_prefix: str = "") -> SqlStore:
-    """The SQL store at ``url``, its database reached once already.
+def _open(url: str, command: str, *, create: bool, table_prefix: str = "") -> SqlStore | RedisStore:
+    """The store at ``url``, reached once already.
 
-    Reaching it here turns an unreachable database into one error, where `SqlStore` would log a
+    Reaching it here turns an unreachable database into one error, where the store would log a
     warning and retry on first use (right for a service starting, noise for a command). Without
     ``create``, a SQLite file must exist: a mistyped path is an error, not a new empty file.
     """
@@ -314,6 +318,8 @@ def _open(url: str, command: str, *, create: bool, table_prefix: str = "") -> Sq
             f"{url} is a store inside one process, a new empty one here: {PROG} {command} "
             "needs a durable store, e.g. sqlite:///failover.db"
         )
+    if _is_redis(url):
+        return _open_redis(url, table_prefix)
     from sqlalchemy.exc import SQLAlchemyError
 
     from .stores.sql import SqlStore, make_engine
@@ -338,6 +344,27 @@ def _open(url: str, command: str, *, create: bool, table_prefix: str = "") -> Sq
     return SqlStore(url, table_prefix=table_prefix, create_table=create)
 
 
+def _is_redis(url: str) -> bool:
+    return url.partition("://")[0].lower() in ("redis", "rediss", "unix")
+
+
+def _open_redis(url: str, table_prefix: str) -> RedisStore:
+    from .stores.redis import RedisStore
+
+    if table_prefix:
+        raise _CliError(
+            "--table-prefix is for SQL stores; a Redis store's key prefix is the URL's "
+            "prefix option (redis://host/0?prefix=myapp:)"
+        )
+    store = RedisStore(url)
+    try:
+        store.client.ping()
+    except Exception as exc:  # redis-py's errors, imported only with it
+        store.close()
+        raise _CliError(f"cannot reach {_display(url)}: {_one_line(exc)}") from exc
+    return store
+
+
 def _table_prefix_argument(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--table-prefix",
@@ -351,18 +378,11 @@ def _table_prefix_argument(parser: argparse.ArgumentParser) -> None:
 
 
 def _inspect(args: argparse.Namespace) -> int:
-    import sqlalchemy as sa
-
     store = _open(args.store, "inspect", create=False, table_prefix=args.table_prefix)
-    # The rows are read as stored, not decoded: this process registers no failover, so the codec's
-    # allowlist would refuse their types, and sizes are those of what the database holds.
-    c = store.table.c
-    query = sa.select(c.name, c.key, c.as_of, c.expire_on, c.payload, c.payload_type)
-    if args.name is not None:
-        query = query.where(c.name == args.name)
+    # The entries are read as stored, not decoded: this process registers no failover, so the
+    # codec's allowlist would refuse their types, and sizes are those of what the store holds.
     try:
-        with store.engine.connect() as conn:
-            found = conn.execute(query.order_by(c.name, c.as_of, c.key)).all()
+        found = _stored(store, args.name)
     finally:
         store.close()
     if not found:
@@ -371,18 +391,37 @@ def _inspect(args: argparse.Namespace) -> int:
         return 0
     now = utcnow()
     rows = []
-    for name, key, as_of, expire_on, payload, payload_type in found:
-        expires = _from_micros(expire_on)
+    for name, key, as_of, expires, size, payload_type in found:
         status = "expired" if expires is not None and expires <= now else "live"
-        size = len(payload.encode())
-        rows.append(
-            [name, key, _time(_from_micros(as_of)), _time(expires), str(size), payload_type, status]
-        )
+        rows.append([name, key, _time(as_of), _time(expires), str(size), payload_type, status])
     headers = ["name", "key", "as_of", "expire_on", "size", "type", "status"]
     print(render_table(headers, rows))
     expired = sum(row[-1] == "expired" for row in rows)
     print(f"\n{len(rows)} {_plural(len(rows), 'entry', 'entries')}, {expired} expired")
     return 0
+
+
+_Stored = tuple[str, str, datetime | None, datetime | None, int, str]
+
+
+def _stored(store: SqlStore | RedisStore, name: str | None) -> Sequence[_Stored]:
+    """Every entry (of ``name``) as stored: name, key, as_of, expire_on, size, type."""
+    from .stores.sql import SqlStore
+
+    if not isinstance(store, SqlStore):
+        return store.entries(name)
+    import sqlalchemy as sa
+
+    c = store.table.c
+    query = sa.select(c.name, c.key, c.as_of, c.expire_on, c.payload, c.payload_type)
+    if name is not None:
+        query = query.where(c.name == name)
+    with store.engine.connect() as conn:
+        rows = conn.execute(query.order_by(c.name, c.as_of, c.key)).all()
+    return [
+        (n, key, _from_micros(as_of), _from_micros(expire_on), len(payload.encode()), type_)
+        for n, key, as_of, expire_on, payload, type_ in rows
+    ]
 
 
 def _from_micros(micros: int | None) -> datetime | None:
@@ -401,7 +440,8 @@ def _clean(args: argparse.Namespace) -> int:
     store = _open(args.store, "clean", create=False, table_prefix=args.table_prefix)
     with Failover(store, metrics=False, async_writes=False) as engine:
         removed = engine.clean()
-    print(f"removed {removed} expired {_plural(removed, 'entry', 'entries')}")
+    why = " (Redis removes expired entries itself)" if _is_redis(args.store) else ""
+    print(f"removed {removed} expired {_plural(removed, 'entry', 'entries')}{why}")
     return 0
 
 

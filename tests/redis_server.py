@@ -45,8 +45,8 @@ def _free_port() -> int:
 
 
 class RedisServer:
-    """One ``redis-server`` in a temporary directory; `start`, `kill`, `start` again (same
-    port), `stop`.
+    """One ``redis-server`` in a temporary directory, on a TCP port and a Unix socket (``socket``);
+    `start`, `kill`, `start` again (same port), `stop`.
 
     Args:
         port: the port to listen on; default: a free one.
@@ -60,6 +60,7 @@ class RedisServer:
         self.root = Path(tempfile.mkdtemp(prefix="failover-redis-"))
         self.port = port or _free_port()
         self.url = f"redis://127.0.0.1:{self.port}/0"
+        self.socket = self.root / "redis.sock"
         self.process: subprocess.Popen[bytes] | None = None
 
     def start(self) -> RedisServer:
@@ -75,6 +76,8 @@ class RedisServer:
                 "--daemonize", "no",
                 "--protected-mode", "yes",
                 "--logfile", str(self.root / "server.log"),
+                "--unixsocket", str(self.socket),
+                "--unixsocketperm", "700",
             ],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,

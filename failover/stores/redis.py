@@ -101,7 +101,8 @@ def split_url(url: str) -> tuple[str, str | None]:
     if not prefixes:
         return url, None
     rest = urlencode([(k, v) for k, v in options if k != "prefix"])
-    return urlunsplit(parts._replace(query=rest)), prefixes[-1]
+    # Not urlunsplit: it would turn unix:///path into unix:/path.
+    return url.partition("?")[0] + (f"?{rest}" if rest else ""), prefixes[-1]
 
 
 def make_client(url: str, socket_timeout: float = 1.0) -> redis.Redis:
@@ -125,20 +126,34 @@ def make_client(url: str, socket_timeout: float = 1.0) -> redis.Redis:
         raise ConfigurationError(
             f"store URL {shown!r} is not a Redis URL (redis://, rediss:// or unix://)"
         )
+    database = urlsplit(url).path.strip("/") if scheme != "unix" else ""
+    if database and not database.isdigit():  # redis-py would quietly use database 0
+        raise ConfigurationError(
+            f"store URL {shown!r}: the database must be a number (redis://host:6379/0)"
+        )
     if not isinstance(socket_timeout, int | float) or not 0 < socket_timeout < _INF:
         raise ConfigurationError(
             f"RedisStore: socket_timeout must be a positive number of seconds, "
             f"got {socket_timeout!r}"
         )
     try:
-        return redis.Redis.from_url(
+        client = redis.Redis.from_url(
             url,
             socket_timeout=socket_timeout,
             socket_connect_timeout=socket_timeout,
             retry=Retry(NoBackoff(), 1, (redis.ConnectionError,)),
         )
-    except (ValueError, TypeError) as exc:
+        # redis-py keeps the URL's options for the first connection: an unknown one would fail
+        # there, at the first call. A connection object made here (not connected) checks them.
+        pool = client.connection_pool
+        pool.connection_class(**pool.connection_kwargs)
+    except ValueError as exc:
         raise ConfigurationError(f"store URL {shown!r}: {exc}") from None
+    except TypeError as exc:
+        raise ConfigurationError(
+            f"store URL {shown!r}: an option redis-py refuses ({exc})"
+        ) from None
+    return client
 
 
 class _Errors:
