@@ -17,24 +17,22 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import redis
+from prometheus_client import CollectorRegistry
 
-redis = pytest.importorskip("redis", reason="the Redis store tests need redis-py (failover[redis])")
+import failover
+from failover.cli import main
+from failover.codec import PickleCodec
+from failover.crypto import FernetCipher
+from failover.errors import ConfigurationError, SerializationError, StoreError
+from failover.payload import ReferentialPayload
+from failover.stores import MultiTenantStore, make_store
+from failover.stores.redis import RedisStore
 
-from prometheus_client import CollectorRegistry  # noqa: E402 - after the importorskip
-
-import failover  # noqa: E402
-from failover.cli import main  # noqa: E402
-from failover.codec import PickleCodec  # noqa: E402
-from failover.crypto import FernetCipher  # noqa: E402
-from failover.errors import ConfigurationError, SerializationError, StoreError  # noqa: E402
-from failover.payload import ReferentialPayload  # noqa: E402
-from failover.stores import MultiTenantStore, make_store  # noqa: E402
-from failover.stores.redis import RedisStore  # noqa: E402
-
-from . import redis_server  # noqa: E402
-from .conftest import FakeClock, Upstream  # noqa: E402
-from .redis_server import RedisServer  # noqa: E402
-from .test_sql_store import (  # noqa: E402
+from . import redis_server
+from .conftest import FakeClock, Upstream
+from .redis_server import RedisServer
+from .test_sql_store import (
     PICKLE_KEY,
     Address,
     Invoice,
@@ -42,9 +40,8 @@ from .test_sql_store import (  # noqa: E402
     Tier,
     _hostile_rows,
     decorated,
-    make_invoice,
 )
-from .test_store_contract import entry  # noqa: E402
+from .test_store_contract import entry
 
 ROOT = Path(__file__).resolve().parent.parent
 _MS = timedelta(milliseconds=1)
@@ -219,7 +216,7 @@ def test_signed_pickle_and_encryption(make: Callable[..., RedisStore], clock: Fa
 # -- one round trip -------------------------------------------------------------------------------
 
 
-class CountingConnection(redis.Connection):  # type: ignore[misc]
+class CountingConnection(redis.Connection):
     """A real connection that counts what it sends: one send is one round trip."""
 
     sends = 0
