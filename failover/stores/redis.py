@@ -321,27 +321,48 @@ class RedisStore(Capabilities):
         return f"{as_of} {expire_on} {payload_type}\n{text}", expire_on // 1000
 
     def _load(self, name: str, key: str, raw: bytes | str) -> Payload:
+        """The envelope of a stored value (`_decoded` does the same for many, inlined).
+
+        Raises:
+            SerializationError: the value cannot be decoded.
+        """
         try:
-            text = raw.decode() if isinstance(raw, bytes) else raw
-            header, _, body = text.partition("\n")
-            as_of, expire_on, payload_type = header.split(" ", 2)
+            data = raw if isinstance(raw, bytes) else raw.encode()
+            header, _, body = data.partition(b"\n")
+            as_of, expire_on, payload_type = header.split(b" ", 2)
             times = int(as_of), int(expire_on)
+            text = body.decode()
+            type_name = payload_type.decode()
         except ValueError as exc:  # UnicodeDecodeError included
-            raise SerializationError(
-                f"{self._where}: entry ({name!r}, {key!r}) cannot be decoded: not a failover "
-                f"entry ({exc})"
-            ) from exc
-        return self.serializer.load(name, key, body, payload_type, *times)
+            raise self._not_an_entry(name, key, exc) from exc
+        return self.serializer.load(name, key, text, type_name, *times)
+
+    def _not_an_entry(self, name: str, key: str, exc: Exception) -> SerializationError:
+        return SerializationError(
+            f"{self._where}: entry ({name!r}, {key!r}) cannot be decoded: not a failover entry "
+            f"({exc})"
+        )
 
     def _decoded(self, name: str, pairs: Iterable[tuple[str, Any]]) -> dict[str, Payload]:
+        """The envelopes of ``(key, stored value or None)`` pairs; a value that cannot be
+        decoded is skipped with a warning."""
         found: dict[str, Payload] = {}
-        load = self._load
+        load = self.serializer.load
         for key, raw in pairs:
-            if raw is not None:
-                try:
-                    found[key] = load(name, key, raw)
-                except SerializationError as exc:
-                    log.warning("%s; skipped", exc)
+            if raw is None:
+                continue
+            try:
+                try:  # _load, inlined: this runs for every entry of a batch read
+                    data = raw if isinstance(raw, bytes) else raw.encode()
+                    header, _, body = data.partition(b"\n")
+                    as_of, expire_on, payload_type = header.split(b" ", 2)
+                    found[key] = load(
+                        name, key, body.decode(), payload_type.decode(), int(as_of), int(expire_on)
+                    )
+                except ValueError as exc:  # UnicodeDecodeError included
+                    raise self._not_an_entry(name, key, exc) from exc
+            except SerializationError as exc:
+                log.warning("%s; skipped", exc)
         return found
 
     # -- FailoverStore ----------------------------------------------------------------------------

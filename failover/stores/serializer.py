@@ -33,6 +33,8 @@ log = logging.getLogger("failover")
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _MICROSECOND = timedelta(microseconds=1)
+_NO = object()  # equal to no time: what the memo of the last times starts with
+_SEALED = "ENC("  # what `failover.crypto.seal` puts first
 _TYPE_NAME_MAX = 255  # the SQL column's width; informative only, so cut rather than refused
 
 
@@ -91,6 +93,7 @@ class Serializer:
             self.codec.marker: self.codec,
         }
         self._marker = f"{self.codec.marker}:"
+        self._last_times: tuple[object, object, datetime, datetime] = (_NO, _NO, _EPOCH, _EPOCH)
 
     def dump(self, payload: Payload) -> tuple[str, str]:
         """The stored text of the envelope's value, and its type name.
@@ -123,35 +126,47 @@ class Serializer:
         as_of: int | None,
         expire_on: int | None,
     ) -> Payload:
-        """The envelope back from its stored parts (times in microseconds since the epoch).
+        """The envelope back from its stored parts (times in microseconds since the epoch; an
+        entry without them is corrupt).
 
         Raises:
             SerializationError: the entry cannot be decoded (see the module's docstring); the
                 message names the store and the entry.
         """
         try:
-            plain = unseal(self.cipher, text)
-            marker, sep, body = plain.partition(":")
-            codec = self._readers.get(marker) if sep else None
-            if codec is None:
-                raise SerializationError(
-                    f"unknown codec marker {marker[:20]!r} (this store reads "
-                    f"{', '.join(sorted(self._readers))})"
-                )
-            value = codec.decode(body, payload_type)
+            plain = unseal(self.cipher, text) if text.startswith(_SEALED) else text
+            if plain.startswith(self._marker):  # written by this codec: the common case
+                value = self.codec.decode(plain[len(self._marker) :], payload_type)
+            else:
+                marker, sep, body = plain.partition(":")
+                codec = self._readers.get(marker) if sep else None
+                if codec is None:
+                    raise SerializationError(
+                        f"unknown codec marker {marker[:20]!r} (this store reads "
+                        f"{', '.join(sorted(self._readers))})"
+                    )
+                value = codec.decode(body, payload_type)
         except Exception as exc:
             raise SerializationError(
                 f"{self.owner}: entry ({name!r}, {key!r}) cannot be decoded: {exc}"
             ) from exc
-        try:
-            times = datetime_of(as_of), datetime_of(expire_on)
+        last = self._last_times
+        if last[0] == as_of and last[1] == expire_on:
+            return envelope(name, key, value, last[2], last[3], True)
+        try:  # datetime_of, inlined: this runs for every entry of a batch read
+            if as_of is None or expire_on is None:
+                raise TypeError("a time is missing")
+            when, until = _EPOCH + timedelta(0, 0, as_of), _EPOCH + timedelta(0, 0, expire_on)
         except (TypeError, ValueError, OverflowError) as exc:
-            # Times written by hand (out of range, or text where a number belongs) make the
-            # entry as corrupt as a bad payload.
+            # Times missing, or written by hand (out of range, or text where a number belongs),
+            # make the entry as corrupt as a bad payload.
             raise SerializationError(
                 f"{self.owner}: entry ({name!r}, {key!r}) has corrupt times: {exc}"
             ) from exc
-        return envelope(name, key, value, *times, True)
+        # Entries written in one batch share their times (the slices of a scatter/gather call):
+        # their datetimes are made once. One tuple, replaced whole: safe across threads.
+        self._last_times = (as_of, expire_on, when, until)
+        return envelope(name, key, value, when, until, True)
 
     def load_each(
         self, name: str, rows: Iterable[tuple[str, str, str, int | None, int | None]]
