@@ -23,6 +23,7 @@ from .execution import Execution
 from .handlers import Handler, key_of
 from .payload import ReferentialPayload, enrich, envelope, plain_kind
 from .policy import ExceptionPolicy, RecoverContext, default_for
+from .served import record as record_served
 from .tenant import pinned
 
 if TYPE_CHECKING:
@@ -203,24 +204,38 @@ class Runtime:
     ) -> ReferentialPayload[Any] | None:
         """What the caller gets after recovery: an envelope, or ``None`` to re-raise ``cause``."""
         d = self.definition
+        hook = d.on_recovered
+        recovered: ReferentialPayload[Any] | None = None
         if isinstance(found, ReferentialPayload):
+            recovered = found
             value = enrich(found.payload, False, found.as_of)
-            if d.on_recovered is not None:
-                value = d.on_recovered(self.recover_context(ctx, cause, found), value)
-            return envelope(found.name, found.key, value, found.as_of, found.expire_on, False)
-        policy = self.policy
-        if policy is ExceptionPolicy.RETHROW:
+        elif self.policy is ExceptionPolicy.RETHROW:
             _note(cause, d.name, found.value)
             return None
-        if policy is ExceptionPolicy.NEVER_THROW:
+        elif self.policy is ExceptionPolicy.NEVER_THROW:
             value = None
-            if d.on_recovered is not None:
-                value = d.on_recovered(self.recover_context(ctx, cause, None), None)
-        elif policy is ExceptionPolicy.RETURN_DEFAULT:
-            value = default_for(self.return_type())
+        else:  # return_default and a callable policy make their value themselves: no hook
+            hook = None
+            if self.policy is ExceptionPolicy.RETURN_DEFAULT:
+                value = default_for(self.return_type())
+            else:
+                value = self.policy(self.recover_context(ctx, cause, None))
+        if hook is not None:
+            try:
+                value = hook(self.recover_context(ctx, cause, recovered), value)
+            except Exception:  # the hook's bug must not cost the caller a good value
+                log.warning(
+                    "failover %r: on_recovered raised; the caller gets the value it was given",
+                    d.name,
+                    exc_info=True,
+                )
+        if recovered is None:
+            out = self.made_envelope(ctx, value, cause)
         else:
-            value = policy(self.recover_context(ctx, cause, None))
-        return self.made_envelope(ctx, value)
+            r = recovered
+            out = envelope(r.name, r.key, value, r.as_of, r.expire_on, False, cause)
+        record_served(out, self.clock)
+        return out
 
     def accepts(self, cause: Exception) -> bool:
         """Whether ``cause`` triggers recovery (execution-layer refusals always do)."""
@@ -232,13 +247,15 @@ class Runtime:
             return None
         return self.resolve(ctx, cause, self.recover(ctx, cause))
 
-    def made_envelope(self, ctx: CallContext, value: Any) -> ReferentialPayload[Any]:
+    def made_envelope(
+        self, ctx: CallContext, value: Any, cause: BaseException | None = None
+    ) -> ReferentialPayload[Any]:
         """The envelope of a value made by a policy: not from the store, so no time."""
         try:
             key = key_of(ctx)
         except Exception:  # a failing key= callable already showed up as a recover error
             key = ""
-        return envelope(self.definition.effective_name, key, value, None, None, False)
+        return envelope(self.definition.effective_name, key, value, None, None, False, cause)
 
     def recover_context(
         self, ctx: CallContext, cause: BaseException | None, found: ReferentialPayload[Any] | None
