@@ -72,8 +72,8 @@ class StaleHeaders:
         with collect() as report:
 
             async def send_marked(message: Message) -> None:
-                if message["type"] == "http.response.start" and report:
-                    message = dict(message)
+                if report and message["type"] == "http.response.start":
+                    message = dict(message)  # the app's own message stays as it was
                     message["headers"] = self.headers(list(message.get("headers", ())), report)
                 await send(message)
 
@@ -81,16 +81,22 @@ class StaleHeaders:
 
     def headers(self, headers: list[Any], report: StaleReport) -> list[Any]:
         """``headers`` (ASGI pairs) with the staleness headers added where absent."""
-        have = {bytes(name).lower() for name, _ in headers}
-        if self.age and report.age is not None and b"age" not in have:
-            headers.append((b"age", str(int(report.age)).encode("ascii")))
-        if self.warning and not any(
-            bytes(n).lower() == b"warning" and bytes(v).startswith(b"110") for n, v in headers
-        ):
+        has_age = has_warning = has_header = False
+        for raw, value in headers:
+            name = raw.lower()  # bytes (or bytearray), lowercase by the ASGI spec already
+            if name == b"age":
+                has_age = True
+            elif name == b"warning":
+                has_warning = has_warning or value.startswith(b"110")
+            elif name == self.header:
+                has_header = True
+        age = report.age
+        if self.age and age is not None and not has_age:
+            headers.append((b"age", b"%d" % age))
+        if self.warning and not has_warning:
             headers.append((b"warning", _WARNING))
-        if self.header is not None and self.header not in have:
-            names = ", ".join(_safe(name) for name in report.names)
-            headers.append((self.header, names.encode("ascii")))
+        if self.header is not None and not has_header:
+            headers.append((self.header, b", ".join(_safe(n) for n in report.names)))
         return headers
 
 
@@ -100,6 +106,14 @@ def _is_token(name: str) -> bool:
     return bool(name) and all(c.isascii() and (c.isalnum() or c in allowed) for c in name)
 
 
-def _safe(name: str) -> str:
+_safe_names: dict[str, bytes] = {}
+
+
+def _safe(name: str) -> bytes:
     """A failover name fit for a comma-separated header value: printable ASCII, no commas."""
-    return "".join(c if "!" <= c <= "~" and c != "," else "_" for c in name)
+    safe = _safe_names.get(name)
+    if safe is None:
+        safe = "".join(c if "!" <= c <= "~" and c != "," else "_" for c in name).encode("ascii")
+        if len(_safe_names) < 10_000:  # names are few; names made at run time must not pile up
+            _safe_names[name] = safe
+    return safe

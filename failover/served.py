@@ -13,8 +13,8 @@ whose upstream answered.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from contextvars import ContextVar
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -70,8 +70,21 @@ class StaleReport:
 _current: ContextVar[StaleReport | None] = ContextVar("failover_stale_report", default=None)
 
 
-@contextmanager
-def collect() -> Iterator[StaleReport]:
+class _Collecting:
+    """`collect`'s context manager (a class: cheaper than a generator, once per request)."""
+
+    __slots__ = ("report", "token")
+
+    def __enter__(self) -> StaleReport:
+        self.report = StaleReport(_current.get())
+        self.token = _current.set(self.report)
+        return self.report
+
+    def __exit__(self, *exc: object) -> None:
+        _current.reset(self.token)
+
+
+def collect() -> AbstractContextManager[StaleReport]:
     """Collect, for the block, the failover calls not answered live.
 
     Blocks nest: a call counts in every enclosing report.
@@ -83,12 +96,7 @@ def collect() -> Iterator[StaleReport]:
         if report:
             print("stale:", report.names, report.age)
     """
-    report = StaleReport(_current.get())
-    token = _current.set(report)
-    try:
-        yield report
-    finally:
-        _current.reset(token)
+    return _Collecting()
 
 
 def record(served: ReferentialPayload[Any], clock: Callable[[], datetime]) -> None:
