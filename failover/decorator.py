@@ -10,14 +10,14 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Generic, ParamSpec, Protocol, TypeVar, overload
 
 from . import engine as _engine
-from .context import CallContext
+from .context import CallContext, PolicyLike, RecoverContext
 from .core import Binder, Runtime
 from .definition import FailoverDefinition
 from .errors import ConfigurationError
 from .expiry import ExpiryPolicy, FixedTtl, parse_ttl
 from .handlers import key_of
 from .payload import ReferentialPayload
-from .policy import PolicyLike, RecoverContext, resolve_policy
+from .policy import resolve_policy
 
 if TYPE_CHECKING:
     from typing import Self

@@ -9,26 +9,24 @@ import threading
 import warnings
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from .cleanup import CleanupScheduler
 from .codec import allow_annotation
-from .core import Runtime
+from .context import PolicyLike
+from .core import Decorated, Runtime
 from .definition import FailoverDefinition
 from .errors import ConfigurationError
 from .execution import BasicExecution
 from .handlers import DefaultHandler, Handler
 from .metrics import NULL_METRICS, Metrics, MetricsHandler, resolve_metrics
-from .policy import PolicyLike, resolve_policy
+from .policy import resolve_policy
 from .stores.async_write import AsyncWriteStore, flush_chain
 from .stores.base import FailoverStore
 from .stores.copying import CopyingStore
 from .stores.factory import make_store
 from .stores.tenant import MultiTenantStore, TenantStoreFactory, per_tenant
 from .tenant import current_tenant
-
-if TYPE_CHECKING:
-    from .decorator import State
 
 __all__ = ["Failover", "configure", "get_engine", "utcnow"]
 
@@ -170,8 +168,8 @@ class Failover:
             self.handler = MetricsHandler(self.handler, self.metrics, clock)
         self.execution = BasicExecution()
         self._lock = threading.RLock()
-        self._registered: dict[str, State] = {}
-        self._runtimes: dict[State, Runtime] = {}
+        self._registered: dict[str, Decorated] = {}
+        self._runtimes: dict[Decorated, Runtime] = {}
         self._closed = False
         self._clean_lock = threading.Lock()  # one cleanup at a time: scheduled or by hand
         self._schedulers: list[CleanupScheduler] = []
@@ -213,7 +211,7 @@ class Failover:
 
     # -- registration -------------------------------------------------------------------------
 
-    def register(self, decorated: State) -> None:
+    def register(self, decorated: Decorated) -> None:
         """Register a decorated function; a second one under the same name replaces the first."""
         allow_annotation(decorated.fn)  # its return type may be restored from a serializing store
         definition = decorated.definition
@@ -247,7 +245,7 @@ class Failover:
         with self._lock:
             return [d.definition for _, d in sorted(self._registered.items())]
 
-    def runtime(self, decorated: State) -> Runtime:
+    def runtime(self, decorated: Decorated) -> Runtime:
         """The runtime of ``decorated`` on this engine, made on first use."""
         rt = self._runtimes.get(decorated)
         if rt is not None:
@@ -366,7 +364,7 @@ class Failover:
         return cls(**kwargs)
 
 
-def _warn_replaced(previous: State, new: State) -> None:
+def _warn_replaced(previous: Decorated, new: Decorated) -> None:
     if previous.definition.function != new.definition.function:
         warnings.warn(
             f"failover {new.definition.name!r}: the name was registered by "
@@ -388,7 +386,7 @@ def _env_bool(name: str, raw: str) -> bool:
 
 _default: Failover | None = None
 _default_lock = threading.Lock()
-_pending: dict[str, State] = {}  # failovers of the default engine, carried over
+_pending: dict[str, Decorated] = {}  # failovers of the default engine, carried over
 
 
 def get_engine() -> Failover:
@@ -423,7 +421,7 @@ def _install(engine: Failover | None) -> Failover:
     return engine
 
 
-def register_default(decorated: State) -> None:
+def register_default(decorated: Decorated) -> None:
     """Record a failover of the default engine; registered now if that engine exists."""
     with _default_lock:
         previous = _pending.get(decorated.definition.name)
