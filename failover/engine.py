@@ -88,6 +88,8 @@ class Failover:
         if isinstance(self.store, MultiTenantStore):
             self.tenant_resolver = self.store.resolver
         self.handler: Handler = handler_chain(self.store, self.metrics, clock)
+        # Only failovers with a splitter pay for the scatter/gather layer.
+        self.scatter_handler: Handler = handler_chain(self.store, self.metrics, clock, scatter=True)
         self.execution = BasicExecution()
         self._lock = threading.RLock()
         self._registered: dict[str, Decorated] = {}
@@ -161,7 +163,7 @@ class Failover:
                     d,
                     decorated.binder,
                     decorated.fn,
-                    self.handler,
+                    self.handler if d.splitter is None else self.scatter_handler,
                     self.execution,
                     policy,
                     self.clock,
