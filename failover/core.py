@@ -14,11 +14,9 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
-import pybreaker
-
 from .context import CallContext, Miss, RecoverContext
 from .definition import FailoverDefinition
-from .errors import BulkheadFull, StoreError
+from .errors import StoreError
 from .execution import Execution
 from .handlers import Handler, key_of
 from .payload import ReferentialPayload, enrich, envelope, plain_kind
@@ -83,12 +81,13 @@ class Runtime:
         "blocking_writes",
         "clock",
         "definition",
+        "execution",
         "fn",
         "handler",
         "new_tenants_block",
         "policy",
+        "refusals",
         "router",
-        "upstream",
     )
 
     def __init__(
@@ -97,7 +96,6 @@ class Runtime:
         binder: Binder,
         fn: Callable[..., Any],
         handler: Handler,
-        execution: Execution,
         policy: ExceptionPolicy | Callable[[RecoverContext[Any]], object],
         clock: Callable[[], datetime],
         blocking: bool,
@@ -108,8 +106,9 @@ class Runtime:
         self.binder = binder
         self.fn = fn
         self.handler = handler
-        # The upstream as the execution layer wraps it: called (or awaited) on every call.
-        self.upstream = (execution.awrap if definition.is_async else execution.wrap)(definition, fn)
+        # The execution layer (guards, soft timeout), bound by the engine; None: call directly.
+        self.execution: Execution | None = None
+        self.refusals: tuple[type[Exception], ...] = ()
         self.policy = policy
         self.clock = clock
         # The store chain does blocking I/O: async shells read (and, without async writes,
@@ -232,7 +231,19 @@ class Runtime:
 
     def accepts(self, cause: Exception) -> bool:
         """Whether ``cause`` triggers recovery (execution-layer refusals always do)."""
-        return self.definition.accepts(cause) or _always_recovered(cause)
+        return self.definition.accepts(cause) or isinstance(cause, self.refusals)
+
+    def bind(self, execution: Execution | None) -> None:
+        """Put the upstream behind ``execution`` (``None``: basic execution)."""
+        self.execution = execution
+        self.refusals = () if execution is None else execution.refusals
+
+    def late(self, ctx: CallContext, result: Any) -> None:
+        """Store a result that came after its callers stopped waiting (soft timeout)."""
+        if self.definition.is_async and self.blocking_writes:
+            asyncio.get_running_loop().run_in_executor(None, self.succeeded, ctx, result)
+        else:
+            self.succeeded(ctx, result)
 
     def failed(self, ctx: CallContext, cause: Exception) -> ReferentialPayload[Any] | None:
         """Recover and resolve a failed call: an envelope, or ``None`` to re-raise ``cause``."""
@@ -286,8 +297,3 @@ def _note(cause: BaseException, name: str, why: str) -> None:
                 notes[i] = note  # the latest reason, in the note's place
                 return
     cause.add_note(note)
-
-
-def _always_recovered(exc: Exception) -> bool:
-    # Refusals by the execution layer trigger recovery whatever `exceptions=` says.
-    return isinstance(exc, BulkheadFull | pybreaker.CircuitBreakerError)
