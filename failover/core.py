@@ -88,6 +88,7 @@ class Runtime:
         "policy",
         "refusals",
         "router",
+        "unstorable",
     )
 
     def __init__(
@@ -109,6 +110,8 @@ class Runtime:
         # The execution layer (guards, soft timeout), bound by the engine; None: call directly.
         self.execution: Execution | None = None
         self.refusals: tuple[type[Exception], ...] = ()
+        # Why nothing of this failover can be stored (said in the rethrow note), if known.
+        self.unstorable: str | None = None
         self.policy = policy
         self.clock = clock
         # The store chain does blocking I/O: async shells read (and, without async writes,
@@ -164,17 +167,22 @@ class Runtime:
         )
 
     def succeeded(self, ctx: CallContext, result: Any) -> Any:
-        """Store ``result`` and return it enriched as live."""
-        ctx.now = now = self.clock()
-        try:  # a failing store_if is store trouble too: the live result still returns
+        """Store ``result`` and return it enriched as live.
+
+        Nothing here may break the call: a failing clock, ``store_if``, key function, store or
+        metrics object is store trouble, logged and counted, and the live result returns.
+        """
+        try:
             store_if = self.definition.store_if
             if store_if is None or store_if(result):
-                self.handler.store(ctx, result)
+                self.handler.store(ctx, result)  # sets ctx.now, inside the chain's counting
+            else:
+                ctx.now = self.clock()
         except Exception:
             self._store_failed()
         if plain_kind(type(result)):
             return result
-        return enrich(result, True, now)
+        return enrich(result, True, ctx.now)
 
     def tenant_unmade(self) -> bool:
         """Whether the current tenant's store is still to be made (only with `new_tenants_block`:
@@ -184,12 +192,16 @@ class Runtime:
     def live_envelope(self, ctx: CallContext, value: Any) -> ReferentialPayload[Any]:
         """The envelope of a live (already enriched) value."""
         d = self.definition
-        now = ctx.now or self.clock()
+        now = ctx.now
         try:
             key = key_of(ctx)
         except Exception:  # a failing key= callable already showed up as a store failure
             key = ""
-        return envelope(d.effective_name, key, value, now, d.expiry.compute_expiry(d, now), True)
+        try:
+            expire_on = None if now is None else d.expiry.compute_expiry(d, now)
+        except Exception:  # so did a failing expiry policy
+            expire_on = None
+        return envelope(d.effective_name, key, value, now, expire_on, True)
 
     # -- failure ------------------------------------------------------------------------------
 
@@ -217,7 +229,7 @@ class Runtime:
             return envelope(found.name, found.key, value, found.as_of, found.expire_on, False)
         policy = self.policy
         if policy is ExceptionPolicy.RETHROW:
-            _note(cause, d.name, found.value)
+            _note(cause, d.name, found.value if self.unstorable is None else self.unstorable)
             return None
         if policy is ExceptionPolicy.NEVER_THROW:
             value = None

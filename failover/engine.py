@@ -15,9 +15,9 @@ import pybreaker
 
 from .chain import handler_chain, store_chain
 from .cleanup import CleanupScheduler
-from .codec import allow_annotation
+from .codec import JsonCodec, allow_annotation, type_name, unencodable
 from .context import PolicyLike
-from .core import Decorated, Runtime
+from .core import Decorated, Runtime, resolve_return_type
 from .definition import FailoverDefinition
 from .errors import ConfigurationError, SoftTimeoutError
 from .execution import (
@@ -115,6 +115,7 @@ class Failover:
         self.refreshes = Refreshes(timeout_workers)
         self._breakers: dict[str, pybreaker.CircuitBreaker] = {}
         self._bulkheads: dict[str, Bulkhead] = {}
+        self._unstorable: dict[str, str] = {}  # failover name -> why nothing of it is stored
         self._lock = threading.RLock()
         self._registered: dict[str, Decorated] = {}
         self._runtimes: dict[Decorated, Runtime] = {}
@@ -141,6 +142,7 @@ class Failover:
         """Register a decorated function; a second one under the same name replaces the first."""
         allow_annotation(decorated.fn)  # its return type may be restored from a serializing store
         definition = decorated.definition
+        self._check_encodable(decorated)
         with self._lock:
             previous = self._registered.get(definition.name)
             if previous is not None and previous is not decorated:
@@ -148,6 +150,25 @@ class Failover:
                 self._runtimes.pop(previous, None)
             self._registered[definition.name] = decorated
             self._warn_domain_mismatch(definition)
+
+    def _check_encodable(self, decorated: Decorated) -> None:
+        """Warn when the store can never encode what the function returns (an HTTP response
+        object on a JSON store): its calls would answer, and nothing would ever be stored."""
+        codec = getattr(self.raw_store, "codec", None)
+        if not isinstance(codec, JsonCodec):
+            return
+        d = decorated.definition
+        bad = unencodable(resolve_return_type(decorated.fn, d.return_annotation))
+        if bad is None:
+            return
+        reason = f"the store cannot encode {type_name(bad)}"
+        self._unstorable[d.name] = reason
+        warnings.warn(
+            f"failover {d.name!r}: returns {type_name(bad)}, which {self.raw_store!r} cannot "
+            "encode: its results would never be stored. Return plain data (a dict, a dataclass, "
+            "a pydantic model: e.g. response.json()) instead",
+            stacklevel=5,
+        )
 
     def _warn_domain_mismatch(self, definition: FailoverDefinition) -> None:
         if definition.domain is None:
@@ -195,6 +216,7 @@ class Failover:
                     self.store if isinstance(self.store, MultiTenantStore) else None,
                 )
                 rt.bind(self._execution(d, rt))
+                rt.unstorable = self._unstorable.get(d.name)
                 self._runtimes[decorated] = rt
             return rt
 
