@@ -7,6 +7,7 @@ upstream through the execution layer and hand the outcome here.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import inspect
 import logging
 import typing
@@ -253,7 +254,9 @@ class Runtime:
     def late(self, ctx: CallContext, result: Any) -> None:
         """Store a result that came after its callers stopped waiting (soft timeout)."""
         if self.definition.is_async and self.blocking_writes:
-            asyncio.get_running_loop().run_in_executor(None, self.succeeded, ctx, result)
+            # Off the event loop, in the caller's context (its tenant included).
+            run = contextvars.copy_context().run
+            asyncio.get_running_loop().run_in_executor(None, run, self.succeeded, ctx, result)
         else:
             self.succeeded(ctx, result)
 
