@@ -8,6 +8,7 @@ import logging
 from collections.abc import Mapping, Sequence
 from typing import Any, Optional
 
+import pybreaker
 import pytest
 
 import failover
@@ -402,3 +403,20 @@ def test_the_envelope_repr_hides_payload_and_key(engine: Failover, upstream: Ups
     assert str(env) == text
     made = failover.ReferentialPayload("n", "secret-key", "secret", None, None, True)
     assert repr(made) == "ReferentialPayload(name='n', as_of=None, up_to_date=True, cause=None)"
+
+
+def test_the_cause_of_a_refused_call_is_the_refusal(clock: FakeClock, upstream: Upstream) -> None:
+    engine = Failover(clock=clock, metrics=False, breaker_defaults={"fail_max": 1})
+
+    @failover.failover("breaker-cause", breaker=True, engine=engine)
+    def f(x: str) -> object:
+        return upstream(x)
+
+    f("a")
+    error = ConnectionError("down")
+    upstream.fail(error)
+    assert f.referential("a").cause is error  # the call that trips the breaker: the upstream's
+    refused = f.referential("a")  # the breaker is open: the upstream is not called
+    assert isinstance(refused.cause, pybreaker.CircuitBreakerError)
+    assert refused.payload == "a"
+    engine.close()
