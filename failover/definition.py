@@ -4,19 +4,31 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import timedelta
-from typing import TYPE_CHECKING, Any
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
-from .expiry import ExpiryPolicy
 from .policy import ExceptionPolicy
 
 if TYPE_CHECKING:
-    from .policy import RecoverContext
+    from .payload import ReferentialPayload
 
-__all__ = ["FailoverDefinition"]
+__all__ = ["ExpiryPolicy", "FailoverDefinition"]
 
 
-@dataclass(frozen=True, slots=True, eq=False)
+@runtime_checkable
+class ExpiryPolicy(Protocol):
+    """Decides when a stored entry expires, and whether a found one has."""
+
+    def compute_expiry(self, definition: FailoverDefinition, now: datetime) -> datetime:
+        """The expiry time of an entry stored at ``now``."""
+        ...
+
+    def is_expired(self, payload: ReferentialPayload[Any], now: datetime) -> bool:
+        """Whether ``payload`` must no longer be served at ``now``."""
+        ...
+
+
+@dataclass(frozen=True, slots=True, eq=False, repr=False)
 class FailoverDefinition:
     """The resolved settings of one decorated function (``.definition``).
 
@@ -27,6 +39,11 @@ class FailoverDefinition:
         ttl: the time to live when no custom ``expiry`` is set.
         expiry: the expiry policy in force.
         policy: the exception policy, or ``None`` for the engine's.
+        breaker: the circuit breaker (``True``: one per name from the engine's defaults).
+        max_concurrency: the bulkhead's permits, or ``None``.
+        acquire_timeout: seconds a call waits for a bulkhead permit.
+        timeout: the soft timeout in seconds, or ``None``.
+        store_interval: write coalescing interval, or ``None`` for the engine's.
         function: the wrapped function's ``module.qualname``.
         is_async: whether the wrapped function is ``async def``.
         is_method: whether the first parameter (``self``/``cls``) is left out of keys.
@@ -41,18 +58,42 @@ class FailoverDefinition:
     exceptions: tuple[type[BaseException], ...] | Callable[[Exception], bool]
     exclude: tuple[type[BaseException], ...]
     store_if: Callable[[Any], bool] | None
-    policy: ExceptionPolicy | Callable[[RecoverContext[Any]], object] | None
-    on_recovered: Callable[[RecoverContext[Any], Any], object] | None
+    # Callables of a RecoverContext: typed loosely here, since the context names this class.
+    policy: ExceptionPolicy | Callable[..., object] | None
+    on_recovered: Callable[..., object] | None
     splitter: Any
     recover_all: bool
     breaker: Any
     max_concurrency: int | None
     acquire_timeout: float
     timeout: float | None
+    store_interval: timedelta | None
     function: str
     is_async: bool
     is_method: bool
     return_annotation: Any = field(default=None, repr=False)
+
+    def __repr__(self) -> str:
+        policy = "engine's" if self.policy is None else getattr(self.policy, "value", self.policy)
+        domain = f", domain={self.domain!r}" if self.domain else ""
+        return (
+            f"FailoverDefinition({self.name!r}{domain}, ttl={self.ttl}, policy={policy!r}, "
+            f"execution={self.execution!r}, function={self.function!r})"
+        )
+
+    @property
+    def execution(self) -> str:
+        """The execution in use, outermost first: ``"basic"``, or e.g.
+        ``"bulkhead(8) > breaker > timeout(2s)"``."""
+        parts = []
+        if self.max_concurrency is not None:
+            wait = f", wait {self.acquire_timeout:g}s" if self.acquire_timeout else ""
+            parts.append(f"bulkhead({self.max_concurrency}{wait})")
+        if self.breaker is not None:
+            parts.append("breaker")
+        if self.timeout is not None:
+            parts.append(f"timeout({self.timeout:g}s)")
+        return " > ".join(parts) or "basic"
 
     def accepts(self, exc: Exception) -> bool:
         """Whether ``exc`` triggers recovery under ``exceptions=`` and ``exclude=``."""
