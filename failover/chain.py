@@ -18,10 +18,10 @@ from .errors import ConfigurationError
 from .handlers import DefaultHandler, Handler, MetricsHandler, ScatterGatherHandler
 from .metrics import NULL_METRICS, Metrics
 from .stores.async_write import AsyncWriteStore
-from .stores.base import FailoverStore
+from .stores.base import FailoverStore, does_io, isolating, walk, writes_async
 from .stores.copying import CopyingStore
-from .stores.factory import make_store
-from .stores.tenant import MultiTenantStore, TenantStoreFactory, per_tenant
+from .stores.factory import make_store, per_tenant
+from .stores.tenant import MultiTenantStore, TenantStoreFactory
 from .tenant import current_tenant, pinned
 
 __all__ = ["handler_chain", "store_chain"]
@@ -45,6 +45,11 @@ def store_chain(
         copying, then async writes, then the raw store."""
         if isinstance(raw, MultiTenantStore):
             return raw  # a router stays outermost: its tenants' chains are its own
+        for layer in walk(raw):
+            # A queue the store brought along (a tiered store's, one given by the user)
+            # reports to the engine's metrics, unless it was given its own.
+            if isinstance(layer, AsyncWriteStore) and layer.metrics is NULL_METRICS:
+                layer.metrics = metrics
         chain = raw
         queued = _queues_writes(raw, async_writes)
         if queued:
@@ -96,17 +101,17 @@ def handler_chain(
 
 
 def _queues_writes(raw: FailoverStore, async_writes: bool | None) -> bool:
-    if getattr(raw, "writes_async", False):
-        return False  # queued already
+    if writes_async(raw):
+        return False  # queued already (or never blocking: a tiered store)
     if async_writes is None:
-        return bool(getattr(raw, "does_io", True))
+        return does_io(raw)
     return async_writes
 
 
 def _needs_copy(store: FailoverStore) -> bool:
     # A store that encodes on the caller's thread (and so isolates by itself) says so; a copying
     # layer given as the store copies already: a second one would only copy everything twice.
-    return not (isinstance(store, CopyingStore) or getattr(store, "isolating", False))
+    return not (isinstance(store, CopyingStore) or isolating(store))
 
 
 def _tenant_factory(
@@ -154,7 +159,7 @@ class _TenantChains:
     @property
     def does_io(self) -> bool:
         """The tenants' raw stores do I/O (assumed when the factory does not say)."""
-        return bool(getattr(self.factory, "does_io", True))
+        return does_io(self.factory)
 
     def __call__(self, tenant: str) -> FailoverStore:
         return self.chain(self.factory(tenant))

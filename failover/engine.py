@@ -34,8 +34,7 @@ from .expiry import parse_ttl
 from .handlers import Handler, key_of
 from .metrics import Metrics, resolve_metrics
 from .policy import resolve_policy
-from .stores.async_write import flush_chain
-from .stores.base import FailoverStore
+from .stores.base import FailoverStore, does_io, flush, writes_async
 from .stores.tenant import MultiTenantStore, TenantStoreFactory
 
 __all__ = ["Failover", "configure", "get_engine", "utcnow"]
@@ -52,7 +51,7 @@ class Failover:
 
     Args:
         store: a `FailoverStore`, or a URL for `make_store` (``"memory://"``, ``"sqlite:///f.db"``).
-            With multi-tenancy: a URL (see `failover.stores.tenant.per_tenant`) or a factory
+            With multi-tenancy: a URL (see `failover.stores.factory.per_tenant`) or a factory
             ``tenant -> FailoverStore``; either one turns multi-tenancy on, a URL when it
             contains ``{tenant}``.
         async_writes: write on a background worker (`AsyncWriteStore`); ``None``: on for stores
@@ -143,12 +142,12 @@ class Failover:
     @property
     def blocking(self) -> bool:
         """Whether the store chain does blocking I/O (async shells then read on a thread)."""
-        return bool(getattr(self.store, "does_io", True))
+        return does_io(self.store)
 
     @property
     def blocking_writes(self) -> bool:
         """Whether writes block the caller (I/O store without async writes)."""
-        return self.blocking and not getattr(self.store, "writes_async", False)
+        return self.blocking and not writes_async(self.store)
 
     # -- registration -------------------------------------------------------------------------
 
@@ -338,7 +337,7 @@ class Failover:
         Returns:
             ``True`` when everything was written, ``False`` when the timeout came first.
         """
-        return flush_chain(self.store, timeout)
+        return flush(self.store, timeout)
 
     def close(self, timeout: float = 5.0) -> None:
         """Stop the cleanup schedulers started here, stop the background refreshes of soft

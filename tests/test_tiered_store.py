@@ -205,3 +205,25 @@ def test_bad_tiers_are_configuration_errors() -> None:
         TieredStore(RedisStore("redis://127.0.0.1:1/0"), InMemoryStore())
     with pytest.raises(ConfigurationError, match="far must be a store"):
         TieredStore(InMemoryStore(), "redis://127.0.0.1:1/0")  # type: ignore[arg-type]
+
+
+def test_the_engine_counts_what_the_far_store_failed_to_write(
+    own_server: RedisServer, clock: FakeClock, upstream: Upstream
+) -> None:
+    registry = CollectorRegistry()
+    engine = failover.Failover(
+        TieredStore(InMemoryStore(), redis_far(own_server, clock)), clock=clock, metrics=registry
+    )
+
+    @failover.failover("svc.rates", engine=engine)
+    def rate(ccy: str) -> dict[str, str]:
+        return upstream({"ccy": ccy})  # type: ignore[return-value]
+
+    own_server.kill()
+    with engine:
+        assert rate("EUR") == {"ccy": "EUR"}
+        assert engine.flush(timeout=10)
+        # The queue the tiered store put in front of Redis reports to the engine's metrics.
+        assert registry.get_sample_value("failover_async_store_failed_total") == 1
+        upstream.fail()
+        assert rate.referential("EUR").up_to_date is False  # from the near store

@@ -35,9 +35,9 @@ from typing import Final
 
 from ..errors import ConfigurationError, SerializationError, StoreError
 from ..metrics import NULL_METRICS, Metrics
-from .base import Capabilities, FailoverStore, Payload, does_io, flush
+from .base import Capabilities, FailoverStore, Payload, does_io
 
-__all__ = ["REJECTIONS", "AsyncWriteStore", "flush_chain"]
+__all__ = ["REJECTIONS", "AsyncWriteStore"]
 
 log = logging.getLogger("failover")
 
@@ -387,6 +387,10 @@ class AsyncWriteStore(Capabilities):
         """Where the queue length, discarded and failed writes are reported."""
         return self._q.metrics
 
+    @metrics.setter
+    def metrics(self, metrics: Metrics) -> None:
+        self._q.metrics = metrics
+
     @property
     def does_io(self) -> bool:
         """Whether the inner store does I/O (reads still do, on the caller's thread)."""
@@ -498,8 +502,3 @@ class AsyncWriteStore(Capabilities):
         self._q.stop(None)
         self._finalizer.detach()
         self.inner.close()
-
-
-def flush_chain(store: FailoverStore, timeout: float | None = None) -> bool:
-    """`failover.stores.base.flush`, under the name the engine still imports."""
-    return flush(store, timeout)

@@ -5,13 +5,21 @@ layers declare about themselves (`Capabilities`), read in one place (`does_io`,
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from datetime import datetime
 from typing import Any, Protocol, runtime_checkable
 
 from ..payload import ReferentialPayload
 
-__all__ = ["Capabilities", "FailoverStore", "does_io", "flush", "isolating", "writes_async"]
+__all__ = [
+    "Capabilities",
+    "FailoverStore",
+    "does_io",
+    "flush",
+    "isolating",
+    "walk",
+    "writes_async",
+]
 
 Payload = ReferentialPayload[Any]
 
@@ -145,3 +153,11 @@ def flush_all(stores: Iterable[object], timeout: float | None = None) -> bool:
         remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
         flushed = flush(store, remaining) and flushed
     return flushed
+
+
+def walk(store: object) -> Iterator[object]:
+    """``store`` and every store below it (what its layers wrap, both tiers), outermost first."""
+    yield store
+    if isinstance(store, Capabilities):
+        for below in store.layers_below():
+            yield from walk(below)

@@ -32,7 +32,6 @@ __all__ = [
     "MultiTenantStore",
     "TenantStoreFactory",
     "TenantStores",
-    "per_tenant",
     "safe_tenant_id",
 ]
 
@@ -331,10 +330,3 @@ class TenantStores:
         """Release what the tenants' stores share."""
         if self._close is not None:
             self._close()
-
-
-def per_tenant(url: str, *, clock: Callable[[], datetime] | None = None) -> TenantStores:
-    """Moved to `failover.stores.factory.per_tenant`; kept until the engine imports it there."""
-    from .factory import per_tenant as route
-
-    return route(url, clock=clock)
