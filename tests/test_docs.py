@@ -33,6 +33,14 @@ def test_doc_example_runs(
     if code.startswith(ILLUSTRATION):
         return
     monkeypatch.chdir(tmp_path)
+    if "REDIS_URL" in code:  # the session's redis-server (skipped without one), database 1
+        from . import redis_server
+
+        url = redis_server.server().url.rsplit("/", 1)[0] + "/1"
+        monkeypatch.setenv("REDIS_URL", url)
+        client = redis_server.server().client(db=1)
+        client.flushdb()
+        client.close()
     # A real module, so that dataclasses and pickling can find the example's classes.
     module = types.ModuleType("docs_" + re.sub(r"\W", "_", where))
     monkeypatch.setitem(sys.modules, module.__name__, module)
