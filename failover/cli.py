@@ -272,7 +272,15 @@ def _demo(args: argparse.Namespace) -> int:
     out = sys.stdout
     print(f"failover demo: store {_display(store)}", file=out)
     in_process = _in_process(store)
-    result = demo.run(store if in_process else _open(store, "demo", create=True))
+    if in_process:
+        result = demo.run(store)
+    elif _is_redis(store):
+        # Reached once here; the engine then makes the store from the URL on the demo's clock,
+        # which Redis must know to expire the entries when that clock says, not hours early.
+        _open(store, "demo", create=True).close()
+        result = demo.run(store)
+    else:
+        result = demo.run(_open(store, "demo", create=True))
     print(f"upstream {result.upstream_url}/countries/<code>, ttl {_duration(result.ttl)}", file=out)
     print("time: a fake clock that the demo moves on, so nothing waits", file=out)
     print(file=out)
