@@ -77,7 +77,7 @@ def handler_chain(
     failovers with a splitter get it). With metrics off the metrics layer is left out."""
     handler: Handler = DefaultHandler(store, clock)
     if scatter:
-        handler = ScatterGatherHandler(handler)
+        handler = ScatterGatherHandler(handler, store, clock, metrics)
     if metrics is not NULL_METRICS:
         handler = MetricsHandler(handler, metrics, clock)
     return handler

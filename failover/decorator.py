@@ -18,6 +18,7 @@ from .expiry import ExpiryPolicy, FixedTtl, parse_ttl
 from .handlers import key_of
 from .payload import ReferentialPayload
 from .policy import resolve_policy
+from .scatter import check_splitter
 
 if TYPE_CHECKING:
     from typing import Self
@@ -343,9 +344,7 @@ def _build(
     for setting in ("breaker", "max_concurrency", "timeout"):
         if settings[setting] not in (None, False):
             raise _not_yet(name, setting)
-    splitter = settings["splitter"]
-    if settings["recover_all"] and splitter is None:
-        raise ConfigurationError(f"failover {name!r}: recover_all=True needs a splitter=")
+    splitter = check_splitter(settings["splitter"], settings["recover_all"], name)
     acquire_timeout = settings["acquire_timeout"]
     if not isinstance(acquire_timeout, int | float) or acquire_timeout < 0:
         raise ConfigurationError(f"failover {name!r}: acquire_timeout= must be >= 0")
@@ -475,6 +474,8 @@ def failover(
         store_if: a live result failing this predicate is returned but not stored.
         policy: what happens when nothing is recovered; ``None``: the engine's policy.
         on_recovered: ``(ctx, value) -> value`` run on a recovered value.
+        splitter: a `failover.scatter.PayloadSplitter`: store and recover the result per entity.
+        recover_all: every call recovers every stored slice (needs ``splitter``).
         engine: the engine to use; default: the process-wide default engine, resolved per call.
 
     Raises:

@@ -15,13 +15,14 @@ from .chain import handler_chain, store_chain
 from .cleanup import CleanupScheduler
 from .codec import allow_annotation
 from .context import PolicyLike
-from .core import Decorated, Runtime
+from .core import Decorated, Runtime, resolve_return_type
 from .definition import FailoverDefinition
 from .errors import ConfigurationError
 from .execution import BasicExecution
 from .handlers import Handler
 from .metrics import Metrics, resolve_metrics
 from .policy import resolve_policy
+from .scatter import slice_type
 from .stores.async_write import flush_chain
 from .stores.base import FailoverStore
 from .stores.tenant import MultiTenantStore, TenantStoreFactory
@@ -123,24 +124,32 @@ class Failover:
                 _warn_replaced(previous, decorated)
                 self._runtimes.pop(previous, None)
             self._registered[definition.name] = decorated
-            self._warn_domain_mismatch(definition)
+            self._warn_domain_mismatch(decorated)
 
-    def _warn_domain_mismatch(self, definition: FailoverDefinition) -> None:
+    def _warn_domain_mismatch(self, decorated: Decorated) -> None:
+        definition = decorated.definition
         if definition.domain is None:
             return
         for other in self._registered.values():
             o = other.definition
-            if (
-                o.domain == definition.domain
-                and o.name != definition.name
-                and o.ttl != definition.ttl
-            ):
-                warnings.warn(
-                    f"failover {definition.name!r}: domain {definition.domain!r} is shared with "
-                    f"{o.name!r} under a different ttl ({definition.ttl} vs {o.ttl})",
-                    stacklevel=5,
+            if o.domain != definition.domain or o.name == definition.name:
+                continue
+            if o.ttl != definition.ttl:
+                why = f"under a different ttl ({definition.ttl} vs {o.ttl})"
+            else:
+                mine, theirs = _slice_type(decorated), _slice_type(other)
+                if mine is None or theirs is None or mine == theirs:
+                    continue
+                why = (
+                    f"whose entries hold another type ({_type_name(mine)} vs "
+                    f"{_type_name(theirs)}): each would recover values of the other's type"
                 )
-                return
+            warnings.warn(
+                f"failover {definition.name!r}: domain {definition.domain!r} is shared with "
+                f"{o.name!r} {why}",
+                stacklevel=5,
+            )
+            return
 
     def definitions(self) -> list[FailoverDefinition]:
         """Every registered failover's definition, by name."""
@@ -264,6 +273,16 @@ class Failover:
             kwargs["policy"] = env[f"{prefix}POLICY"]
         kwargs.update(overrides)
         return cls(**kwargs)
+
+
+def _slice_type(decorated: Decorated) -> Any:
+    """What each entry of ``decorated`` holds (`failover.scatter.slice_type`)."""
+    d = decorated.definition
+    return slice_type(d, resolve_return_type(decorated.fn, d.return_annotation))
+
+
+def _type_name(tp: Any) -> str:
+    return str(getattr(tp, "__qualname__", tp))
 
 
 def _warn_replaced(previous: Decorated, new: Decorated) -> None:

@@ -8,7 +8,7 @@ from ..context import CallContext, Miss
 from ..keys import make_key
 from ..payload import envelope
 from ..stores.base import FailoverStore, Payload
-from .base import expire_on, key_of
+from .base import drop_expired, expire_on, key_of
 
 __all__ = ["DefaultHandler"]
 
@@ -41,11 +41,7 @@ class DefaultHandler:
         if found is None:
             return Miss.MISS
         if definition.expiry.is_expired(found, self.clock()):
-            # A concurrent success may have stored a fresh entry since: delete only if the
-            # entry is still the expired one (the window left is one find long).
-            again = self.store_.find(definition.effective_name, key)
-            if again is not None and again.as_of == found.as_of:
-                self.store_.delete(definition.effective_name, key)
+            drop_expired(self.store_, found)
             return Miss.EXPIRED
         return envelope(found.name, found.key, found.payload, found.as_of, found.expire_on, False)
 

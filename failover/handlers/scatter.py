@@ -1,41 +1,205 @@
 """Scatter / gather: a collection result stored and recovered per entity (slice).
 
 Only failovers with a ``splitter=`` get this layer (the chain is chosen per failover), so the
-others pay nothing for it.
+others pay nothing for it; for a failover without one it passes every call through.
+
+With a splitter: a live result is split (``split_on_store``) and its slices written in one
+``store_many``; a failed call's slices (``split_on_recover``) are read in one ``find_many``,
+expired ones dropped, and the rest merged (``merge``). A call that recovers every slice
+(``recover_all=True``, or no arguments) reads them with one ``find_all``.
 """
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Callable
+from datetime import datetime
 from typing import Any
 
-from ..context import CallContext, Miss
-from ..stores.base import Payload
-from .base import Handler
+from ..context import CallContext, Miss, RecoverContext
+from ..definition import FailoverDefinition
+from ..errors import SplitterError
+from ..metrics import Metrics
+from ..payload import enrich, envelope
+from ..scatter import CallArguments, StoreContext
+from ..stores.base import FailoverStore, Payload
+from .base import Handler, drop_expired, expire_on, key_of, slice_key
 
 __all__ = ["ScatterGatherHandler"]
 
+log = logging.getLogger("failover")
+
+
+def _failed(definition: FailoverDefinition, operation: str, exc: Exception) -> SplitterError:
+    return SplitterError(
+        f"failover {definition.name!r}: {operation} of splitter {definition.splitter!r} "
+        f"raised {exc!r}"
+    )
+
 
 class ScatterGatherHandler:
-    """Splits a live result into slices on store and merges the slices found on recover."""
+    """Splits a live result into slices on store and merges the slices found on recover.
 
-    def __init__(self, inner: Handler) -> None:
+    Args:
+        inner: the next handler, for failovers without a splitter.
+        store: the store chain the slices are written to and read from.
+        clock: the engine's clock.
+        metrics: where partial recoveries are counted.
+    """
+
+    def __init__(
+        self,
+        inner: Handler,
+        store: FailoverStore,
+        clock: Callable[[], datetime],
+        metrics: Metrics,
+    ) -> None:
         self.inner = inner
+        self.store_ = store
+        self.clock = clock
+        self.metrics = metrics
 
     def __repr__(self) -> str:
         return f"ScatterGatherHandler({self.inner!r})"
 
+    # -- store ------------------------------------------------------------------------------
+
     def store(self, ctx: CallContext, result: Any) -> None:
-        """Store the result (per slice once splitters land)."""
-        self.inner.store(ctx, result)
+        """Store each slice of the live result, in one batch.
+
+        Raises:
+            SplitterError: the splitter raised (the core logs and counts it as a failed store;
+                the live result still returns).
+        """
+        d = ctx.definition
+        splitter = d.splitter
+        if splitter is None:
+            self.inner.store(ctx, result)
+            return
+        now = ctx.now or self.clock()
+        name, expires = d.effective_name, expire_on(d, now)
+        try:
+            slices = splitter.split_on_store(StoreContext(d, _arguments(ctx), result))
+            payloads = [
+                envelope(name, slice_key(d, s.arguments), s.payload, now, expires, True)
+                for s in slices
+            ]
+        except Exception as exc:
+            raise _failed(d, "split_on_store", exc) from exc
+        if payloads:
+            self.store_.store_many(payloads)
+
+    # -- recover ----------------------------------------------------------------------------
 
     def recover(self, ctx: CallContext, cause: Exception) -> Payload | Miss:
-        """Recover the result (per slice once splitters land)."""
-        return self.inner.recover(ctx, cause)
+        """The merged slices, stale, or why there are none.
+
+        Raises:
+            SplitterError: the splitter raised (the core treats it as a recover error).
+        """
+        if ctx.definition.splitter is None:
+            return self.inner.recover(ctx, cause)
+        return self._gather(ctx, cause, True)
 
     def peek(self, ctx: CallContext) -> Payload | None:
-        """The stored, unexpired entry."""
-        return self.inner.peek(ctx)
+        """The merged unexpired slices the call would recover, or ``None``."""
+        if ctx.definition.splitter is None:
+            return self.inner.peek(ctx)
+        found = self._gather(ctx, None, False)
+        return None if isinstance(found, Miss) else found
 
     def invalidate(self, ctx: CallContext) -> None:
-        """Delete the stored entry."""
-        self.inner.invalidate(ctx)
+        """Delete the slices the call would recover (every slice of the effective name for a
+        call that recovers them all)."""
+        d = ctx.definition
+        if d.splitter is None:
+            self.inner.invalidate(ctx)
+            return
+        store, name = self.store_, d.effective_name
+        if _everything(ctx):
+            keys = [p.key for p in store.find_all(name)]
+        else:
+            keys = [key for key, _ in self._requested(ctx, None)]
+        for key in dict.fromkeys(keys):
+            store.delete(name, key)
+
+    def _requested(
+        self, ctx: CallContext, cause: Exception | None
+    ) -> list[tuple[str, RecoverContext[Any] | None]]:
+        """The key and context of each slice the call asks for, in request order."""
+        d = ctx.definition
+        whole: RecoverContext[Any] = RecoverContext(
+            d, _arguments(ctx), cause, None, d.return_annotation
+        )
+        try:
+            return [(slice_key(d, s.arguments), s) for s in d.splitter.split_on_recover(whole)]
+        except Exception as exc:
+            raise _failed(d, "split_on_recover", exc) from exc
+
+    def _gather(self, ctx: CallContext, cause: Exception | None, report: bool) -> Payload | Miss:
+        d = ctx.definition
+        store, name = self.store_, d.effective_name
+        everything = _everything(ctx)
+        requested: list[tuple[str, RecoverContext[Any] | None]]
+        if everything:
+            found = {p.key: p for p in store.find_all(name)}
+        else:
+            requested = self._requested(ctx, cause)
+            found = store.find_many(name, [key for key, _ in requested]) if requested else {}
+        now = self.clock()
+        is_expired = d.expiry.is_expired
+        expired = [p for p in found.values() if is_expired(p, now)]
+        for payload in expired:
+            del found[payload.key]
+            drop_expired(store, payload)
+        if not found:
+            return Miss.EXPIRED if expired else Miss.MISS
+        if everything:  # no request: every live slice, without arguments (see PayloadSplitter)
+            requested = [(key, None) for key in sorted(found)]
+        slices: list[RecoverContext[Any]] = []
+        for key, asked in requested:
+            p = found.get(key)
+            if p is not None:
+                value = enrich(p.payload, False, p.as_of)
+                p = envelope(p.name, p.key, value, p.as_of, p.expire_on, False)
+            if asked is None:
+                slices.append(RecoverContext(d, {}, cause, p, None))
+            else:
+                slices.append(RecoverContext(d, asked.arguments, cause, p, asked.return_type))
+        whole: RecoverContext[Any] = RecoverContext(
+            d, _arguments(ctx), cause, None, d.return_annotation
+        )
+        try:
+            merged = d.splitter.merge(whole, slices)
+        except Exception as exc:
+            raise _failed(d, "merge", exc) from exc
+        if merged is None:
+            return Miss.MISS
+        missing = sum(1 for key, _ in requested if key not in found)
+        if missing and report:
+            log.warning(
+                "failover %r: partial recovery, %d of %d slices missing",
+                d.name,
+                missing,
+                len(requested),
+            )
+            self.metrics.partial(d.name)
+        times = [p.as_of for p in found.values() if p.as_of is not None]
+        ends = [p.expire_on for p in found.values() if p.expire_on is not None]
+        try:
+            key = key_of(ctx)
+        except Exception:  # a failing key= callable: the slices are found all the same
+            key = ""
+        return envelope(
+            name, key, merged, min(times) if times else None, min(ends) if ends else None, False
+        )
+
+
+def _everything(ctx: CallContext) -> bool:
+    """Whether the call recovers every slice: ``recover_all=True``, or a call without
+    arguments."""
+    return ctx.definition.recover_all or not (ctx.args or ctx.kwargs)
+
+
+def _arguments(ctx: CallContext) -> CallArguments:
+    return CallArguments(ctx.arguments, ctx.args, ctx.kwargs)
