@@ -66,7 +66,8 @@ def envelope(
     obj.expire_on = expire_on
     obj.up_to_date = up_to_date
     obj.__class__ = ReferentialPayload
-    return cast(ReferentialPayload[T], obj)
+    built: ReferentialPayload[T] = obj  # not cast(ReferentialPayload[T], ...): a subscript per call
+    return built
 
 
 @runtime_checkable
