@@ -739,3 +739,13 @@ def test_failovers_without_a_splitter_skip_the_layer(engine: Failover) -> None:
     assert "ScatterGather" not in repr(engine.handler)
     split_("")  # nothing to store: no slice, no write
     assert engine.raw_store.find_all("split") == []
+
+
+def test_slice_contexts_are_ordinary_recover_contexts() -> None:
+    from failover.scatter import slice_context
+
+    built: failover.RecoverContext[int] = slice_context(None, {"key": 1}, None, None, int)  # type: ignore[arg-type]
+    assert type(built) is failover.RecoverContext
+    assert built == failover.RecoverContext(None, {"key": 1}, None, None, int)  # type: ignore[arg-type]
+    with pytest.raises(AttributeError):
+        built.cause = ValueError()  # type: ignore[misc]  # frozen

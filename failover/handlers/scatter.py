@@ -12,7 +12,7 @@ expired ones dropped, and the rest merged (``merge``). A call that recovers ever
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from datetime import datetime
 from typing import Any
 
@@ -21,7 +21,7 @@ from ..definition import FailoverDefinition
 from ..errors import SplitterError
 from ..metrics import Metrics
 from ..payload import enrich, envelope
-from ..scatter import CallArguments, StoreContext
+from ..scatter import CallArguments, StoreContext, slice_context
 from ..stores.base import FailoverStore, Payload
 from .base import Handler, drop_expired, expire_on, key_of, slice_key
 
@@ -79,7 +79,9 @@ class ScatterGatherHandler:
         now = ctx.now or self.clock()
         name, expires = d.effective_name, expire_on(d, now)
         try:
-            slices = splitter.split_on_store(StoreContext(d, _arguments(ctx), result))
+            slices = splitter.split_on_store(
+                StoreContext(d, CallArguments(ctx.arguments, ctx.args, ctx.kwargs), result)
+            )
             payloads = [
                 envelope(name, slice_key(d, s.arguments), s.payload, now, expires, True)
                 for s in slices
@@ -119,18 +121,14 @@ class ScatterGatherHandler:
         if _everything(ctx):
             keys = [p.key for p in store.find_all(name)]
         else:
-            keys = [key for key, _ in self._requested(ctx, None)]
+            keys = [key for key, _ in self._requested(d, _whole(ctx, None))]
         for key in dict.fromkeys(keys):
             store.delete(name, key)
 
     def _requested(
-        self, ctx: CallContext, cause: Exception | None
-    ) -> list[tuple[str, RecoverContext[Any] | None]]:
-        """The key and context of each slice the call asks for, in request order."""
-        d = ctx.definition
-        whole: RecoverContext[Any] = RecoverContext(
-            d, _arguments(ctx), cause, None, d.return_annotation
-        )
+        self, d: FailoverDefinition, whole: RecoverContext[Any]
+    ) -> list[tuple[str, RecoverContext[Any]]]:
+        """The key and context of each slice a call asks for, in request order."""
         try:
             return [(slice_key(d, s.arguments), s) for s in d.splitter.split_on_recover(whole)]
         except Exception as exc:
@@ -139,36 +137,30 @@ class ScatterGatherHandler:
     def _gather(self, ctx: CallContext, cause: Exception | None, report: bool) -> Payload | Miss:
         d = ctx.definition
         store, name = self.store_, d.effective_name
-        everything = _everything(ctx)
-        requested: list[tuple[str, RecoverContext[Any] | None]]
-        if everything:
+        whole = _whole(ctx, cause)
+        requested: list[tuple[str, RecoverContext[Any]]] | None = None
+        if _everything(ctx):
             found = {p.key: p for p in store.find_all(name)}
         else:
-            requested = self._requested(ctx, cause)
+            requested = self._requested(d, whole)
             found = store.find_many(name, [key for key, _ in requested]) if requested else {}
-        now = self.clock()
-        is_expired = d.expiry.is_expired
+        now, is_expired = self.clock(), d.expiry.is_expired
         expired = [p for p in found.values() if is_expired(p, now)]
         for payload in expired:
             del found[payload.key]
             drop_expired(store, payload)
         if not found:
             return Miss.EXPIRED if expired else Miss.MISS
-        if everything:  # no request: every live slice, without arguments (see PayloadSplitter)
-            requested = [(key, None) for key in sorted(found)]
-        slices: list[RecoverContext[Any]] = []
+        if requested is None:  # no request: every live slice, without arguments
+            blank: RecoverContext[Any] = slice_context(d, {}, cause, None, None)
+            requested = [(key, blank) for key in sorted(found)]
+        slices = []
         for key, asked in requested:
             p = found.get(key)
-            if p is not None:
+            if p is not None:  # stale, and so is its value
                 value = enrich(p.payload, False, p.as_of)
                 p = envelope(p.name, p.key, value, p.as_of, p.expire_on, False)
-            if asked is None:
-                slices.append(RecoverContext(d, {}, cause, p, None))
-            else:
-                slices.append(RecoverContext(d, asked.arguments, cause, p, asked.return_type))
-        whole: RecoverContext[Any] = RecoverContext(
-            d, _arguments(ctx), cause, None, d.return_annotation
-        )
+            slices.append(slice_context(d, asked.arguments, cause, p, asked.return_type))
         try:
             merged = d.splitter.merge(whole, slices)
         except Exception as exc:
@@ -184,15 +176,7 @@ class ScatterGatherHandler:
                 len(requested),
             )
             self.metrics.partial(d.name)
-        times = [p.as_of for p in found.values() if p.as_of is not None]
-        ends = [p.expire_on for p in found.values() if p.expire_on is not None]
-        try:
-            key = key_of(ctx)
-        except Exception:  # a failing key= callable: the slices are found all the same
-            key = ""
-        return envelope(
-            name, key, merged, min(times) if times else None, min(ends) if ends else None, False
-        )
+        return envelope(name, _key(ctx), merged, *_oldest(found.values()), False)
 
 
 def _everything(ctx: CallContext) -> bool:
@@ -201,5 +185,23 @@ def _everything(ctx: CallContext) -> bool:
     return ctx.definition.recover_all or not (ctx.args or ctx.kwargs)
 
 
-def _arguments(ctx: CallContext) -> CallArguments:
-    return CallArguments(ctx.arguments, ctx.args, ctx.kwargs)
+def _whole(ctx: CallContext, cause: Exception | None) -> RecoverContext[Any]:
+    """The whole call's context, for the splitter."""
+    d = ctx.definition
+    arguments = CallArguments(ctx.arguments, ctx.args, ctx.kwargs)
+    return RecoverContext(d, arguments, cause, None, d.return_annotation)
+
+
+def _key(ctx: CallContext) -> str:
+    """The whole call's key, for the merged envelope."""
+    try:
+        return key_of(ctx)
+    except Exception:  # a failing key= callable: the slices are found all the same
+        return ""
+
+
+def _oldest(found: Iterable[Payload]) -> tuple[datetime | None, datetime | None]:
+    """The oldest ``as_of`` and the earliest ``expire_on`` of the slices found."""
+    times = [p.as_of for p in found if p.as_of is not None]
+    ends = [p.expire_on for p in found if p.expire_on is not None]
+    return min(times, default=None), min(ends, default=None)
