@@ -112,7 +112,7 @@ def cases(url: str, tmp: Path) -> tuple[dict[str, Callable[[], object]], list[An
     def raw_upsert() -> object:
         rows = [
             {"name": "raw", "key": key, "payload": json.dumps(item)}
-            for key, item in zip(keys, ITEMS)
+            for key, item in zip(keys, ITEMS, strict=True)
         ]
         with db.begin() as conn:
             conn.execute(upsert, rows)

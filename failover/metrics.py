@@ -59,6 +59,14 @@ class Metrics(Protocol):
         """One cleanup run."""
         return None
 
+    def circuit_state(self, name: str, state: int) -> None:
+        """A failover's breaker is now ``state``: 0 closed, 1 half-open, 2 open."""
+        return None
+
+    def bulkhead_rejected(self, name: str) -> None:
+        """A call found no bulkhead permit in time."""
+        return None
+
 
 _METHODS = tuple(name for name in vars(Metrics) if not name.startswith("_"))
 
@@ -148,6 +156,15 @@ class PrometheusMetrics:
         self._cleanup_seconds = Histogram(
             "failover_cleanup_seconds", "Time spent per cleanup.", **kw
         )
+        self._circuit = Gauge(
+            "failover_circuit_state",
+            "Circuit breaker state: 0 closed, 1 half-open, 2 open.",
+            ["name"],
+            **kw,
+        )
+        self._rejected = Counter(
+            "failover_bulkhead_rejected", "Calls that found no bulkhead permit.", ["name"], **kw
+        )
 
     @classmethod
     def for_registry(cls, registry: Any = None) -> PrometheusMetrics:
@@ -225,6 +242,16 @@ class PrometheusMetrics:
         """One cleanup run."""
         self._cleanup_removed.inc(removed)
         self._cleanup_seconds.observe(seconds)
+
+    @_safe
+    def circuit_state(self, name: str, state: int) -> None:
+        """A breaker's state."""
+        self._child(self._circuit, name).set(state)
+
+    @_safe
+    def bulkhead_rejected(self, name: str) -> None:
+        """A call refused by the bulkhead."""
+        self._child(self._rejected, name).inc()
 
 
 def resolve_metrics(setting: Any) -> Metrics:

@@ -385,18 +385,19 @@ def _name(item_key: Callable[..., Any] | None) -> str:
 
 
 def check_splitter(splitter: object, recover_all: object, owner: str) -> Any:
-    """Validate ``splitter=`` and ``recover_all=`` of failover ``owner``; returns the splitter.
+    """Validate ``splitter=`` and ``recover_all=`` of a failover (``owner``: ``"failover 'x'"``);
+    returns the splitter.
 
     Raises:
         ConfigurationError: not a splitter, or ``recover_all`` without one.
     """
     if splitter is not None and not isinstance(splitter, PayloadSplitter):
         raise ConfigurationError(
-            f"failover {owner!r}: splitter= must have split_on_store(), split_on_recover() and "
-            f"merge(), got {splitter!r}"
+            f"{owner}: splitter= must have split_on_store(), split_on_recover() and merge(), "
+            f"got {splitter!r}"
         )
     if recover_all and splitter is None:
-        raise ConfigurationError(f"failover {owner!r}: recover_all=True needs a splitter=")
+        raise ConfigurationError(f"{owner}: recover_all=True needs a splitter=")
     return splitter
 
 

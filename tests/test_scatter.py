@@ -749,3 +749,31 @@ def test_slice_contexts_are_ordinary_recover_contexts() -> None:
     assert built == failover.RecoverContext(None, {"key": 1}, None, None, int)  # type: ignore[arg-type]
     with pytest.raises(AttributeError):
         built.cause = ValueError()  # type: ignore[misc]  # frozen
+
+
+class CountingStore(InMemoryStore):
+    def __init__(self) -> None:
+        super().__init__()
+        self.batches: list[int] = []
+
+    def store_many(self, payloads: Any) -> None:
+        self.batches.append(len(payloads))
+        super().store_many(payloads)
+
+
+def test_write_coalescing_applies_to_the_whole_call(clock: FakeClock, catalogue: Catalogue) -> None:
+    store = CountingStore()
+    eng = Failover(store, clock=clock, metrics=False)
+
+    @failover.failover("co", splitter=ListSplitter("code"), store_interval="10s", engine=eng)
+    def find_countries(codes: str) -> list[Country]:
+        return catalogue(split(codes))
+
+    with eng:
+        find_countries("FR,DE")
+        clock.advance(5)
+        find_countries("FR,DE")  # within the interval: live, not stored again
+        find_countries("US")  # another call: stored
+        clock.advance(6)
+        find_countries("FR,DE")
+    assert store.batches == [2, 1, 2]

@@ -12,7 +12,7 @@ expired ones dropped, and the rest merged (``merge``). A call that recovers ever
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from datetime import datetime
 from typing import Any
 
@@ -22,8 +22,9 @@ from ..errors import SplitterError
 from ..metrics import Metrics
 from ..payload import enrich, envelope
 from ..scatter import CallArguments, StoreContext, slice_context
-from ..stores.base import FailoverStore, Payload
-from .base import Handler, drop_expired, expire_on, key_of, slice_key
+from ..stores.base import Payload
+from .base import drop_expired, expire_on, key_of, slice_key
+from .default import DefaultHandler
 
 __all__ = ["ScatterGatherHandler"]
 
@@ -41,22 +42,15 @@ class ScatterGatherHandler:
     """Splits a live result into slices on store and merges the slices found on recover.
 
     Args:
-        inner: the next handler, for failovers without a splitter.
-        store: the store chain the slices are written to and read from.
-        clock: the engine's clock.
+        inner: the default handler: failovers without a splitter go there; slices use its
+            store chain, clock and write coalescing.
         metrics: where partial recoveries are counted.
     """
 
-    def __init__(
-        self,
-        inner: Handler,
-        store: FailoverStore,
-        clock: Callable[[], datetime],
-        metrics: Metrics,
-    ) -> None:
+    def __init__(self, inner: DefaultHandler, metrics: Metrics) -> None:
         self.inner = inner
-        self.store_ = store
-        self.clock = clock
+        self.store_ = inner.store_
+        self.clock = inner.clock
         self.metrics = metrics
 
     def __repr__(self) -> str:
@@ -76,7 +70,11 @@ class ScatterGatherHandler:
         if splitter is None:
             self.inner.store(ctx, result)
             return
-        now = ctx.now or self.clock()
+        now = ctx.now
+        if now is None:
+            ctx.now = now = self.clock()
+        if self.inner.coalesced(ctx, now):
+            return
         name, expires = d.effective_name, expire_on(d, now)
         try:
             slices = splitter.split_on_store(
@@ -159,7 +157,7 @@ class ScatterGatherHandler:
             p = found.get(key)
             if p is not None:  # stale, and so is its value
                 value = enrich(p.payload, False, p.as_of)
-                p = envelope(p.name, p.key, value, p.as_of, p.expire_on, False)
+                p = envelope(p.name, p.key, value, p.as_of, p.expire_on, False, cause)
             slices.append(slice_context(d, asked.arguments, cause, p, asked.return_type))
         try:
             merged = d.splitter.merge(whole, slices)
@@ -176,7 +174,8 @@ class ScatterGatherHandler:
                 len(requested),
             )
             self.metrics.partial(d.name)
-        return envelope(name, _key(ctx), merged, *_oldest(found.values()), False)
+        as_of, expires = _oldest(found.values())
+        return envelope(name, _key(ctx), merged, as_of, expires, False, cause)
 
 
 def _everything(ctx: CallContext) -> bool:
