@@ -33,6 +33,7 @@ from .expiry import FixedTtl
 from .metrics import PrometheusMetrics
 from .payload import Referential, ReferentialAware, ReferentialPayload
 from .policy import ExceptionPolicy
+from .scatter import DictSplitter, ListSplitter, PayloadSplitter, StoreContext
 from .stores import (
     CachetoolsStore,
     CopyingStore,
@@ -49,6 +50,7 @@ __all__ = [
     "CleanupScheduler",
     "ConfigurationError",
     "CopyingStore",
+    "DictSplitter",
     "ExceptionPolicy",
     "ExpiryPolicy",
     "Failover",
@@ -60,6 +62,8 @@ __all__ = [
     "FixedTtl",
     "InMemoryStore",
     "JsonCodec",
+    "ListSplitter",
+    "PayloadSplitter",
     "PickleCodec",
     "PrometheusMetrics",
     "RecoverContext",
@@ -69,6 +73,7 @@ __all__ = [
     "SerializationError",
     "SplitterError",
     "SqlStore",
+    "StoreContext",
     "StoreError",
     "configure",
     "current_tenant",

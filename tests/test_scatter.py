@@ -128,6 +128,7 @@ def test_full_partial_and_cross_domain_recovery_on_every_store(
     env = find_countries.referential("US,FR,DE")  # the order of the request, not of storage
     assert env.payload == [Country(c, NAMES[c]) for c in ("US", "FR", "DE")]
     assert (env.up_to_date, env.name) == (False, "country")
+    assert isinstance(env.cause, ConnectionError)
     assert env.as_of == t0  # the oldest slice
     assert env.expire_on == t0 + timedelta(hours=1)  # the earliest expiry
     assert find_country("DE") == Country("DE", "Germany")  # a slice, found by the other one
@@ -776,4 +777,6 @@ def test_write_coalescing_applies_to_the_whole_call(clock: FakeClock, catalogue:
         find_countries("US")  # another call: stored
         clock.advance(6)
         find_countries("FR,DE")
-    assert store.batches == [2, 1, 2]
+        find_countries.invalidate("FR,DE")
+        find_countries("FR,DE")  # within the interval, but invalidated: stored
+    assert store.batches == [2, 1, 2, 2]

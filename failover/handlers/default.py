@@ -119,6 +119,10 @@ class DefaultHandler:
         """Delete the stored entry (the next success stores again, whatever the interval)."""
         name, key = ctx.definition.effective_name, key_of(ctx)
         self.store_.delete(name, key)
+        self.forget(name, key)
+
+    def forget(self, name: str, key: str) -> None:
+        """Forget the last store time of ``(name, key)``: its next success is stored."""
         slot = (name, key) if self.tenant is None else (self.tenant(), name, key)
         with self._last_lock:
             self._last.pop(slot, None)

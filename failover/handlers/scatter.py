@@ -110,7 +110,8 @@ class ScatterGatherHandler:
 
     def invalidate(self, ctx: CallContext) -> None:
         """Delete the slices the call would recover (every slice of the effective name for a
-        call that recovers them all)."""
+        call that recovers them all); the call's next success is stored, whatever the
+        store interval."""
         d = ctx.definition
         if d.splitter is None:
             self.inner.invalidate(ctx)
@@ -122,6 +123,7 @@ class ScatterGatherHandler:
             keys = [key for key, _ in self._requested(d, _whole(ctx, None))]
         for key in dict.fromkeys(keys):
             store.delete(name, key)
+        self.inner.forget(name, _key(ctx))  # the call's next success is stored
 
     def _requested(
         self, d: FailoverDefinition, whole: RecoverContext[Any]
