@@ -38,6 +38,7 @@ __all__ = [
 
 T = TypeVar("T")
 R = TypeVar("R")
+K = TypeVar("K")
 V = TypeVar("V")
 
 SLICE_ARGUMENT = "key"
@@ -325,7 +326,7 @@ class ListSplitter(_EntitySplitter, Generic[T]):
         return _arg(return_type, 0)
 
 
-class DictSplitter(_EntitySplitter, Generic[V]):
+class DictSplitter(_EntitySplitter, Generic[K, V]):
     """Splits ``dict[K, V]`` results (entity key → value) per entry.
 
     Args:
@@ -352,7 +353,7 @@ class DictSplitter(_EntitySplitter, Generic[V]):
     def __repr__(self) -> str:
         return f"DictSplitter(item_key={_name(self.item_key)}, strict={self.strict})"
 
-    def split_on_store(self, ctx: StoreContext[Mapping[Any, V]]) -> list[StoreContext[V]]:
+    def split_on_store(self, ctx: StoreContext[dict[K, V]]) -> list[StoreContext[V]]:
         """One slice per entry, keyed by the entry's key."""
         entries = ctx.payload
         if not isinstance(entries, Mapping):
@@ -361,8 +362,8 @@ class DictSplitter(_EntitySplitter, Generic[V]):
         return [StoreContext(d, {SLICE_ARGUMENT: k}, v) for k, v in entries.items()]
 
     def merge(
-        self, ctx: RecoverContext[Mapping[Any, V]], slices: list[RecoverContext[V]]
-    ) -> dict[Any, V] | None:
+        self, ctx: RecoverContext[dict[K, V]], slices: list[RecoverContext[V]]
+    ) -> dict[K, V] | None:
         """The entries found, in request order (by key for a recover-all)."""
         found = self.found(slices)
         if found is None:
