@@ -248,6 +248,12 @@ def test_1000_slices_are_one_statement_each_way_on_sqlite(
         statements.clear()
         assert len(find_countries(codes)) == 1_000
         assert statements == ["SELECT"]  # one find_many
+        clock.advance(hours=2)
+        statements.clear()
+        with pytest.raises(ConnectionError):
+            find_countries(codes)  # every slice expired: a miss, and each one deleted
+        assert statements == ["SELECT", "SELECT"] + ["DELETE"] * 1_000  # read, read again
+        assert store.find_all("counted") == []
     db.dispose()
 
 
@@ -780,3 +786,44 @@ def test_write_coalescing_applies_to_the_whole_call(clock: FakeClock, catalogue:
         find_countries.invalidate("FR,DE")
         find_countries("FR,DE")  # within the interval, but invalidated: stored
     assert store.batches == [2, 1, 2, 2]
+
+
+class Racing(InMemoryStore):
+    """Runs ``on_find_many`` once, right after a batch read: a concurrent success."""
+
+    on_find_many: Callable[[], object] | None = None
+
+    def find_many(self, name: str, keys: Any) -> Any:
+        found = super().find_many(name, keys)
+        hook, self.on_find_many = self.on_find_many, None
+        if hook is not None:
+            hook()
+        return found
+
+
+def test_an_expired_slice_stored_again_meanwhile_is_kept(
+    clock: FakeClock, catalogue: Catalogue
+) -> None:
+    store = Racing()
+    eng = Failover(store, clock=clock, metrics=False)
+
+    @failover.failover("race", ttl=10, splitter=ListSplitter("code"), engine=eng)
+    def find_countries(codes: str) -> list[Country]:
+        return catalogue(split(codes))
+
+    with eng:
+        find_countries("FR,DE")
+        clock.advance(20)  # both expired
+        catalogue.down = True
+        store.on_find_many = lambda: _fresh(find_countries, catalogue, "FR")
+        with pytest.raises(ConnectionError):
+            find_countries("FR,DE")  # reads both expired; FR is stored again right after
+        assert [p.payload.code for p in store.find_all("race")] == ["FR"]  # only DE deleted
+
+
+def _fresh(fn: Callable[[str], object], catalogue: Catalogue, codes: str) -> None:
+    catalogue.down = False
+    try:
+        fn(codes)
+    finally:
+        catalogue.down = True

@@ -13,7 +13,7 @@ from ..expiry import FixedTtl
 from ..keys import canonical, digest, make_key
 from ..stores.base import FailoverStore, Payload
 
-__all__ = ["Handler", "drop_expired", "expire_on", "key_of", "slice_key"]
+__all__ = ["Handler", "drop_all_expired", "drop_expired", "expire_on", "key_of", "slice_key"]
 
 
 class Handler(Protocol):
@@ -62,6 +62,18 @@ def drop_expired(store: FailoverStore, expired: Payload) -> None:
     again = store.find(expired.name, expired.key)
     if again is not None and again.as_of == expired.as_of:
         store.delete(expired.name, expired.key)
+
+
+def drop_all_expired(store: FailoverStore, name: str, expired: list[Payload]) -> None:
+    """`drop_expired` for several entries of ``name``, read again in one batch."""
+    if len(expired) == 1:
+        drop_expired(store, expired[0])
+        return
+    again = store.find_many(name, [p.key for p in expired])
+    for payload in expired:
+        now = again.get(payload.key)
+        if now is not None and now.as_of == payload.as_of:
+            store.delete(name, payload.key)
 
 
 def expire_on(definition: FailoverDefinition, now: datetime) -> datetime:

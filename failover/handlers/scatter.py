@@ -23,7 +23,7 @@ from ..metrics import Metrics
 from ..payload import enrich, envelope
 from ..scatter import CallArguments, StoreContext, slice_context
 from ..stores.base import Payload
-from .base import drop_expired, expire_on, key_of, slice_key
+from .base import drop_all_expired, expire_on, key_of, slice_key
 from .default import DefaultHandler
 
 __all__ = ["ScatterGatherHandler"]
@@ -146,9 +146,10 @@ class ScatterGatherHandler:
             found = store.find_many(name, [key for key, _ in requested]) if requested else {}
         now, is_expired = self.clock(), d.expiry.is_expired
         expired = [p for p in found.values() if is_expired(p, now)]
-        for payload in expired:
-            del found[payload.key]
-            drop_expired(store, payload)
+        if expired:
+            for payload in expired:
+                del found[payload.key]
+            drop_all_expired(store, name, expired)
         if not found:
             return Miss.EXPIRED if expired else Miss.MISS
         if requested is None:  # no request: every live slice, without arguments
