@@ -106,6 +106,16 @@ def any_engine(
     eng.close()
 
 
+@pytest.fixture(params=["memory", "sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
+def store_engine(
+    request: pytest.FixtureRequest, clock: FakeClock, tmp_path: Path
+) -> Iterator[Failover]:
+    """An engine on memory, a SQLite file (async writes on) or PostgreSQL."""
+    eng = _engine(request.param, clock, tmp_path)
+    yield eng
+    eng.close()
+
+
 def test_full_partial_and_cross_domain_recovery_on_every_store(
     any_engine: Failover, catalogue: Catalogue, clock: FakeClock
 ) -> None:
@@ -267,9 +277,9 @@ class City(Referential):
 
 
 def test_expired_slices_are_misses_and_deleted(
-    engine: Failover, catalogue: Catalogue, clock: FakeClock, caplog: pytest.LogCaptureFixture
+    store_engine: Failover, catalogue: Catalogue, clock: FakeClock, caplog: pytest.LogCaptureFixture
 ) -> None:
-    @failover.failover("exp", ttl="1h", splitter=ListSplitter("code"), engine=engine)
+    @failover.failover("exp", ttl="1h", splitter=ListSplitter("code"), engine=store_engine)
     def find_countries(codes: str) -> list[Country]:
         return catalogue(split(codes))
 
@@ -284,12 +294,12 @@ def test_expired_slices_are_misses_and_deleted(
     assert env.payload == [Country("DE", "Germany")]
     assert (env.as_of, env.expire_on) == (t1, t1 + timedelta(hours=1))
     assert "1 of 2 slices missing" in caplog.text
-    assert [p.payload.code for p in engine.raw_store.find_all("exp")] == ["DE"]  # FR deleted
+    assert [p.payload.code for p in store_engine.store.find_all("exp")] == ["DE"]  # FR deleted
     clock.advance(minutes=30)
     with pytest.raises(ConnectionError) as raised:
         find_countries("DE")
     assert "expired" in raised.value.__notes__[-1]
-    assert engine.raw_store.find_all("exp") == []
+    assert store_engine.store.find_all("exp") == []
 
 
 def test_items_are_enriched_per_slice_and_on_recovered_sees_the_merge(
@@ -321,10 +331,13 @@ def test_items_are_enriched_per_slice_and_on_recovered_sees_the_merge(
 
 
 def test_strict_turns_a_partial_recovery_into_a_miss(
-    engine: Failover, catalogue: Catalogue
+    store_engine: Failover, catalogue: Catalogue
 ) -> None:
     @failover.failover(
-        "strict", splitter=ListSplitter("code", strict=True), engine=engine, policy="never_throw"
+        "strict",
+        splitter=ListSplitter("code", strict=True),
+        engine=store_engine,
+        policy="never_throw",
     )
     def find_countries(codes: str) -> list[Country] | None:
         return catalogue(split(codes))
@@ -394,13 +407,13 @@ def test_partial_recoveries_are_counted(
 
 
 def test_a_call_without_arguments_recovers_every_live_slice(
-    engine: Failover, catalogue: Catalogue, clock: FakeClock
+    store_engine: Failover, catalogue: Catalogue, clock: FakeClock
 ) -> None:
-    @failover.failover("all", domain="country", splitter=ListSplitter("code"), engine=engine)
+    @failover.failover("all", domain="country", splitter=ListSplitter("code"), engine=store_engine)
     def find_all() -> list[Country]:
         return catalogue(["US", "FR"])
 
-    @failover.failover("some", domain="country", splitter=ListSplitter("code"), engine=engine)
+    @failover.failover("some", domain="country", splitter=ListSplitter("code"), engine=store_engine)
     def find_countries(codes: str) -> list[Country]:
         return catalogue(split(codes))
 
@@ -416,8 +429,8 @@ def test_a_call_without_arguments_recovers_every_live_slice(
     assert "expired" in raised.value.__notes__[-1]
 
 
-def test_recover_all_ignores_the_arguments(engine: Failover, catalogue: Catalogue) -> None:
-    @failover.failover("ra", splitter=ListSplitter("code"), recover_all=True, engine=engine)
+def test_recover_all_ignores_the_arguments(store_engine: Failover, catalogue: Catalogue) -> None:
+    @failover.failover("ra", splitter=ListSplitter("code"), recover_all=True, engine=store_engine)
     def find_countries(codes: str) -> list[Country]:
         return catalogue(split(codes))
 
@@ -436,12 +449,12 @@ def test_recover_all_ignores_the_arguments(engine: Failover, catalogue: Catalogu
 # -- peek, invalidate, splitters ----------------------------------------------------------------
 
 
-def test_peek_and_invalidate_work_per_slice(engine: Failover, catalogue: Catalogue) -> None:
-    @failover.failover("pi", domain="country", splitter=ListSplitter("code"), engine=engine)
+def test_peek_and_invalidate_work_per_slice(store_engine: Failover, catalogue: Catalogue) -> None:
+    @failover.failover("pi", domain="country", splitter=ListSplitter("code"), engine=store_engine)
     def find_countries(codes: str) -> list[Country]:
         return catalogue(split(codes))
 
-    @failover.failover("one", domain="country", engine=engine)
+    @failover.failover("one", domain="country", engine=store_engine)
     def find_country(code: str) -> Country:
         return catalogue([code])[0]
 
@@ -458,20 +471,16 @@ def test_peek_and_invalidate_work_per_slice(engine: Failover, catalogue: Catalog
     assert single.payload == Country("US", "United States")
 
 
+@dataclass(frozen=True)
 class Rate:
-    def __init__(self, currency: str, value: float) -> None:
-        self.currency, self.value = currency, value
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, Rate) and vars(self) == vars(other)
-
-    __hash__ = None  # type: ignore[assignment]
+    currency: str
+    value: float
 
 
-def test_dict_splitter(engine: Failover) -> None:
+def test_dict_splitter(store_engine: Failover) -> None:
     down = False
 
-    @failover.failover("rates", splitter=DictSplitter(item_key="currency"), engine=engine)
+    @failover.failover("rates", splitter=DictSplitter(item_key="currency"), engine=store_engine)
     def rates(*currencies: str) -> dict[str, Rate]:
         if down:
             raise ConnectionError("down")
