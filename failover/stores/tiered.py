@@ -45,7 +45,7 @@ class TieredStore(Capabilities):
         near: an in-process store (`InMemoryStore`, `CachetoolsStore`), which does no I/O.
         far: the shared store.
         metrics: where the async-writes layer put in front of ``far`` reports its queue, its
-            drops and its failures.
+            drops and its failures; default: the metrics of the engine the store is given to.
 
     Raises:
         ConfigurationError: a ``near`` store that does I/O, or arguments that are not stores.
