@@ -44,14 +44,21 @@ class _Waiter:
         self.future = future
         self.event = threading.Event() if future is None else None
 
-    def wake(self) -> None:
+    def wake(self) -> bool:
+        """Signal the waiter; ``False`` when it cannot hear it any more (its loop closed)."""
         if self.event is not None:
             self.event.set()
-        elif self.loop is not None and self.future is not None:
-            future = self.future
+            return True
+        assert self.loop is not None
+        assert self.future is not None
+        future = self.future
+        try:
             self.loop.call_soon_threadsafe(
                 lambda: future.done() or future.set_result(None)  # type: ignore[func-returns-value]
             )
+        except RuntimeError:  # the loop is closed: the permit goes to the next waiter
+            return False
+        return True
 
 
 class Bulkhead(Guard):
@@ -107,7 +114,12 @@ class Bulkhead(Guard):
                 self._waiters.append(waiter)
         if waiter is not None:
             assert waiter.event is not None
-            waiter.event.wait(self.acquire_timeout)
+            try:
+                waiter.event.wait(self.acquire_timeout)
+            except BaseException:  # interrupted while waiting: a permit granted meanwhile goes on
+                if self._settle(waiter):
+                    self._release()
+                raise
             if self._settle(waiter):
                 return _held.set((*held, self))
         raise self._refuse()
@@ -122,13 +134,18 @@ class Bulkhead(Guard):
                 self._free -= 1
                 return _held.set((*held, self))
             if self.acquire_timeout <= 0:
-                raise self._refuse()
-            loop = asyncio.get_running_loop()
-            waiter = _Waiter(loop, loop.create_future())
-            self._waiters.append(waiter)
+                waiter = None
+            else:
+                loop = asyncio.get_running_loop()
+                waiter = _Waiter(loop, loop.create_future())
+                self._waiters.append(waiter)
+        if waiter is None:
+            raise self._refuse()
         assert waiter.future is not None
         try:
-            await asyncio.wait_for(waiter.future, self.acquire_timeout)
+            # Not wait_for: on Python 3.11 it swallows a cancellation that meets a result.
+            async with asyncio.timeout(self.acquire_timeout):
+                await waiter.future
         except TimeoutError:
             pass  # settled below: a permit may have been granted at the deadline
         except BaseException:  # cancelled while waiting: a permit granted meanwhile goes on
@@ -166,8 +183,9 @@ class Bulkhead(Guard):
                 waiter = self._waiters.popleft()
                 if not waiter.gone:
                     waiter.granted = True
-                    waiter.wake()
-                    return
+                    if waiter.wake():
+                        return
+                    waiter.granted, waiter.gone = False, True
             self._free += 1
 
     def _refuse(self) -> BulkheadFull:
