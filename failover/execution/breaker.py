@@ -94,26 +94,28 @@ class BreakerGuard(Guard):
     def enter(self) -> Any:
         """Admit the call, or refuse it while open (or while another trial is in flight)."""
         cb = self.breaker
-        if cb._state_storage.state == _CLOSED:
+        state = cb._state_storage.state
+        if state == _CLOSED:
             if cb._state._name is not _CLOSED:
                 _noticed(cb)  # closed by another process: the listeners hear it here
             return None
+        if cb._state._name != state:
+            _noticed(cb)  # opened by another process
+        if state == _OPEN and _still_open(cb):  # the common refusal: no lock
+            raise pybreaker.CircuitBreakerError(
+                f"circuit breaker {cb.name!r}: open, the upstream is not called"
+            )
         gate = self._gate
         with gate.lock:
             if gate.trial:
                 raise pybreaker.CircuitBreakerError(
                     f"circuit breaker {cb.name!r}: half-open, a trial call is in flight"
                 )
-            _noticed(cb)
             state = cb.current_state
             if state == _CLOSED:
                 return None
             if state == _OPEN:
-                # pybreaker's own storage records when it opened (shared with other processes).
-                opened_at = cb._state_storage.opened_at
-                if opened_at and datetime.now(UTC) < opened_at + timedelta(
-                    seconds=cb.reset_timeout
-                ):
+                if _still_open(cb):
                     raise pybreaker.CircuitBreakerError(
                         f"circuit breaker {cb.name!r}: open, the upstream is not called"
                     )
@@ -162,6 +164,15 @@ class BreakerGuard(Guard):
             with self._gate.lock:  # concurrent failures open it once
                 if cb.current_state == _CLOSED:
                     cb.open()
+
+
+def _still_open(cb: pybreaker.CircuitBreaker) -> bool:
+    """Whether the open breaker's reset timeout has not passed yet (pybreaker's own rule, on
+    the time its storage recorded, which other processes share)."""
+    opened_at = cb._state_storage.opened_at
+    if opened_at is None:
+        return False
+    return datetime.now(UTC) < opened_at + timedelta(seconds=cb.reset_timeout)
 
 
 def _noticed(cb: pybreaker.CircuitBreaker) -> None:
