@@ -23,6 +23,7 @@ from .errors import (
     ConfigurationError,
     FailoverError,
     SerializationError,
+    SoftTimeoutError,
     SplitterError,
     StoreError,
 )
@@ -64,6 +65,7 @@ __all__ = [
     "ReferentialAware",
     "ReferentialPayload",
     "SerializationError",
+    "SoftTimeoutError",
     "SplitterError",
     "SqlStore",
     "StoreError",
