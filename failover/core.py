@@ -21,6 +21,7 @@ from .execution import Execution
 from .handlers import Handler, key_of
 from .payload import ReferentialPayload, enrich, envelope, plain_kind
 from .policy import ExceptionPolicy, default_for
+from .served import record as record_served
 from .tenant import pinned
 
 if TYPE_CHECKING:
@@ -88,6 +89,7 @@ class Runtime:
         "policy",
         "refusals",
         "router",
+        "unstorable",
     )
 
     def __init__(
@@ -109,6 +111,8 @@ class Runtime:
         # The execution layer (guards, soft timeout), bound by the engine; None: call directly.
         self.execution: Execution | None = None
         self.refusals: tuple[type[Exception], ...] = ()
+        # Why nothing of this failover can be stored (said in the rethrow note), if known.
+        self.unstorable: str | None = None
         self.policy = policy
         self.clock = clock
         # The store chain does blocking I/O: async shells read (and, without async writes,
@@ -164,17 +168,22 @@ class Runtime:
         )
 
     def succeeded(self, ctx: CallContext, result: Any) -> Any:
-        """Store ``result`` and return it enriched as live."""
-        ctx.now = now = self.clock()
-        try:  # a failing store_if is store trouble too: the live result still returns
+        """Store ``result`` and return it enriched as live.
+
+        Nothing here may break the call: a failing clock, ``store_if``, key function, store or
+        metrics object is store trouble, logged and counted, and the live result returns.
+        """
+        try:
             store_if = self.definition.store_if
             if store_if is None or store_if(result):
-                self.handler.store(ctx, result)
+                self.handler.store(ctx, result)  # sets ctx.now, inside the chain's counting
+            else:
+                ctx.now = self.clock()
         except Exception:
             self._store_failed()
         if plain_kind(type(result)):
             return result
-        return enrich(result, True, now)
+        return enrich(result, True, ctx.now)
 
     def tenant_unmade(self) -> bool:
         """Whether the current tenant's store is still to be made (only with `new_tenants_block`:
@@ -184,12 +193,16 @@ class Runtime:
     def live_envelope(self, ctx: CallContext, value: Any) -> ReferentialPayload[Any]:
         """The envelope of a live (already enriched) value."""
         d = self.definition
-        now = ctx.now or self.clock()
+        now = ctx.now
         try:
             key = key_of(ctx)
         except Exception:  # a failing key= callable already showed up as a store failure
             key = ""
-        return envelope(d.effective_name, key, value, now, d.expiry.compute_expiry(d, now), True)
+        try:
+            expire_on = None if now is None else d.expiry.compute_expiry(d, now)
+        except Exception:  # so did a failing expiry policy
+            expire_on = None
+        return envelope(d.effective_name, key, value, now, expire_on, True)
 
     # -- failure ------------------------------------------------------------------------------
 
@@ -210,24 +223,38 @@ class Runtime:
     ) -> ReferentialPayload[Any] | None:
         """What the caller gets after recovery: an envelope, or ``None`` to re-raise ``cause``."""
         d = self.definition
+        hook = d.on_recovered
+        recovered: ReferentialPayload[Any] | None = None
         if isinstance(found, ReferentialPayload):
+            recovered = found
             value = enrich(found.payload, False, found.as_of)
-            if d.on_recovered is not None:
-                value = d.on_recovered(self.recover_context(ctx, cause, found), value)
-            return envelope(found.name, found.key, value, found.as_of, found.expire_on, False)
-        policy = self.policy
-        if policy is ExceptionPolicy.RETHROW:
-            _note(cause, d.name, found.value)
+        elif self.policy is ExceptionPolicy.RETHROW:
+            _note(cause, d.name, found.value if self.unstorable is None else self.unstorable)
             return None
-        if policy is ExceptionPolicy.NEVER_THROW:
+        elif self.policy is ExceptionPolicy.NEVER_THROW:
             value = None
-            if d.on_recovered is not None:
-                value = d.on_recovered(self.recover_context(ctx, cause, None), None)
-        elif policy is ExceptionPolicy.RETURN_DEFAULT:
-            value = default_for(self.return_type())
+        else:  # return_default and a callable policy make their value themselves: no hook
+            hook = None
+            if self.policy is ExceptionPolicy.RETURN_DEFAULT:
+                value = default_for(self.return_type())
+            else:
+                value = self.policy(self.recover_context(ctx, cause, None))
+        if hook is not None:
+            try:
+                value = hook(self.recover_context(ctx, cause, recovered), value)
+            except Exception:  # the hook's bug must not cost the caller a good value
+                log.warning(
+                    "failover %r: on_recovered raised; the caller gets the value it was given",
+                    d.name,
+                    exc_info=True,
+                )
+        if recovered is None:
+            out = self.made_envelope(ctx, value, cause)
         else:
-            value = policy(self.recover_context(ctx, cause, None))
-        return self.made_envelope(ctx, value)
+            r = recovered
+            out = envelope(r.name, r.key, value, r.as_of, r.expire_on, False, cause)
+        record_served(out, self.clock)
+        return out
 
     def accepts(self, cause: Exception) -> bool:
         """Whether ``cause`` triggers recovery (execution-layer refusals always do)."""
@@ -256,13 +283,15 @@ class Runtime:
             return None
         return self.resolve(ctx, cause, self.recover(ctx, cause))
 
-    def made_envelope(self, ctx: CallContext, value: Any) -> ReferentialPayload[Any]:
+    def made_envelope(
+        self, ctx: CallContext, value: Any, cause: BaseException | None = None
+    ) -> ReferentialPayload[Any]:
         """The envelope of a value made by a policy: not from the store, so no time."""
         try:
             key = key_of(ctx)
         except Exception:  # a failing key= callable already showed up as a recover error
             key = ""
-        return envelope(self.definition.effective_name, key, value, None, None, False)
+        return envelope(self.definition.effective_name, key, value, None, None, False, cause)
 
     def recover_context(
         self, ctx: CallContext, cause: BaseException | None, found: ReferentialPayload[Any] | None

@@ -298,6 +298,13 @@ def _build(fn: Any, name: str | None, options: dict[str, Any]) -> Any:
     # The callable itself first: an `async def` wrapper around a sync function (asyncify) is
     # async, whatever it wraps; a plain wrapper around an `async def` returns its coroutine.
     is_async = _is_async(fn) or _is_async(unwrapped)
+    if any(
+        inspect.isgeneratorfunction(f) or inspect.isasyncgenfunction(f) for f in (fn, unwrapped)
+    ):
+        raise ConfigurationError(
+            f"failover {name!r}: {function} is a generator function; a generator can be neither "
+            "stored nor replayed: return a list (or another collection) instead"
+        )
     definition = resolve(fn, name, function, options, is_async, is_method)
     state = State(definition, Binder(signature, is_method), fn, engine)
     shell = _async_shell if definition.is_async else _sync_shell

@@ -16,9 +16,9 @@ import pybreaker
 
 from .chain import handler_chain, store_chain
 from .cleanup import CleanupScheduler
-from .codec import allow_annotation
+from .codec import JsonCodec, allow_annotation, type_name, unencodable
 from .context import PolicyLike
-from .core import Decorated, Runtime
+from .core import Decorated, Runtime, resolve_return_type
 from .definition import FailoverDefinition
 from .errors import ConfigurationError, SoftTimeoutError
 from .execution import (
@@ -31,9 +31,11 @@ from .execution import (
     StateListener,
     state_code,
 )
+from .expiry import parse_ttl
 from .handlers import Handler, key_of
 from .metrics import Metrics, resolve_metrics
 from .policy import resolve_policy
+from .scatter import slice_type
 from .stores.async_write import flush_chain
 from .stores.base import FailoverStore
 from .stores.tenant import MultiTenantStore, TenantStoreFactory
@@ -66,6 +68,10 @@ class Failover:
             ``success_threshold``, ``exclude``, and ``state_storage``, a callable
             ``name -> pybreaker.CircuitBreakerStorage`` for state shared across processes.
         timeout_workers: threads running sync upstreams past their callers' soft timeout.
+        store_interval: write coalescing for failovers that set none: the least time between
+            two stores of one key (a success within it returns live, unstored). Bounds a shared
+            store's write rate by distinct keys / interval; adds at most the interval of
+            staleness. ``None`` (default): every success is stored.
         clock: the time source (aware UTC datetimes); tests pass a fake clock.
         enabled: ``False`` makes every decorated function a plain pass-through.
 
@@ -85,6 +91,7 @@ class Failover:
         clock: Callable[[], datetime] = utcnow,
         enabled: bool = True,
         timeout_workers: int = 16,
+        store_interval: timedelta | float | str | None = None,
     ) -> None:
         if not callable(clock):
             raise ConfigurationError(f"Failover: clock must be callable, got {clock!r}")
@@ -110,12 +117,21 @@ class Failover:
         )
         if isinstance(self.store, MultiTenantStore):
             self.tenant_resolver = self.store.resolver
-        self.handler: Handler = handler_chain(self.store, self.metrics, clock)
+        interval = None
+        if store_interval is not None and store_interval != 0:
+            interval = parse_ttl(store_interval, "Failover: store_interval")
+        self.store_interval = interval
+        self.handler: Handler = handler_chain(
+            self.store, self.metrics, clock, store_interval=interval
+        )
         # Only failovers with a splitter pay for the scatter/gather layer.
-        self.scatter_handler: Handler = handler_chain(self.store, self.metrics, clock, scatter=True)
+        self.scatter_handler: Handler = handler_chain(
+            self.store, self.metrics, clock, scatter=True, store_interval=interval
+        )
         self.refreshes = Refreshes(timeout_workers)
         self._breakers: dict[str, pybreaker.CircuitBreaker] = {}
         self._bulkheads: dict[str, Bulkhead] = {}
+        self._unstorable: dict[str, str] = {}  # failover name -> why nothing of it is stored
         self._lock = threading.RLock()
         self._registered: dict[str, Decorated] = {}
         self._runtimes: dict[Decorated, Runtime] = {}
@@ -142,30 +158,58 @@ class Failover:
         """Register a decorated function; a second one under the same name replaces the first."""
         allow_annotation(decorated.fn)  # its return type may be restored from a serializing store
         definition = decorated.definition
+        self._check_encodable(decorated)
         with self._lock:
             previous = self._registered.get(definition.name)
             if previous is not None and previous is not decorated:
                 _warn_replaced(previous, decorated)
                 self._runtimes.pop(previous, None)
             self._registered[definition.name] = decorated
-            self._warn_domain_mismatch(definition)
+            self._warn_domain_mismatch(decorated)
 
-    def _warn_domain_mismatch(self, definition: FailoverDefinition) -> None:
+    def _check_encodable(self, decorated: Decorated) -> None:
+        """Warn when the store can never encode what the function returns (an HTTP response
+        object on a JSON store): its calls would answer, and nothing would ever be stored."""
+        codec = getattr(self.raw_store, "codec", None)
+        if not isinstance(codec, JsonCodec):
+            return
+        d = decorated.definition
+        bad = unencodable(resolve_return_type(decorated.fn, d.return_annotation))
+        if bad is None:
+            return
+        reason = f"the store cannot encode {type_name(bad)}"
+        self._unstorable[d.name] = reason
+        warnings.warn(
+            f"failover {d.name!r}: returns {type_name(bad)}, which {self.raw_store!r} cannot "
+            "encode: its results would never be stored. Return plain data (a dict, a dataclass, "
+            "a pydantic model: e.g. response.json()) instead",
+            stacklevel=5,
+        )
+
+    def _warn_domain_mismatch(self, decorated: Decorated) -> None:
+        definition = decorated.definition
         if definition.domain is None:
             return
         for other in self._registered.values():
             o = other.definition
-            if (
-                o.domain == definition.domain
-                and o.name != definition.name
-                and o.ttl != definition.ttl
-            ):
-                warnings.warn(
-                    f"failover {definition.name!r}: domain {definition.domain!r} is shared with "
-                    f"{o.name!r} under a different ttl ({definition.ttl} vs {o.ttl})",
-                    stacklevel=5,
+            if o.domain != definition.domain or o.name == definition.name:
+                continue
+            if o.ttl != definition.ttl:
+                why = f"under a different ttl ({definition.ttl} vs {o.ttl})"
+            else:
+                mine, theirs = _slice_type(decorated), _slice_type(other)
+                if mine is None or theirs is None or mine == theirs:
+                    continue
+                why = (
+                    f"whose entries hold another type ({type_name(mine)} vs "
+                    f"{type_name(theirs)}): each would recover values of the other's type"
                 )
-                return
+            warnings.warn(
+                f"failover {definition.name!r}: domain {definition.domain!r} is shared with "
+                f"{o.name!r} {why}",
+                stacklevel=5,
+            )
+            return
 
     def definitions(self) -> list[FailoverDefinition]:
         """Every registered failover's definition, by name."""
@@ -196,6 +240,7 @@ class Failover:
                     self.store if isinstance(self.store, MultiTenantStore) else None,
                 )
                 rt.bind(self._execution(d, rt))
+                rt.unstorable = self._unstorable.get(d.name)
                 self._runtimes[decorated] = rt
             return rt
 
@@ -359,6 +404,12 @@ class Failover:
             kwargs["policy"] = env[f"{prefix}POLICY"]
         kwargs.update(overrides)
         return cls(**kwargs)
+
+
+def _slice_type(decorated: Decorated) -> Any:
+    """What each entry of ``decorated`` holds (`failover.scatter.slice_type`)."""
+    d = decorated.definition
+    return slice_type(d, resolve_return_type(decorated.fn, d.return_annotation))
 
 
 _BREAKER_SETTINGS = ("fail_max", "reset_timeout", "success_threshold", "exclude", "state_storage")

@@ -18,6 +18,7 @@ from .definition import ExpiryPolicy, FailoverDefinition
 from .errors import ConfigurationError
 from .expiry import FixedTtl, parse_ttl
 from .policy import resolve_policy
+from .scatter import check_splitter
 
 if TYPE_CHECKING:
     from .engine import Failover
@@ -136,9 +137,7 @@ def resolve(
     else:
         accept = _types(exceptions, owner, "exceptions")
     policy = o["policy"]
-    splitter = o["splitter"]
-    if o["recover_all"] and splitter is None:
-        raise ConfigurationError(f"{owner}: recover_all=True needs a splitter=")
+    splitter = check_splitter(o["splitter"], o["recover_all"], owner)
     breaker = o["breaker"]
     if breaker is not None and not isinstance(breaker, bool | pybreaker.CircuitBreaker):
         raise ConfigurationError(
@@ -158,7 +157,9 @@ def resolve(
     if timeout is not None:
         timeout = _seconds(timeout, owner, "timeout", zero_ok=False)
     interval = o["store_interval"]
-    if interval is not None:
+    if isinstance(interval, int | float) and not isinstance(interval, bool) and interval == 0:
+        interval = timedelta(0)  # off for this failover, whatever the engine's
+    elif interval is not None:
         interval = parse_ttl(interval, f"{owner}: store_interval")
     return FailoverDefinition(
         name=name,
