@@ -26,6 +26,7 @@ from .errors import (
     ConfigurationError,
     FailoverError,
     SerializationError,
+    SoftTimeoutError,
     SplitterError,
     StoreError,
 )
@@ -73,6 +74,7 @@ __all__ = [
     "ReferentialAware",
     "ReferentialPayload",
     "SerializationError",
+    "SoftTimeoutError",
     "SplitterError",
     "SqlStore",
     "StoreContext",
