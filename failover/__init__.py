@@ -13,9 +13,10 @@ import typing
 from . import stores
 from .cleanup import CleanupScheduler
 from .codec import JsonCodec, PickleCodec
+from .context import RecoverContext
 from .crypto import FernetCipher
 from .decorator import AsyncFailoverFunction, FailoverFunction, failover
-from .definition import FailoverDefinition
+from .definition import ExpiryPolicy, FailoverDefinition
 from .engine import Failover, configure, get_engine
 from .errors import (
     BulkheadFull,
@@ -25,10 +26,10 @@ from .errors import (
     SplitterError,
     StoreError,
 )
-from .expiry import ExpiryPolicy, FixedTtl
+from .expiry import FixedTtl
 from .metrics import PrometheusMetrics
 from .payload import Referential, ReferentialAware, ReferentialPayload
-from .policy import ExceptionPolicy, RecoverContext
+from .policy import ExceptionPolicy
 from .stores import (
     CachetoolsStore,
     CopyingStore,

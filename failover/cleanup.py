@@ -14,14 +14,11 @@ import threading
 import time
 from collections.abc import Callable
 from datetime import timedelta
-from typing import TYPE_CHECKING, Self
+from typing import Protocol, Self
 
 from .errors import ConfigurationError
 from .expiry import parse_ttl
 from .metrics import NULL_METRICS, Metrics
-
-if TYPE_CHECKING:
-    from .engine import Failover
 
 __all__ = ["CleanupScheduler"]
 
@@ -44,6 +41,14 @@ def _period(every: timedelta | float | str) -> timedelta:
     return period
 
 
+class Cleanable(Protocol):
+    """What a scheduler can clean: a `Failover` engine, or anything with ``clean()``."""
+
+    def clean(self) -> int:
+        """Run one cleanup; return the count removed."""
+        ...
+
+
 class CleanupScheduler:
     """Runs a cleanup right away, then every ``every``, on a daemon thread, until stopped.
 
@@ -64,7 +69,7 @@ class CleanupScheduler:
 
     def __init__(
         self,
-        engine_or_callable: Failover | Callable[[], int],
+        engine_or_callable: Cleanable | Callable[[], int],
         every: timedelta | float | str,
         metrics: Metrics | None = None,
     ) -> None:

@@ -1,16 +1,23 @@
-"""The per-call context the execution layer and the handler chain share."""
+"""The per-call contexts: `CallContext` (internal, shared by the execution layer and the handler
+chain) and the frozen `RecoverContext` handed to policies, hooks and splitters."""
 
 from __future__ import annotations
 
 import enum
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
+
+from .policy import ExceptionPolicy
 
 if TYPE_CHECKING:
     from .definition import FailoverDefinition
+    from .payload import ReferentialPayload
 
-__all__ = ["CallContext", "Miss"]
+__all__ = ["CallContext", "Miss", "PolicyLike", "RecoverContext"]
+
+T = TypeVar("T")
 
 
 class Miss(enum.Enum):
@@ -53,3 +60,26 @@ class CallContext:
         if self._arguments is None:
             self._arguments = dict(zip(self.binder.names, self.values, strict=True))
         return self._arguments
+
+
+@dataclass(frozen=True, slots=True)
+class RecoverContext(Generic[T]):
+    """What a policy, an ``on_recovered`` hook or a splitter learns about a failed call.
+
+    Attributes:
+        definition: the failover's resolved settings.
+        arguments: the bound arguments by parameter name (defaults applied, no ``self``/``cls``).
+        cause: the exception that triggered recovery.
+        recovered: the envelope found in the store, or ``None``.
+        return_type: the function's return annotation (the awaited type for ``async def``).
+    """
+
+    definition: FailoverDefinition
+    arguments: Mapping[str, Any]
+    cause: BaseException | None
+    recovered: ReferentialPayload[T] | None
+    return_type: Any
+
+
+PolicyLike = ExceptionPolicy | str | Callable[[RecoverContext[Any]], object]
+"""What ``policy=`` accepts: a built-in policy, its name, or ``policy(ctx)``."""

@@ -12,17 +12,17 @@ import logging
 import typing
 from collections.abc import Callable
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 import pybreaker
 
-from .context import CallContext, Miss
+from .context import CallContext, Miss, RecoverContext
 from .definition import FailoverDefinition
 from .errors import BulkheadFull, StoreError
 from .execution import Execution
 from .handlers import Handler, key_of
 from .payload import ReferentialPayload, enrich, envelope, plain_kind
-from .policy import ExceptionPolicy, RecoverContext, default_for
+from .policy import ExceptionPolicy, default_for
 from .tenant import pinned
 
 if TYPE_CHECKING:
@@ -63,6 +63,14 @@ class Binder:
         bound.apply_defaults()
         arguments = bound.arguments
         return tuple(arguments[n] for n in self.names)
+
+
+class Decorated(Protocol):
+    """What an engine needs of a decorated function to register and run it."""
+
+    definition: FailoverDefinition
+    binder: Binder
+    fn: Callable[..., Any]
 
 
 class Runtime:

@@ -10,14 +10,14 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Generic, ParamSpec, Protocol, TypeVar, overload
 
 from . import engine as _engine
-from .context import CallContext
+from .context import CallContext, PolicyLike, RecoverContext
 from .core import Binder, Runtime
 from .definition import FailoverDefinition
 from .errors import ConfigurationError
 from .expiry import ExpiryPolicy, FixedTtl, parse_ttl
 from .handlers import key_of
 from .payload import ReferentialPayload
-from .policy import PolicyLike, RecoverContext, resolve_policy
+from .policy import resolve_policy
 
 if TYPE_CHECKING:
     from typing import Self
@@ -340,10 +340,11 @@ def _build(
     else:
         accept = _types(exceptions, name, "exceptions")
     policy = settings["policy"]
-    for setting in ("splitter", "breaker", "max_concurrency", "timeout"):
+    for setting in ("breaker", "max_concurrency", "timeout"):
         if settings[setting] not in (None, False):
             raise _not_yet(name, setting)
-    if settings["recover_all"]:
+    splitter = settings["splitter"]
+    if settings["recover_all"] and splitter is None:
         raise ConfigurationError(f"failover {name!r}: recover_all=True needs a splitter=")
     acquire_timeout = settings["acquire_timeout"]
     if not isinstance(acquire_timeout, int | float) or acquire_timeout < 0:
@@ -361,8 +362,8 @@ def _build(
         store_if=_callable_or_none(settings["store_if"], name, "store_if"),
         policy=None if policy is None else resolve_policy(policy, f"failover {name!r}"),
         on_recovered=_callable_or_none(settings["on_recovered"], name, "on_recovered"),
-        splitter=None,
-        recover_all=False,
+        splitter=splitter,
+        recover_all=bool(settings["recover_all"]),
         breaker=None,
         max_concurrency=None,
         acquire_timeout=float(acquire_timeout),

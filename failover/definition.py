@@ -4,16 +4,28 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import timedelta
-from typing import TYPE_CHECKING, Any
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
-from .expiry import ExpiryPolicy
 from .policy import ExceptionPolicy
 
 if TYPE_CHECKING:
-    from .policy import RecoverContext
+    from .payload import ReferentialPayload
 
-__all__ = ["FailoverDefinition"]
+__all__ = ["ExpiryPolicy", "FailoverDefinition"]
+
+
+@runtime_checkable
+class ExpiryPolicy(Protocol):
+    """Decides when a stored entry expires, and whether a found one has."""
+
+    def compute_expiry(self, definition: FailoverDefinition, now: datetime) -> datetime:
+        """The expiry time of an entry stored at ``now``."""
+        ...
+
+    def is_expired(self, payload: ReferentialPayload[Any], now: datetime) -> bool:
+        """Whether ``payload`` must no longer be served at ``now``."""
+        ...
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -41,8 +53,9 @@ class FailoverDefinition:
     exceptions: tuple[type[BaseException], ...] | Callable[[Exception], bool]
     exclude: tuple[type[BaseException], ...]
     store_if: Callable[[Any], bool] | None
-    policy: ExceptionPolicy | Callable[[RecoverContext[Any]], object] | None
-    on_recovered: Callable[[RecoverContext[Any], Any], object] | None
+    # Callables of a RecoverContext: typed loosely here, since the context names this class.
+    policy: ExceptionPolicy | Callable[..., object] | None
+    on_recovered: Callable[..., object] | None
     splitter: Any
     recover_all: bool
     breaker: Any

@@ -9,26 +9,22 @@ import threading
 import warnings
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from .chain import handler_chain, store_chain
 from .cleanup import CleanupScheduler
 from .codec import allow_annotation
-from .core import Runtime
+from .context import PolicyLike
+from .core import Decorated, Runtime
 from .definition import FailoverDefinition
 from .errors import ConfigurationError
 from .execution import BasicExecution
-from .handlers import DefaultHandler, Handler
-from .metrics import NULL_METRICS, Metrics, MetricsHandler, resolve_metrics
-from .policy import PolicyLike, resolve_policy
-from .stores.async_write import AsyncWriteStore, flush_chain
+from .handlers import Handler
+from .metrics import Metrics, resolve_metrics
+from .policy import resolve_policy
+from .stores.async_write import flush_chain
 from .stores.base import FailoverStore
-from .stores.copying import CopyingStore
-from .stores.factory import make_store
-from .stores.tenant import MultiTenantStore, TenantStoreFactory, per_tenant
-from .tenant import current_tenant
-
-if TYPE_CHECKING:
-    from .decorator import State
+from .stores.tenant import MultiTenantStore, TenantStoreFactory
 
 __all__ = ["Failover", "configure", "get_engine", "utcnow"]
 
@@ -37,69 +33,6 @@ log = logging.getLogger("failover")
 
 utcnow: Callable[[], datetime] = functools.partial(datetime.now, UTC)
 """The default clock: aware UTC now (a partial of a builtin: no Python frame per call)."""
-
-
-def _needs_copy(store: FailoverStore) -> bool:
-    # A store that encodes on the caller's thread (and so isolates by itself) says so; a copying
-    # layer given as the store copies already: a second one would only copy everything twice.
-    return not (isinstance(store, CopyingStore) or getattr(store, "isolating", False))
-
-
-def _tenant_factory(
-    store: object, resolver: object, clock: Callable[[], datetime]
-) -> TenantStoreFactory | None:
-    """What makes each tenant's raw store when multi-tenancy is on (``None``: it is off).
-
-    It is on with a ``tenant_resolver``, a factory ``tenant -> store``, or a URL with
-    ``{tenant}``.
-    """
-    if resolver is not None and not callable(resolver):
-        raise ConfigurationError(f"Failover: tenant_resolver must be callable, got {resolver!r}")
-    if isinstance(store, str):
-        if resolver is None and "{tenant}" not in store:
-            return None
-        return per_tenant(store, clock=clock)
-    if isinstance(store, FailoverStore):
-        if resolver is not None:
-            raise ConfigurationError(
-                "Failover: with tenant_resolver, store must be a URL or a factory "
-                f"(tenant -> store), not one store every tenant would share: {store!r}"
-            )
-        return None
-    return store if callable(store) else None
-
-
-class _TenantChains:
-    """Makes a tenant's store chain: the tenant's raw store under the engine's layers."""
-
-    def __init__(
-        self,
-        factory: TenantStoreFactory,
-        chain: Callable[[FailoverStore], FailoverStore],
-        writes_async: bool,
-    ) -> None:
-        self.factory = factory
-        self.chain = chain
-        # With async_writes=None, stores that do I/O get a queue and the others never block:
-        # either way a write does not block the caller.
-        self.writes_async = writes_async
-
-    def __repr__(self) -> str:
-        return f"{self.factory!r} (each under the engine's layers)"
-
-    @property
-    def does_io(self) -> bool:
-        """The tenants' raw stores do I/O (assumed when the factory does not say)."""
-        return bool(getattr(self.factory, "does_io", True))
-
-    def __call__(self, tenant: str) -> FailoverStore:
-        return self.chain(self.factory(tenant))
-
-    def close(self) -> None:
-        """Close the factory, when it holds resources (a shared connection pool)."""
-        close = getattr(self.factory, "close", None)
-        if callable(close):
-            close()
 
 
 class Failover:
@@ -149,57 +82,24 @@ class Failover:
         self.metrics: Metrics = resolve_metrics(metrics)
         self.async_writes = async_writes
         self.tenant_resolver = tenant_resolver
-        factory = _tenant_factory(store, tenant_resolver, clock)
-        if factory is not None:
-            self.tenant_resolver = resolver = tenant_resolver or current_tenant
-            chains = _TenantChains(factory, self._store_chain, async_writes is not False)
-            # The router is outermost; each tenant's raw store is under its own layers.
-            self.raw_store: FailoverStore = MultiTenantStore(chains, resolver)
-            self.store: FailoverStore = self.raw_store
-        else:
-            raw = make_store(store, clock=clock) if isinstance(store, str) else store
-            if not isinstance(raw, FailoverStore):
-                raise ConfigurationError(
-                    f"Failover: store must be a URL or a FailoverStore (or, for multi-tenancy, "
-                    f"a factory tenant -> store), got {store!r}"
-                )
-            self.raw_store = raw
-            self.store = self._store_chain(raw)
-        self.handler: Handler = DefaultHandler(self.store, clock)
-        if self.metrics is not NULL_METRICS:
-            self.handler = MetricsHandler(self.handler, self.metrics, clock)
+        self.raw_store, self.store = store_chain(
+            store, tenant_resolver, async_writes, self.metrics, clock
+        )
+        if isinstance(self.store, MultiTenantStore):
+            self.tenant_resolver = self.store.resolver
+        self.handler: Handler = handler_chain(self.store, self.metrics, clock)
+        # Only failovers with a splitter pay for the scatter/gather layer.
+        self.scatter_handler: Handler = handler_chain(self.store, self.metrics, clock, scatter=True)
         self.execution = BasicExecution()
         self._lock = threading.RLock()
-        self._registered: dict[str, State] = {}
-        self._runtimes: dict[State, Runtime] = {}
+        self._registered: dict[str, Decorated] = {}
+        self._runtimes: dict[Decorated, Runtime] = {}
         self._closed = False
         self._clean_lock = threading.Lock()  # one cleanup at a time: scheduled or by hand
         self._schedulers: list[CleanupScheduler] = []
 
     def __repr__(self) -> str:
         return f"Failover(store={self.store!r}, enabled={self.enabled})"
-
-    def _store_chain(self, raw: FailoverStore) -> FailoverStore:
-        """The layers over one raw store (one tenant's, with multi-tenancy), outermost first:
-        copying, then async writes, then the raw store."""
-        if isinstance(raw, MultiTenantStore):
-            return raw  # a router stays outermost: its tenants' chains are its own
-        chain = raw
-        queued = self._queues_writes(raw)
-        if queued:
-            chain = AsyncWriteStore(chain, metrics=self.metrics)
-        # Copy before the queue, so that a caller mutating its result while the write waits
-        # changes nothing; a queued write is not encoded yet, so even an isolating store needs it.
-        if queued or _needs_copy(raw):
-            chain = CopyingStore(chain)
-        return chain
-
-    def _queues_writes(self, raw: FailoverStore) -> bool:
-        if getattr(raw, "writes_async", False):
-            return False  # queued already
-        if self.async_writes is None:
-            return bool(getattr(raw, "does_io", True))
-        return self.async_writes
 
     @property
     def blocking(self) -> bool:
@@ -213,7 +113,7 @@ class Failover:
 
     # -- registration -------------------------------------------------------------------------
 
-    def register(self, decorated: State) -> None:
+    def register(self, decorated: Decorated) -> None:
         """Register a decorated function; a second one under the same name replaces the first."""
         allow_annotation(decorated.fn)  # its return type may be restored from a serializing store
         definition = decorated.definition
@@ -247,7 +147,7 @@ class Failover:
         with self._lock:
             return [d.definition for _, d in sorted(self._registered.items())]
 
-    def runtime(self, decorated: State) -> Runtime:
+    def runtime(self, decorated: Decorated) -> Runtime:
         """The runtime of ``decorated`` on this engine, made on first use."""
         rt = self._runtimes.get(decorated)
         if rt is not None:
@@ -263,7 +163,7 @@ class Failover:
                     d,
                     decorated.binder,
                     decorated.fn,
-                    self.handler,
+                    self.handler if d.splitter is None else self.scatter_handler,
                     self.execution,
                     policy,
                     self.clock,
@@ -366,7 +266,7 @@ class Failover:
         return cls(**kwargs)
 
 
-def _warn_replaced(previous: State, new: State) -> None:
+def _warn_replaced(previous: Decorated, new: Decorated) -> None:
     if previous.definition.function != new.definition.function:
         warnings.warn(
             f"failover {new.definition.name!r}: the name was registered by "
@@ -388,7 +288,7 @@ def _env_bool(name: str, raw: str) -> bool:
 
 _default: Failover | None = None
 _default_lock = threading.Lock()
-_pending: dict[str, State] = {}  # failovers of the default engine, carried over
+_pending: dict[str, Decorated] = {}  # failovers of the default engine, carried over
 
 
 def get_engine() -> Failover:
@@ -423,7 +323,7 @@ def _install(engine: Failover | None) -> Failover:
     return engine
 
 
-def register_default(decorated: State) -> None:
+def register_default(decorated: Decorated) -> None:
     """Record a failover of the default engine; registered now if that engine exists."""
     with _default_lock:
         previous = _pending.get(decorated.definition.name)

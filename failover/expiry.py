@@ -1,4 +1,7 @@
-"""When stored entries stop being served: the `ExpiryPolicy` protocol and the default `FixedTtl`."""
+"""When stored entries stop being served: the default `FixedTtl` and ``ttl`` parsing.
+
+The `ExpiryPolicy` protocol lives with `FailoverDefinition`, which holds one; re-exported here.
+"""
 
 from __future__ import annotations
 
@@ -6,8 +9,9 @@ import math
 import re
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any
 
+from .definition import ExpiryPolicy
 from .errors import ConfigurationError
 
 if TYPE_CHECKING:
@@ -55,19 +59,6 @@ def parse_ttl(value: timedelta | float | str, owner: str = "ttl") -> timedelta:
     if ttl <= timedelta(0):
         raise ConfigurationError(f"{owner}: ttl must be positive, got {value!r}")
     return ttl
-
-
-@runtime_checkable
-class ExpiryPolicy(Protocol):
-    """Decides when a stored entry expires, and whether a found one has."""
-
-    def compute_expiry(self, definition: FailoverDefinition, now: datetime) -> datetime:
-        """The expiry time of an entry stored at ``now``."""
-        ...
-
-    def is_expired(self, payload: ReferentialPayload[Any], now: datetime) -> bool:
-        """Whether ``payload`` must no longer be served at ``now``."""
-        ...
 
 
 @dataclass(frozen=True, slots=True)

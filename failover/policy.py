@@ -6,19 +6,12 @@ import enum
 import types
 import typing
 from collections import abc
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Generic, TypeVar
+from collections.abc import Callable
+from typing import Any
 
 from .errors import ConfigurationError
 
-if TYPE_CHECKING:
-    from .definition import FailoverDefinition
-    from .payload import ReferentialPayload
-
-__all__ = ["ExceptionPolicy", "RecoverContext", "default_for"]
-
-T = TypeVar("T")
+__all__ = ["ExceptionPolicy", "default_for", "resolve_policy"]
 
 
 class ExceptionPolicy(enum.StrEnum):
@@ -32,10 +25,7 @@ class ExceptionPolicy(enum.StrEnum):
     """Return an empty value fitting the return annotation (``[]``, ``{}``, ``0``, ``None``...)."""
 
 
-PolicyLike = ExceptionPolicy | str | Callable[["RecoverContext[Any]"], object]
-
-
-def resolve_policy(value: PolicyLike, owner: str) -> ExceptionPolicy | Callable[..., object]:
+def resolve_policy(value: object, owner: str) -> ExceptionPolicy | Callable[..., object]:
     """Validate a policy setting; strings name a built-in policy."""
     if isinstance(value, ExceptionPolicy):
         return value
@@ -50,25 +40,6 @@ def resolve_policy(value: PolicyLike, owner: str) -> ExceptionPolicy | Callable[
     if callable(value):
         return value
     raise ConfigurationError(f"{owner}: policy must be a name or a callable, got {value!r}")
-
-
-@dataclass(frozen=True, slots=True)
-class RecoverContext(Generic[T]):
-    """What a policy, an ``on_recovered`` hook or a splitter learns about a failed call.
-
-    Attributes:
-        definition: the failover's resolved settings.
-        arguments: the bound arguments by parameter name (defaults applied, no ``self``/``cls``).
-        cause: the exception that triggered recovery.
-        recovered: the envelope found in the store, or ``None``.
-        return_type: the function's return annotation (the awaited type for ``async def``).
-    """
-
-    definition: FailoverDefinition
-    arguments: Mapping[str, Any]
-    cause: BaseException | None
-    recovered: ReferentialPayload[T] | None
-    return_type: Any
 
 
 _EMPTY: dict[Any, Callable[[], object]] = {

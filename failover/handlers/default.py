@@ -1,52 +1,16 @@
-"""The handler chain: what happens around the store on success and on failure.
-
-Layers wrap an inner handler behind the same small `Handler` protocol, built inside-out once per
-engine: ``MetricsHandler`` (outermost) → ``ScatterGatherHandler`` → `DefaultHandler` → store chain.
-"""
+"""The innermost handler: keys, expiry and the store chain."""
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from typing import Any
 
-from .context import CallContext, Miss
-from .expiry import FixedTtl
-from .keys import canonical, digest, make_key
-from .payload import envelope
-from .stores.base import FailoverStore, Payload
+from ..context import CallContext, Miss
+from ..keys import make_key
+from ..payload import envelope
+from ..stores.base import FailoverStore, Payload
+from .base import expire_on, key_of
 
-__all__ = ["DefaultHandler", "Handler"]
-
-
-class Handler(Protocol):
-    """One layer of the handler chain."""
-
-    def store(self, ctx: CallContext, result: Any) -> None:
-        """Keep a live result (``ctx.now`` is its time)."""
-        ...
-
-    def recover(self, ctx: CallContext, cause: Exception) -> Payload | Miss:
-        """The stored envelope for a failed call (``up_to_date=False``), or why there is none.
-
-        May raise: the core treats a raising recover as `Miss.ERROR`.
-        """
-        ...
-
-    def peek(self, ctx: CallContext) -> Payload | None:
-        """The stored, unexpired envelope for the call, without calling the upstream."""
-        ...
-
-    def invalidate(self, ctx: CallContext) -> None:
-        """Delete the stored entry for the call."""
-        ...
-
-
-def key_of(ctx: CallContext) -> str:
-    """The stored key of a call: its ``key=`` callable's raw key, or the canonical default."""
-    definition = ctx.definition
-    if definition.key is None:
-        return make_key(definition.effective_name, ctx.values)
-    raw = definition.key(*ctx.args, **ctx.kwargs)
-    return digest(definition.effective_name, canonical(raw))
+__all__ = ["DefaultHandler"]
 
 
 class DefaultHandler:
@@ -68,12 +32,7 @@ class DefaultHandler:
         now = ctx.now or self.clock()
         name = definition.effective_name
         key = make_key(name, ctx.values) if definition.key is None else key_of(ctx)
-        expiry = definition.expiry
-        if type(expiry) is FixedTtl:  # the default policy, inlined: this runs on every call
-            expire_on = now + expiry.ttl
-        else:
-            expire_on = expiry.compute_expiry(definition, now)
-        self.store_.store(envelope(name, key, result, now, expire_on, True))
+        self.store_.store(envelope(name, key, result, now, expire_on(definition, now), True))
 
     def _live(self, ctx: CallContext) -> Payload | Miss:
         definition = ctx.definition
