@@ -46,12 +46,12 @@ def test_store_and_recover_outcomes(
     upstream.fail()
     f("a")
     f("never-stored")
-    assert value(registry, "failover_store_total", name="countries", result="stored") == 2
-    assert value(registry, "failover_recover_total", name="countries", outcome="recovered") == 1
-    assert value(registry, "failover_recover_total", name="countries", outcome="not_recovered") == 1
+    assert value(registry, "failover_writes_total", name="countries", result="ok") == 2
+    assert value(registry, "failover_recoveries_total", name="countries", outcome="recovered") == 1
+    assert value(registry, "failover_recoveries_total", name="countries", outcome="not_recovered") == 1
     assert value(registry, "failover_stale_age_seconds_sum", name="countries") == 90
-    assert value(registry, "failover_store_seconds_count", name="countries") == 2
-    assert value(registry, "failover_recover_seconds_count", name="countries") == 2
+    assert value(registry, "failover_write_seconds_count", name="countries") == 2
+    assert value(registry, "failover_recovery_seconds_count", name="countries") == 2
 
 
 def test_store_and_recover_errors_are_counted(
@@ -66,8 +66,8 @@ def test_store_and_recover_errors_are_counted(
     assert f("a") == "a"
     upstream.fail()
     assert f("a") is None
-    assert value(registry, "failover_store_total", name="broken", result="failed") == 1
-    assert value(registry, "failover_recover_total", name="broken", outcome="error") == 1
+    assert value(registry, "failover_writes_total", name="broken", result="error") == 1
+    assert value(registry, "failover_recoveries_total", name="broken", outcome="error") == 1
 
 
 def test_cardinality_guard_folds_names(registry: CollectorRegistry, clock: FakeClock) -> None:
@@ -79,12 +79,12 @@ def test_cardinality_guard_folds_names(registry: CollectorRegistry, clock: FakeC
     stored = {
         labels: v
         for (name, labels), v in samples(registry).items()
-        if name == "failover_store_total"
+        if name == "failover_writes_total"
     }
     assert stored == {
-        (("name", "n0"), ("result", "stored")): 1,
-        (("name", "n1"), ("result", "stored")): 1,
-        (("name", "__other__"), ("result", "stored")): 2,
+        (("name", "n0"), ("result", "ok")): 1,
+        (("name", "n1"), ("result", "ok")): 1,
+        (("name", "__other__"), ("result", "ok")): 2,
     }
 
 
@@ -92,7 +92,7 @@ def test_metrics_never_raise_into_a_call(
     registry: CollectorRegistry, clock: FakeClock, caplog: pytest.LogCaptureFixture
 ) -> None:
     metrics = PrometheusMetrics(registry)
-    metrics._store = None  # type: ignore[assignment]  # any update now fails inside the metric
+    metrics._names = None  # type: ignore[assignment]  # any update now fails inside the metric
     eng = Failover(clock=clock, metrics=metrics)
     fn = failover.failover("safe", engine=eng)(lambda: 7)
     assert fn() == 7
