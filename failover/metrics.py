@@ -354,6 +354,9 @@ def _families(m: PrometheusMetrics | None) -> Iterator[Any]:
         "A registered failover's settings.",
         labels=("name", "effective_name", "ttl_seconds", "policy", "execution", "store"),
     )
+    ttl = GaugeMetricFamily(
+        "failover_ttl_seconds", "A registered failover's time to live.", labels=("name",)
+    )
     writes = counter("failover_writes", "Writes of live results to the store.", ("name", "result"))
     write_seconds = HistogramMetricFamily(
         "failover_write_seconds", "Time spent writing live results.", labels=("name",)
@@ -384,7 +387,7 @@ def _families(m: PrometheusMetrics | None) -> Iterator[Any]:
         "failover_cleanup_last_run_timestamp_seconds", "When the latest cleanup ended (Unix time)."
     )
     if m is not None:
-        _tracked_samples(m, calls, upstream, errors, info)
+        _tracked_samples(m, calls, upstream, errors, info, ttl)
         tallies = [*m._names.items()]
         if m._other.writes != [0, 0] or m._other.recoveries != [0, 0, 0]:
             tallies.append((_OTHER, m._other))
@@ -413,12 +416,14 @@ def _families(m: PrometheusMetrics | None) -> Iterator[Any]:
         _histogram(cleanup_seconds, (), m._cleanup_seconds, always=True)
         if m._cleanup_last is not None:
             cleanup_last.add_metric((), m._cleanup_last)
-    yield from (calls, upstream, errors, info, writes, write_seconds, recoveries, partial)
+    yield from (calls, upstream, errors, info, ttl, writes, write_seconds, recoveries, partial)
     yield from (recovery_seconds, stale_age, circuit, bulkhead, hooks, queued, dropped, failed)
     yield from (removed, cleanup_seconds, cleanup_last)
 
 
-def _tracked_samples(m: PrometheusMetrics, calls: Any, upstream: Any, errors: Any, info: Any) -> None:
+def _tracked_samples(
+    m: PrometheusMetrics, calls: Any, upstream: Any, errors: Any, info: Any, ttl: Any
+) -> None:
     """Sum the tracked statistics per label (two engines may share a name and a registry)."""
     totals: dict[str, list[Any]] = {}
     infos: dict[str, dict[str, str]] = {}
@@ -463,6 +468,8 @@ def _tracked_samples(m: PrometheusMetrics, calls: Any, upstream: Any, errors: An
             ),
             {},
         )
+        if settings.get("ttl_seconds"):
+            ttl.add_metric((label,), float(settings["ttl_seconds"]))
 
 
 def _cumulative(bounds: tuple[float, ...], counts: list[int]) -> list[tuple[str, float]]:
