@@ -29,7 +29,9 @@ class DefaultHandler:
     def store(self, ctx: CallContext, result: Any) -> None:
         """Store the live result under the call's key with its expiry."""
         definition = ctx.definition
-        now = ctx.now or self.clock()
+        now = ctx.now
+        if now is None:
+            ctx.now = now = self.clock()
         name = definition.effective_name
         key = make_key(name, ctx.values) if definition.key is None else key_of(ctx)
         self.store_.store(envelope(name, key, result, now, expire_on(definition, now), True))
