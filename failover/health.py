@@ -233,9 +233,9 @@ class FailoverStats:
         except Exception:
             _dropped()
 
-    def recovered(self, seconds: float, cause: BaseException, stale_age: float | None) -> None:
-        """The upstream failed and the caller got a stored value, ``stale_age`` seconds old."""
-        self._failed(_RECOVERED, seconds, cause, stale_age)
+    def recovered(self, seconds: float, cause: BaseException, as_of: datetime | None) -> None:
+        """The upstream failed and the caller got the value stored at ``as_of``."""
+        self._failed(_RECOVERED, seconds, cause, as_of)
 
     def not_recovered(self, seconds: float, cause: BaseException) -> None:
         """The upstream failed and nothing usable was recovered (the policy answered)."""
@@ -255,10 +255,11 @@ class FailoverStats:
             _dropped()
 
     def _failed(
-        self, outcome: int, seconds: float, cause: BaseException, stale_age: float | None
+        self, outcome: int, seconds: float, cause: BaseException, as_of: datetime | None = None
     ) -> None:
         try:
             now = self.clock()
+            stale_age = None if as_of is None else max(0.0, (now - as_of).total_seconds())
             kind = type(cause).__name__
             with self.lock:
                 self._count(now, outcome)
@@ -324,11 +325,12 @@ class FailoverStats:
 
     # -- rare events (execution layer, hooks) ------------------------------------------------
 
-    def circuit_state(self, state: int) -> None:
-        """The circuit breaker changed state: 0 closed, 1 half-open, 2 open."""
+    def circuit_state(self, name: str, state: int) -> None:
+        """The circuit breaker of ``name`` (this failover) is now closed (0), half-open (1) or
+        open (2): `failover.execution.StateListener`'s report, passed on to the metrics."""
         self.breaker = BREAKER_STATES[state] if 0 <= state < len(BREAKER_STATES) else None
         if self.metrics is not None:
-            self.metrics.circuit_state(self.name, state)
+            self.metrics.circuit_state(name, state)
 
     def bulkhead_rejected(self) -> None:
         """A call found no bulkhead permit."""
