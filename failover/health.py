@@ -152,9 +152,11 @@ class FailoverStats:
     __slots__ = (
         "__weakref__",
         "_end",
+        "_failure",
         "_latest",
         "_ring",
         "_slot",
+        "_stale",
         "_stamps",
         "_start",
         "_state",
@@ -165,11 +167,9 @@ class FailoverStats:
         "errors",
         "hook_errors",
         "info",
-        "last_failure",
         "lock",
         "metrics",
         "name",
-        "stale_age",
         "upstream_error",
         "upstream_error_sum",
         "upstream_ok",
@@ -198,8 +198,8 @@ class FailoverStats:
         self._slot = 0  # the current slot's first index in _ring
         self._latest = -1  # the latest second counted: older than the window means idle
         self._start = self._end = _NEVER  # the current slot's second: no call yet
-        self.last_failure: Failure | None = None
-        self.stale_age: float | None = None
+        self._failure: tuple[str, datetime] | None = None  # the latest failure: kind, when
+        self._stale: tuple[datetime, datetime] | None = None  # the latest stale value: as_of, when
         self.breaker: str | None = None
         self.info: dict[str, str] = {}
         self._state = _UP
@@ -229,7 +229,7 @@ class FailoverStats:
             self.upstream_ok[bucket] += 1
             self.upstream_ok_sum += seconds
             if self._state != _UP:
-                self._change(_UP, None, None)
+                self._change(_UP)
         except Exception:
             _dropped()
 
@@ -246,45 +246,37 @@ class FailoverStats:
 
         The caller got the upstream's own answer: counted ``live``, with the error recorded.
         """
-        try:
-            now = self.clock()
-            with self.lock:
-                self._count(now, _LIVE)
-                self._upstream_error(seconds, cause)
-        except Exception:
-            _dropped()
+        self._failed(_LIVE, seconds, cause)
 
     def _failed(
         self, outcome: int, seconds: float, cause: BaseException, as_of: datetime | None = None
     ) -> None:
         try:
             now = self.clock()
-            stale_age = None if as_of is None else max(0.0, (now - as_of).total_seconds())
             kind = type(cause).__name__
+            bucket = bisect_left(UPSTREAM_BUCKETS, seconds)
             with self.lock:
-                self._count(now, outcome)
-                self._upstream_error(seconds, cause)
-                self.last_failure = Failure(kind, now)
-                if stale_age is not None:
-                    self.stale_age = stale_age
-            self._change(_STALE if outcome == _RECOVERED else _DOWN, kind, stale_age)
+                if not self._start <= now < self._end:
+                    self._advance(now)
+                self._ring[self._slot + outcome] += 1
+                self.calls[outcome] += 1
+                self.upstream_error[bucket] += 1
+                self.upstream_error_sum += seconds
+                errors = self.errors
+                n = errors.get(kind)
+                if n is None and len(errors) >= MAX_ERROR_KINDS:
+                    kind = OTHER
+                    n = errors.get(kind)
+                errors[kind] = 1 if n is None else n + 1
+                if outcome != _LIVE:
+                    self._failure = (kind, now)
+                if as_of is not None:
+                    self._stale = (as_of, now)
+            state = _UP if outcome == _LIVE else _STALE if outcome == _RECOVERED else _DOWN
+            if state != self._state and outcome != _LIVE:
+                self._change(state, kind, as_of, now)
         except Exception:
             _dropped()
-
-    def _count(self, now: datetime, outcome: int) -> None:
-        if not self._start <= now < self._end:
-            self._advance(now)
-        self._ring[self._slot + outcome] += 1
-        self.calls[outcome] += 1
-
-    def _upstream_error(self, seconds: float, cause: BaseException) -> None:
-        self.upstream_error[bisect_left(UPSTREAM_BUCKETS, seconds)] += 1
-        self.upstream_error_sum += seconds
-        kind = type(cause).__name__
-        errors = self.errors
-        if kind not in errors and len(errors) >= MAX_ERROR_KINDS:
-            kind = OTHER
-        errors[kind] = errors.get(kind, 0) + 1
 
     def _advance(self, now: datetime) -> None:
         """Make the slot of ``now``'s second current, cleared if it held an older second."""
@@ -299,12 +291,19 @@ class FailoverStats:
         self._end = self._start + _SECOND
         self._slot = i
 
-    def _change(self, state: int, kind: str | None, stale_age: float | None) -> None:
+    def _change(
+        self,
+        state: int,
+        kind: str | None = None,
+        as_of: datetime | None = None,
+        now: datetime | None = None,
+    ) -> None:
         """Log a change of what callers get, once per change (under the lock: once only)."""
         with self.lock:
             previous, self._state = self._state, state
         if previous == state:
             return
+        stale_age = None if as_of is None or now is None else (now - as_of).total_seconds()
         if state == _UP:
             log.warning("failover %r: the upstream answers again; calls are live", self.name)
         elif state == _STALE:
@@ -376,9 +375,10 @@ class FailoverStats:
             status = "up"
         else:
             status = "idle"
-        return FailoverHealth(
-            self.name, status, counts, self.last_failure, self.breaker, self.stale_age
-        )
+        failure = None if self._failure is None else Failure(*self._failure)
+        stale = self._stale
+        age = None if stale is None else max(0.0, (stale[1] - stale[0]).total_seconds())
+        return FailoverHealth(self.name, status, counts, failure, self.breaker, age)
 
 
 def settings_of(definition: FailoverDefinition, policy: object, store: object) -> dict[str, str]:
