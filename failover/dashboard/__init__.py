@@ -17,6 +17,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING
 
 from .app import AsgiApp, Dashboard, WsgiApp, asgi, wsgi
+from .page import REFRESH_SECONDS
 from .views import EngineView, StoreView
 
 if TYPE_CHECKING:
@@ -27,7 +28,11 @@ __all__ = ["make_asgi_app", "make_store_app", "make_wsgi_app"]
 
 
 def make_asgi_app(
-    engine: Failover | None = None, *, show_payloads: bool = False, token: str | None = None
+    engine: Failover | None = None,
+    *,
+    show_payloads: bool = False,
+    token: str | None = None,
+    refresh: float = REFRESH_SECONDS,
 ) -> AsgiApp:
     """The dashboard of ``engine`` as an ASGI application.
 
@@ -36,18 +41,25 @@ def make_asgi_app(
         show_payloads: show a preview of each stored payload (they may hold personal data).
         token: a bearer token required on every request; ``None``: none (put the app behind
             your own authentication, as you would an admin page).
+        refresh: seconds between two refreshes of the page.
 
     Returns:
         An ASGI application; store reads run on a worker thread.
     """
-    return asgi(Dashboard(EngineView(engine), show_payloads=show_payloads, token=token))
+    view = EngineView(engine)
+    return asgi(Dashboard(view, show_payloads=show_payloads, token=token, refresh=refresh))
 
 
 def make_wsgi_app(
-    engine: Failover | None = None, *, show_payloads: bool = False, token: str | None = None
+    engine: Failover | None = None,
+    *,
+    show_payloads: bool = False,
+    token: str | None = None,
+    refresh: float = REFRESH_SECONDS,
 ) -> WsgiApp:
     """The dashboard of ``engine`` as a WSGI application (arguments as `make_asgi_app`)."""
-    return wsgi(Dashboard(EngineView(engine), show_payloads=show_payloads, token=token))
+    view = EngineView(engine)
+    return wsgi(Dashboard(view, show_payloads=show_payloads, token=token, refresh=refresh))
 
 
 def make_store_app(

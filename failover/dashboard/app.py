@@ -51,12 +51,21 @@ class Dashboard:
             personal data).
         token: a bearer token every request must carry (header, or a cookie set by visiting
             ``/?token=…`` once); ``None``: no authentication.
+        refresh: seconds between two refreshes of the page by its script.
     """
 
-    def __init__(self, view: View, *, show_payloads: bool = False, token: str | None = None):
+    def __init__(
+        self,
+        view: View,
+        *,
+        show_payloads: bool = False,
+        token: str | None = None,
+        refresh: float = _page.REFRESH_SECONDS,
+    ) -> None:
         self.view = view
         self.show_payloads = show_payloads
         self.token = token
+        self.refresh = refresh
 
     def __call__(
         self, method: str, base: str, path: str, query: str, headers: dict[str, str]
@@ -139,6 +148,7 @@ class Dashboard:
             after=params.get("after"),
             error=error,
             entries_error=entries_error,
+            refresh=self.refresh,
         )
         headers = [
             ("Content-Type", "text/html; charset=utf-8"),

@@ -96,9 +96,9 @@ if(m){document.querySelector("main").replaceWith(m)}
 if(h){document.querySelector("header").replaceWith(h)}
 wire()}).catch(function(){})}
 wire();
-setInterval(refresh,REFRESH_MS);
+setInterval(refresh,1000*(parseFloat(document.body.dataset.refresh)||5));
 })();
-""".replace("REFRESH_MS", str(REFRESH_SECONDS * 1000))
+"""
 
 
 def _hash(source: str) -> str:
@@ -168,6 +168,7 @@ def render(
     after: str | None = None,
     error: str | None = None,
     entries_error: str | None = None,
+    refresh: float = REFRESH_SECONDS,
 ) -> str:
     """The page.
 
@@ -180,6 +181,7 @@ def render(
         after: the key the entries start after (not the first page).
         error: why the overview is missing.
         entries_error: why the entries are missing.
+        refresh: seconds between two refreshes of the page by its script.
     """
     status = overview.status if overview is not None else "unknown"
     now = overview.at if overview is not None else None
@@ -188,8 +190,9 @@ def render(
         '<html lang="en"><head><meta charset="utf-8">',
         '<meta name="viewport" content="width=device-width,initial-scale=1">',
         f"<title>failover · {_e(status)}</title>",
-        f'<noscript><meta http-equiv="refresh" content="{REFRESH_SECONDS * 6}"></noscript>',
-        f"<style>{_STYLE}</style></head><body>",
+        # Without JavaScript the page reloads itself, less often (a reload loses the scroll).
+        f'<noscript><meta http-equiv="refresh" content="{max(30, round(refresh * 6))}"></noscript>',
+        f'<style>{_STYLE}</style></head><body data-refresh="{refresh:g}">',
         "<header><h1>failover</h1>",
         f'<span id="status">{_badge(status)}</span>',
         '<span class="meta">',
