@@ -73,29 +73,24 @@ nav.pages{margin-top:.6rem;display:flex;gap:1rem}
 
 _SCRIPT = """
 (function(){
-var root=document.documentElement,saved=null;
+var root=document.documentElement,paused=false,saved=null;
 try{saved=localStorage.getItem("failover-theme")}catch(e){}
 if(saved){root.dataset.theme=saved}
-function wire(){
-var b=document.getElementById("theme");
-if(b){b.hidden=false;b.onclick=function(){
+var theme=document.getElementById("theme"),pause=document.getElementById("pause");
+theme.hidden=false;pause.hidden=false;
+theme.onclick=function(){
 var dark=root.dataset.theme?root.dataset.theme==="dark":matchMedia("(prefers-color-scheme: dark)").matches;
 root.dataset.theme=dark?"light":"dark";
-try{localStorage.setItem("failover-theme",root.dataset.theme)}catch(e){}}}
-var p=document.getElementById("pause");
-if(p){p.hidden=false;p.textContent=paused?"Resume":"Pause";
-p.onclick=function(){paused=!paused;p.textContent=paused?"Resume":"Pause"}}}
-var paused=false;
+try{localStorage.setItem("failover-theme",root.dataset.theme)}catch(e){}};
+pause.onclick=function(){paused=!paused;pause.textContent=paused?"Resume":"Pause"};
+function swap(d,sel){var n=d.querySelector(sel),o=document.querySelector(sel);if(n&&o){o.replaceWith(n)}}
 function refresh(){
 if(paused||document.hidden){return}
 fetch(location.href,{headers:{"Accept":"text/html"},credentials:"same-origin"})
 .then(function(r){return r.ok?r.text():null})
-.then(function(t){if(!t){return}
-var d=new DOMParser().parseFromString(t,"text/html"),m=d.querySelector("main"),h=d.querySelector("header");
-if(m){document.querySelector("main").replaceWith(m)}
-if(h){document.querySelector("header").replaceWith(h)}
-wire()}).catch(function(){})}
-wire();
+.then(function(t){if(!t||paused){return}
+var d=new DOMParser().parseFromString(t,"text/html");
+swap(d,"main");swap(d,"#status");swap(d,"#meta");document.title=d.title}).catch(function(){})}
 setInterval(refresh,1000*(parseFloat(document.body.dataset.refresh)||5));
 })();
 """
@@ -195,7 +190,7 @@ def render(
         f'<style>{_STYLE}</style></head><body data-refresh="{refresh:g}">',
         "<header><h1>failover</h1>",
         f'<span id="status">{_badge(status)}</span>',
-        '<span class="meta">',
+        '<span class="meta" id="meta">',
         f"{_e(overview.store) if overview else ''} · {_e(_time(now))}",
         "</span>",
         '<button id="pause" type="button" hidden>Pause</button>',
