@@ -558,7 +558,7 @@ def _dashboard(args: argparse.Namespace) -> int:
         daemon_threads = True
 
     class Quiet(WSGIRequestHandler):
-        def log_message(self, format: str, *values: object) -> None:  # noqa: A002
+        def log_message(self, format: str, *values: object) -> None:
             return None  # no access log on stderr: the page refreshes every few seconds
 
     try:

@@ -27,9 +27,9 @@ if TYPE_CHECKING:
 __all__ = [
     "UPSTREAM_BUCKETS",
     "WINDOW",
-    "Failure",
     "FailoverHealth",
     "FailoverStats",
+    "Failure",
     "HealthReport",
     "Status",
     "settings_of",
@@ -209,11 +209,12 @@ class FailoverStats:
 
     # -- per call (the core) ----------------------------------------------------------------
 
-    def live(self, now: datetime, seconds: float) -> None:
+    def live(self, now: datetime | None, seconds: float) -> None:
         """The upstream answered: the caller got a live result.
 
         Args:
-            now: the call's time (the engine's clock, read by the core already).
+            now: the call's time (the engine's clock, read by the core already); ``None`` when
+                the clock failed: counted, outside the window.
             seconds: time spent in the upstream.
         """
         # The success path of every call: no lock and no time arithmetic. Under the GIL, the
@@ -222,9 +223,10 @@ class FailoverStats:
         # current one-second slot is found by comparing datetimes (cheap) with its bounds.
         try:
             bucket = bisect_left(UPSTREAM_BUCKETS, seconds)
-            if not self._start <= now < self._end:
-                self._advance(now)
-            self._ring[self._slot] += 1
+            if now is not None:  # None: the clock failed (store trouble, logged)
+                if not self._start <= now < self._end:
+                    self._advance(now)
+                self._ring[self._slot] += 1
             self.calls[0] += 1
             self.upstream_ok[bucket] += 1
             self.upstream_ok_sum += seconds

@@ -201,9 +201,7 @@ class PrometheusMetrics:
         self._names: dict[str, _Tally] = {}
         self._other = _Tally()
         self._names_lock = threading.Lock()
-        self._tracked: weakref.WeakKeyDictionary[FailoverStats, str] = (
-            weakref.WeakKeyDictionary()
-        )
+        self._tracked: weakref.WeakKeyDictionary[FailoverStats, str] = weakref.WeakKeyDictionary()
         self._queue = 0
         self._dropped = 0
         self._async_failed = 0
@@ -332,6 +330,22 @@ class _Collector:
 
 
 def _families(m: PrometheusMetrics | None) -> Iterator[Any]:
+    """Every family, in the order of the docs' table, with ``m``'s samples (none for ``None``)."""
+    f = _declare()
+    if m is not None:
+        _tracked_samples(m, f)
+        _tally_samples(m, f)
+        f["queued"].add_metric((), m._queue)
+        f["dropped"].add_metric((), m._dropped)
+        f["failed"].add_metric((), m._async_failed)
+        f["removed"].add_metric((), m._cleanup_removed)
+        _histogram(f["cleanup_seconds"], (), m._cleanup_seconds, always=True)
+        if m._cleanup_last is not None:
+            f["cleanup_last"].add_metric((), m._cleanup_last)
+    return iter(f.values())
+
+
+def _declare() -> dict[str, Any]:
     from prometheus_client.core import (
         CounterMetricFamily,
         GaugeMetricFamily,
@@ -339,141 +353,146 @@ def _families(m: PrometheusMetrics | None) -> Iterator[Any]:
         InfoMetricFamily,
     )
 
-    def counter(name: str, doc: str, labels: tuple[str, ...] = ()) -> Any:
+    def counter(name: str, doc: str, *labels: str) -> Any:
         return CounterMetricFamily(name, doc, labels=labels)
 
-    calls = counter("failover_calls", "Calls by what the caller got.", ("name", "outcome"))
-    upstream = HistogramMetricFamily(
-        "failover_upstream_seconds", "Time spent in the upstream.", labels=("name", "result")
-    )
-    errors = counter(
-        "failover_upstream_errors", "Upstream exceptions by class.", ("name", "exception")
-    )
-    info = InfoMetricFamily(
-        "failover",
-        "A registered failover's settings.",
-        labels=("name", "effective_name", "ttl_seconds", "policy", "execution", "store"),
-    )
-    ttl = GaugeMetricFamily(
-        "failover_ttl_seconds", "A registered failover's time to live.", labels=("name",)
-    )
-    writes = counter("failover_writes", "Writes of live results to the store.", ("name", "result"))
-    write_seconds = HistogramMetricFamily(
-        "failover_write_seconds", "Time spent writing live results.", labels=("name",)
-    )
-    recoveries = counter(
-        "failover_recoveries", "Recoveries after an upstream failure.", ("name", "outcome")
-    )
-    partial = counter(
-        "failover_recoveries_partial", "Scatter/gather recoveries missing slices.", ("name",)
-    )
-    recovery_seconds = HistogramMetricFamily(
-        "failover_recovery_seconds", "Time spent recovering.", labels=("name",)
-    )
-    stale_age = HistogramMetricFamily(
-        "failover_stale_age_seconds", "Age of the values served stale.", labels=("name",)
-    )
-    circuit = GaugeMetricFamily(
-        "failover_circuit_state", "Circuit breaker: 0 closed, 1 half-open, 2 open.", labels=("name",)
-    )
-    bulkhead = counter("failover_bulkhead_rejected", "Calls refused by the bulkhead.", ("name",))
-    hooks = counter("failover_hook_errors", "Raising on_recovered hooks.", ("name", "hook"))
-    queued = GaugeMetricFamily("failover_async_writes_queued", "Writes waiting in the queue.")
-    dropped = counter("failover_async_writes_dropped", "Writes discarded at a full queue.")
-    failed = counter("failover_async_writes_failed", "Queued writes the store refused.")
-    removed = counter("failover_cleanup_removed", "Expired entries removed by cleanups.")
-    cleanup_seconds = HistogramMetricFamily("failover_cleanup_seconds", "Time spent per cleanup.")
-    cleanup_last = GaugeMetricFamily(
-        "failover_cleanup_last_run_timestamp_seconds", "When the latest cleanup ended (Unix time)."
-    )
-    if m is not None:
-        _tracked_samples(m, calls, upstream, errors, info, ttl)
-        tallies = [*m._names.items()]
-        if m._other.writes != [0, 0] or m._other.recoveries != [0, 0, 0]:
-            tallies.append((_OTHER, m._other))
-        for name, t in tallies:
-            for result, n in zip(("ok", "error"), t.writes, strict=True):
-                if n:
-                    writes.add_metric((name, result), n)
-            _histogram(write_seconds, (name,), t.write_seconds)
-            for outcome, n in zip(RECOVERY_OUTCOMES, t.recoveries, strict=True):
-                if n:
-                    recoveries.add_metric((name, outcome), n)
-            _histogram(recovery_seconds, (name,), t.recovery_seconds)
-            _histogram(stale_age, (name,), t.stale_age)
-            if t.partial:
-                partial.add_metric((name,), t.partial)
-            if t.circuit is not None:
-                circuit.add_metric((name,), t.circuit)
-            if t.bulkhead:
-                bulkhead.add_metric((name,), t.bulkhead)
-            if t.hooks:
-                hooks.add_metric((name, "on_recovered"), t.hooks)
-        queued.add_metric((), m._queue)
-        dropped.add_metric((), m._dropped)
-        failed.add_metric((), m._async_failed)
-        removed.add_metric((), m._cleanup_removed)
-        _histogram(cleanup_seconds, (), m._cleanup_seconds, always=True)
-        if m._cleanup_last is not None:
-            cleanup_last.add_metric((), m._cleanup_last)
-    yield from (calls, upstream, errors, info, ttl, writes, write_seconds, recoveries, partial)
-    yield from (recovery_seconds, stale_age, circuit, bulkhead, hooks, queued, dropped, failed)
-    yield from (removed, cleanup_seconds, cleanup_last)
+    def gauge(name: str, doc: str, *labels: str) -> Any:
+        return GaugeMetricFamily(name, doc, labels=labels)
+
+    def histogram(name: str, doc: str, *labels: str) -> Any:
+        return HistogramMetricFamily(name, doc, labels=labels)
+
+    return {
+        "calls": counter("failover_calls", "Calls by what the caller got.", "name", "outcome"),
+        "upstream": histogram(
+            "failover_upstream_seconds", "Time spent in the upstream.", "name", "result"
+        ),
+        "errors": counter(
+            "failover_upstream_errors", "Upstream exceptions by class.", "name", "exception"
+        ),
+        "info": InfoMetricFamily(
+            "failover",
+            "A registered failover's settings.",
+            labels=("name", "effective_name", "ttl_seconds", "policy", "execution", "store"),
+        ),
+        "ttl": gauge("failover_ttl_seconds", "A registered failover's time to live.", "name"),
+        "writes": counter(
+            "failover_writes", "Writes of live results to the store.", "name", "result"
+        ),
+        "write_seconds": histogram(
+            "failover_write_seconds", "Time spent writing live results.", "name"
+        ),
+        "recoveries": counter(
+            "failover_recoveries", "Recoveries after an upstream failure.", "name", "outcome"
+        ),
+        "partial": counter(
+            "failover_recoveries_partial", "Scatter/gather recoveries missing slices.", "name"
+        ),
+        "recovery_seconds": histogram(
+            "failover_recovery_seconds", "Time spent recovering.", "name"
+        ),
+        "stale_age": histogram(
+            "failover_stale_age_seconds", "Age of the values served stale.", "name"
+        ),
+        "circuit": gauge(
+            "failover_circuit_state", "Circuit breaker: 0 closed, 1 half-open, 2 open.", "name"
+        ),
+        "bulkhead": counter("failover_bulkhead_rejected", "Calls refused by the bulkhead.", "name"),
+        "hooks": counter("failover_hook_errors", "Raising on_recovered hooks.", "name", "hook"),
+        "queued": gauge("failover_async_writes_queued", "Writes waiting in the queue."),
+        "dropped": counter("failover_async_writes_dropped", "Writes discarded at a full queue."),
+        "failed": counter("failover_async_writes_failed", "Queued writes the store refused."),
+        "removed": counter("failover_cleanup_removed", "Expired entries removed by cleanups."),
+        "cleanup_seconds": histogram("failover_cleanup_seconds", "Time spent per cleanup."),
+        "cleanup_last": gauge(
+            "failover_cleanup_last_run_timestamp_seconds",
+            "When the latest cleanup ended (Unix time).",
+        ),
+    }
 
 
-def _tracked_samples(
-    m: PrometheusMetrics, calls: Any, upstream: Any, errors: Any, info: Any, ttl: Any
-) -> None:
-    """Sum the tracked statistics per label (two engines may share a name and a registry)."""
-    totals: dict[str, list[Any]] = {}
-    infos: dict[str, dict[str, str]] = {}
-    for stats, label in list(m._tracked.items()):
+def _tally_samples(m: PrometheusMetrics, f: dict[str, Any]) -> None:
+    """The samples of what `PrometheusMetrics` counts itself, per ``name`` label."""
+    for name, t in [*m._names.items(), (_OTHER, m._other)]:
+        for result, n in zip(("ok", "error"), t.writes, strict=True):
+            if n:
+                f["writes"].add_metric((name, result), n)
+        _histogram(f["write_seconds"], (name,), t.write_seconds)
+        for outcome, n in zip(RECOVERY_OUTCOMES, t.recoveries, strict=True):
+            if n:
+                f["recoveries"].add_metric((name, outcome), n)
+        _histogram(f["recovery_seconds"], (name,), t.recovery_seconds)
+        _histogram(f["stale_age"], (name,), t.stale_age)
+        if t.partial:
+            f["partial"].add_metric((name,), t.partial)
+        if t.circuit is not None:
+            f["circuit"].add_metric((name,), t.circuit)
+        if t.bulkhead:
+            f["bulkhead"].add_metric((name,), t.bulkhead)
+        if t.hooks:
+            f["hooks"].add_metric((name, "on_recovered"), t.hooks)
+
+
+class _Sum:
+    """The tracked statistics of one label, added up."""
+
+    def __init__(self) -> None:
+        self.calls = [0, 0, 0]
+        self.ok = [0] * (len(UPSTREAM_BUCKETS) + 1)
+        self.error = [0] * (len(UPSTREAM_BUCKETS) + 1)
+        self.ok_sum = 0.0
+        self.error_sum = 0.0
+        self.kinds: dict[str, int] = {}
+
+    def add(self, stats: FailoverStats) -> None:
         with stats.lock:  # a consistent copy; the call path never waits on this lock
-            snapshot = (
+            calls, ok, error = (
                 list(stats.calls),
                 list(stats.upstream_ok),
-                stats.upstream_ok_sum,
                 list(stats.upstream_error),
+            )
+            ok_sum, error_sum, kinds = (
+                stats.upstream_ok_sum,
                 stats.upstream_error_sum,
                 dict(stats.errors),
             )
-        total = totals.get(label)
-        if total is None:
-            totals[label] = [*snapshot[:5], snapshot[5]]
-        else:
-            for i in (0, 1, 3):
-                total[i] = [a + b for a, b in zip(total[i], snapshot[i], strict=True)]
-            total[2] += snapshot[2]
-            total[4] += snapshot[4]
-            for kind, n in snapshot[5].items():
-                total[5][kind] = total[5].get(kind, 0) + n
+        self.calls = [a + b for a, b in zip(self.calls, calls, strict=True)]
+        self.ok = [a + b for a, b in zip(self.ok, ok, strict=True)]
+        self.error = [a + b for a, b in zip(self.error, error, strict=True)]
+        self.ok_sum += ok_sum
+        self.error_sum += error_sum
+        for kind, n in kinds.items():
+            self.kinds[kind] = self.kinds.get(kind, 0) + n
+
+
+def _tracked_samples(m: PrometheusMetrics, f: dict[str, Any]) -> None:
+    """The samples read from the tracked call statistics, summed per label (two engines may
+    share a name and a registry)."""
+    sums: dict[str, _Sum] = {}
+    infos: dict[str, dict[str, str]] = {}
+    for stats, label in list(m._tracked.items()):
+        sums.setdefault(label, _Sum()).add(stats)
         if label != _OTHER and stats.info:
             infos[label] = stats.info
-    for label, (counts, ok, ok_sum, error, error_sum, kinds) in totals.items():
-        for outcome, n in zip(OUTCOMES, counts, strict=True):
-            calls.add_metric((label, outcome), n)
-        upstream.add_metric((label, "ok"), _cumulative(UPSTREAM_BUCKETS, ok), ok_sum)
-        upstream.add_metric((label, "error"), _cumulative(UPSTREAM_BUCKETS, error), error_sum)
-        for kind, n in kinds.items():
-            errors.add_metric((label, kind), n)
-    for label, settings in infos.items():
-        info.add_metric(
-            (
-                label,
-                settings.get("effective_name", label),
-                settings.get("ttl_seconds", ""),
-                settings.get("policy", ""),
-                settings.get("execution", ""),
-                settings.get("store", ""),
-            ),
-            {},
+    for label, t in sums.items():
+        for outcome, n in zip(OUTCOMES, t.calls, strict=True):
+            f["calls"].add_metric((label, outcome), n)
+        f["upstream"].add_metric((label, "ok"), _cumulative(UPSTREAM_BUCKETS, t.ok), t.ok_sum)
+        f["upstream"].add_metric(
+            (label, "error"), _cumulative(UPSTREAM_BUCKETS, t.error), t.error_sum
         )
+        for kind, n in t.kinds.items():
+            f["errors"].add_metric((label, kind), n)
+    for label, settings in infos.items():
+        labels = [settings.get(k, "") for k in ("ttl_seconds", "policy", "execution", "store")]
+        f["info"].add_metric((label, settings.get("effective_name", label), *labels), {})
         if settings.get("ttl_seconds"):
-            ttl.add_metric((label,), float(settings["ttl_seconds"]))
+            f["ttl"].add_metric((label,), float(settings["ttl_seconds"]))
 
 
 def _cumulative(bounds: tuple[float, ...], counts: list[int]) -> list[tuple[str, float]]:
-    buckets, running = [], 0
+    buckets: list[tuple[str, float]] = []
+    running = 0
     for bound, n in zip((*bounds, float("inf")), counts, strict=True):
         running += n
         buckets.append(("+Inf" if bound == float("inf") else repr(bound), running))

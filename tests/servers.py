@@ -18,7 +18,7 @@ class _Server(socketserver.ThreadingMixIn, WSGIServer):
 
 
 class _Quiet(WSGIRequestHandler):
-    def log_message(self, format: str, *args: object) -> None:  # noqa: A002
+    def log_message(self, format: str, *args: object) -> None:
         return None
 
 

@@ -28,7 +28,7 @@ from .servers import fetch, serve_wsgi
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 CHROMEDRIVER = shutil.which("chromedriver") or "/usr/bin/chromedriver"
-HOSTILE = '<img src=x onerror="document.title=\'pwned\'"><script>alert(1)</script>'
+HOSTILE = "<img src=x onerror=\"document.title='pwned'\"><script>alert(1)</script>"
 
 pytestmark = pytest.mark.skipif(
     not (os.path.exists(CHROMIUM) and os.path.exists(CHROMEDRIVER)),
@@ -138,7 +138,9 @@ def test_what_a_person_sees(browser: Any, clock: FakeClock, upstream: Upstream) 
 
         # A click shows the failover's entries, a hostile key among them, shown as text.
         now = clock()
-        engine.raw_store.store(envelope("countries", HOSTILE, 1, now, now + timedelta(hours=1), True))
+        engine.raw_store.store(
+            envelope("countries", HOSTILE, 1, now, now + timedelta(hours=1), True)
+        )
         browser.find_element(By.ID, "pause").click()  # no refresh under the click
         assert browser.find_element(By.ID, "pause").text == "Resume"
         row = browser.find_element(By.CSS_SELECTOR, '#failovers tr[data-name="countries"]')

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -189,8 +188,8 @@ def test_store_view_down(tmp_path: Path, clock: FakeClock) -> None:
 
 
 @pytest.fixture
-def default_engine(clock: FakeClock) -> Iterator[Failover]:
-    yield failover.configure(clock=clock, metrics=False)
+def default_engine(clock: FakeClock) -> Failover:
+    return failover.configure(clock=clock, metrics=False)  # conftest closes it
 
 
 def test_mounted_in_fastapi(default_engine: Failover, upstream: Upstream) -> None:

@@ -50,7 +50,9 @@ def test_store_and_recover_outcomes(
     f("never-stored")
     assert value(registry, "failover_writes_total", name="countries", result="ok") == 2
     assert value(registry, "failover_recoveries_total", name="countries", outcome="recovered") == 1
-    assert value(registry, "failover_recoveries_total", name="countries", outcome="not_recovered") == 1
+    assert (
+        value(registry, "failover_recoveries_total", name="countries", outcome="not_recovered") == 1
+    )
     assert value(registry, "failover_stale_age_seconds_sum", name="countries") == 90
     assert value(registry, "failover_write_seconds_count", name="countries") == 2
     assert value(registry, "failover_recovery_seconds_count", name="countries") == 2
@@ -186,14 +188,17 @@ def test_calls_upstream_time_and_errors(
     f("never-stored")
     upstream.fail(TimeoutError("slow"))
     f("a")
-    calls = {o: value(registry, "failover_calls_total", name="countries", outcome=o) for o in (
-        "live", "recovered", "not_recovered"
-    )}
+    calls = {
+        o: value(registry, "failover_calls_total", name="countries", outcome=o)
+        for o in ("live", "recovered", "not_recovered")
+    }
     assert calls == {"live": 2, "recovered": 2, "not_recovered": 1}
     assert value(registry, "failover_upstream_seconds_count", name="countries", result="ok") == 2
     assert value(registry, "failover_upstream_seconds_count", name="countries", result="error") == 3
     assert (
-        value(registry, "failover_upstream_seconds_bucket", name="countries", result="ok", le="+Inf")
+        value(
+            registry, "failover_upstream_seconds_bucket", name="countries", result="ok", le="+Inf"
+        )
         == 2
     )
     errors = {
@@ -281,7 +286,9 @@ def test_breaker_bulkhead_and_hook_metrics(
     release.set()
     worker.join(5)
     assert value(registry, "failover_bulkhead_rejected_total", name="narrow") == 1
-    assert value(registry, "failover_upstream_errors_total", name="narrow", exception="BulkheadFull")
+    assert value(
+        registry, "failover_upstream_errors_total", name="narrow", exception="BulkheadFull"
+    )
 
     eng.metrics.hook_failed("guarded")
     assert value(registry, "failover_hook_errors_total", name="guarded", hook="on_recovered") == 1
@@ -331,7 +338,5 @@ CONTRACT = {
 def test_every_family_of_the_table_is_exported(registry: CollectorRegistry) -> None:
     PrometheusMetrics.for_registry(registry)
     text = generate_latest(registry).decode()
-    types = dict(
-        line.split()[2:4] for line in text.splitlines() if line.startswith("# TYPE ")
-    )
+    types = dict(line.split()[2:4] for line in text.splitlines() if line.startswith("# TYPE "))
     assert types == CONTRACT

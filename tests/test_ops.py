@@ -80,8 +80,9 @@ def _rule_exprs() -> list[str]:
     text = (OPS / "alerts.yml").read_text()
     exprs = []
     for match in re.finditer(r"expr: (>-\n(?:\s{10,}.*\n)+|.*\n)", text):
-        exprs.append(" ".join(line.strip() for line in match.group(1).splitlines()[1:] or
-                              [match.group(1)]))
+        exprs.append(
+            " ".join(line.strip() for line in match.group(1).splitlines()[1:] or [match.group(1)])
+        )
     return exprs
 
 
@@ -90,9 +91,25 @@ def _metric_names(expr: str) -> set[str]:
     expr = re.sub(r'"[^"]*"', "", expr)
     expr = re.sub(r"\[[^\]]*\]", "", expr)  # ranges
     names = set(re.findall(r"[a-zA-Z_:][a-zA-Z0-9_:]*", expr))
-    return {n for n in names if n not in PROMQL_WORDS and not n.startswith("__") and
-            n not in ("name", "outcome", "exception", "instance", "result", "effective_name",
-                      "ttl_seconds", "policy", "execution", "store")}
+    return {
+        n
+        for n in names
+        if n not in PROMQL_WORDS
+        and not n.startswith("__")
+        and n
+        not in (
+            "name",
+            "outcome",
+            "exception",
+            "instance",
+            "result",
+            "effective_name",
+            "ttl_seconds",
+            "policy",
+            "execution",
+            "store",
+        )
+    }
 
 
 def _exported(tmp_path: Path, clock: FakeClock, upstream: Upstream) -> set[str]:
@@ -159,7 +176,9 @@ def test_dashboard_queries_parse(tmp_path: Path) -> None:
     ]
     path = tmp_path / "dashboard_queries.yml"
     path.write_text(json.dumps({"groups": [{"name": "dashboard", "rules": rules}]}))
-    assert f"SUCCESS: {len(rules)} rules found" in _promtool("check", "rules", path.name, cwd=tmp_path)
+    assert f"SUCCESS: {len(rules)} rules found" in _promtool(
+        "check", "rules", path.name, cwd=tmp_path
+    )
 
 
 def test_dashboard_has_a_name_variable_and_the_rows() -> None:

@@ -79,11 +79,13 @@ if(saved){root.dataset.theme=saved}
 var theme=document.getElementById("theme"),pause=document.getElementById("pause");
 theme.hidden=false;pause.hidden=false;
 theme.onclick=function(){
-var dark=root.dataset.theme?root.dataset.theme==="dark":matchMedia("(prefers-color-scheme: dark)").matches;
+var dark=root.dataset.theme?root.dataset.theme==="dark":
+matchMedia("(prefers-color-scheme: dark)").matches;
 root.dataset.theme=dark?"light":"dark";
 try{localStorage.setItem("failover-theme",root.dataset.theme)}catch(e){}};
 pause.onclick=function(){paused=!paused;pause.textContent=paused?"Resume":"Pause"};
-function swap(d,sel){var n=d.querySelector(sel),o=document.querySelector(sel);if(n&&o){o.replaceWith(n)}}
+function swap(d,sel){
+var n=d.querySelector(sel),o=document.querySelector(sel);if(n&&o){o.replaceWith(n)}}
 function refresh(){
 if(paused||document.hidden){return}
 fetch(location.href,{headers:{"Accept":"text/html"},credentials:"same-origin"})
@@ -111,6 +113,9 @@ CSP = (
 """The page's Content-Security-Policy: only its own inline style and script run."""
 
 
+_NONE = "\u2013"  # an en dash: what the page shows for "none"
+
+
 def _e(value: object) -> str:
     return escape(str(value), quote=True)
 
@@ -121,7 +126,7 @@ def _badge(status: str) -> str:
 
 def _age(seconds: float | None) -> str:
     if seconds is None:
-        return "–"
+        return _NONE
     seconds = max(0, int(seconds))
     days, rest = divmod(seconds, 86400)
     hours, rest = divmod(rest, 3600)
@@ -132,17 +137,17 @@ def _age(seconds: float | None) -> str:
 
 def _time(value: datetime | None) -> str:
     if value is None:
-        return "–"
+        return _NONE
     return value.strftime("%Y-%m-%d %H:%M:%S %Z").strip()
 
 
 def _percent(value: float | None) -> str:
-    return "–" if value is None else f"{value:g}%"
+    return _NONE if value is None else f"{value:g}%"
 
 
 def _size(value: int | None) -> str:
     if value is None:
-        return "–"
+        return _NONE
     if value < 1024:
         return f"{value} B"
     return f"{value / 1024:.1f} KiB" if value < 1024 * 1024 else f"{value / 1048576:.1f} MiB"
@@ -254,7 +259,11 @@ def _failover_row(row: FailoverRow, base: str, selected: str | None, limit: int)
     h, s = row.health, row.settings
     stored_as = s.get("effective_name", h.name)
     failure = h.last_failure
-    last = "–" if failure is None else f"{_e(failure.type)} <span class='muted'>{_e(_time(failure.at))}</span>"
+    last = (
+        _NONE
+        if failure is None
+        else f"{_e(failure.type)} <span class='muted'>{_e(_time(failure.at))}</span>"
+    )
     name = _e(h.name)
     domain = "" if stored_as == h.name else f' <span class="muted">in {_e(stored_as)}</span>'
     link = _link(base, name=stored_as, limit=str(limit))
@@ -267,7 +276,7 @@ def _failover_row(row: FailoverRow, base: str, selected: str | None, limit: int)
         f"<td>{_e(s.get('execution', ''))}</td>"
         f'<td class="num">{c.get("live", 0):,}</td><td class="num">{c.get("recovered", 0):,}</td>'
         f'<td class="num">{c.get("not_recovered", 0):,}</td>'
-        f"<td>{_e(_age(h.stale_age))}</td><td>{_e(h.breaker or '–')}</td><td>{last}</td></tr>"
+        f"<td>{_e(_age(h.stale_age))}</td><td>{_e(h.breaker or _NONE)}</td><td>{last}</td></tr>"
     )
 
 
