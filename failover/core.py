@@ -29,7 +29,7 @@ if TYPE_CHECKING:
 
 __all__ = ["Binder", "Runtime"]
 
-log = logging.getLogger("failover")
+log = logging.getLogger(__name__)
 T = TypeVar("T")
 _new = object.__new__
 

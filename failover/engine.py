@@ -40,7 +40,7 @@ from .stores.tenant import MultiTenantStore, TenantStoreFactory
 
 __all__ = ["Failover", "configure", "get_engine", "utcnow"]
 
-log = logging.getLogger("failover")
+log = logging.getLogger(__name__)
 
 
 utcnow: Callable[[], datetime] = functools.partial(datetime.now, UTC)

@@ -34,7 +34,7 @@ from .base import FailoverStore, Payload
 
 __all__ = ["SqlStore", "make_engine"]
 
-log = logging.getLogger("failover")
+log = logging.getLogger(__name__)
 
 # A schema part, then the table prefix; lengths keep every identifier (the index name is the
 # longest) within PostgreSQL's 63 characters, past which it would silently truncate them.
