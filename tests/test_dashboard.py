@@ -228,3 +228,69 @@ def test_mounted_in_flask(engine: Failover, countries: Any) -> None:
     assert page.status_code == 200
     assert 'href="/failover/?name=countries' in page.get_data(as_text=True)
     assert client.get("/failover/health").get_json()["status"] == "up"
+
+
+# -- failover dashboard (the command) ----------------------------------------------------------
+
+
+def test_the_command_serves_a_store_and_stops_on_a_signal(tmp_path: Path) -> None:
+    import signal
+    import subprocess
+    import sys
+
+    from .test_cli import free_port
+
+    url = f"sqlite:///{tmp_path / 'shared.db'}"
+    with Failover(url, metrics=False, async_writes=False) as eng:
+        failover.failover("rates", engine=eng)(_rate)("EUR")
+    port = free_port()
+    command = ["dashboard", "--store", url, "--port", str(port), "--auth-token", "t0k"]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "failover", *command],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stdout is not None
+        started = proc.stdout.readline()
+        assert f"on http://127.0.0.1:{port}/" in started, started
+        base = f"http://127.0.0.1:{port}"
+        assert fetch(f"{base}/api/failovers")[0] == 401
+        status, body = fetch(f"{base}/api/failovers", {"Authorization": "Bearer t0k"})
+        assert status == 200
+        assert [n["name"] for n in json.loads(body)["names"]] == ["rates"]
+        assert fetch(f"{base}/health", {"Authorization": "Bearer t0k"})[0] == 200
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=10)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 0, err
+    assert "dashboard stopped (SIGTERM)" in out
+    assert err == ""
+
+
+def _rate(currency: str) -> float:
+    return 1.0
+
+
+def test_the_command_warns_beyond_loopback_without_a_token(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from failover.cli import _loopback, main
+
+    assert _loopback("127.0.0.1")
+    assert _loopback("::1")
+    assert _loopback("localhost")
+    assert not _loopback("0.0.0.0")
+    url = f"sqlite:///{tmp_path / 'shared.db'}"
+    failover.SqlStore(url).close()
+    # 192.0.2.1 (TEST-NET-1) is no address of this machine: the warning, then one error line.
+    assert main(["dashboard", "--store", url, "--host", "192.0.2.1", "--port", "8050"]) == 1
+    err = capsys.readouterr().err
+    assert "without --auth-token" in err
+    assert "cannot listen on 192.0.2.1:8050" in err
+    assert main(["dashboard", "--store", "memory://"]) == 1
+    assert "needs a durable store" in capsys.readouterr().err
