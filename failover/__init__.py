@@ -11,6 +11,9 @@ Quick start::
 import logging
 import typing
 
+from . import asgi as asgi  # submodules, reached as failover.asgi, failover.http...
+from . import http as http
+from . import served as served
 from . import stores
 from .cleanup import CleanupScheduler
 from .codec import JsonCodec, PickleCodec

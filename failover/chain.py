@@ -12,7 +12,7 @@ Handler chain, outermost first::
 from __future__ import annotations
 
 from collections.abc import Callable
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from .errors import ConfigurationError
 from .handlers import DefaultHandler, Handler, MetricsHandler, ScatterGatherHandler
@@ -22,7 +22,7 @@ from .stores.base import FailoverStore
 from .stores.copying import CopyingStore
 from .stores.factory import make_store
 from .stores.tenant import MultiTenantStore, TenantStoreFactory, per_tenant
-from .tenant import current_tenant
+from .tenant import current_tenant, pinned
 
 __all__ = ["handler_chain", "store_chain"]
 
@@ -71,11 +71,23 @@ def store_chain(
 
 
 def handler_chain(
-    store: FailoverStore, metrics: Metrics, clock: Callable[[], datetime], scatter: bool = False
+    store: FailoverStore,
+    metrics: Metrics,
+    clock: Callable[[], datetime],
+    scatter: bool = False,
+    store_interval: timedelta | None = None,
 ) -> Handler:
     """The handler chain over ``store``; ``scatter`` adds the scatter/gather layer (only
     failovers with a splitter get it). With metrics off the metrics layer is left out."""
-    handler: Handler = DefaultHandler(store, clock)
+    tenant = None
+    if isinstance(store, MultiTenantStore):
+        router = store
+
+        def tenant() -> str:
+            pin = pinned.get()
+            return router.resolve() if pin is None else pin
+
+    handler: Handler = DefaultHandler(store, clock, store_interval, tenant)
     if scatter:
         handler = ScatterGatherHandler(handler)
     if metrics is not NULL_METRICS:

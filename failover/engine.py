@@ -30,6 +30,7 @@ from .execution import (
     StateListener,
     state_code,
 )
+from .expiry import parse_ttl
 from .handlers import Handler, key_of
 from .health import FailoverStats, HealthReport, settings_of
 from .metrics import Metrics, resolve_metrics
@@ -66,6 +67,10 @@ class Failover:
             ``success_threshold``, ``exclude``, and ``state_storage``, a callable
             ``name -> pybreaker.CircuitBreakerStorage`` for state shared across processes.
         timeout_workers: threads running sync upstreams past their callers' soft timeout.
+        store_interval: write coalescing for failovers that set none: the least time between
+            two stores of one key (a success within it returns live, unstored). Bounds a shared
+            store's write rate by distinct keys / interval; adds at most the interval of
+            staleness. ``None`` (default): every success is stored.
         clock: the time source (aware UTC datetimes); tests pass a fake clock.
         enabled: ``False`` makes every decorated function a plain pass-through.
 
@@ -85,6 +90,7 @@ class Failover:
         clock: Callable[[], datetime] = utcnow,
         enabled: bool = True,
         timeout_workers: int = 16,
+        store_interval: timedelta | float | str | None = None,
     ) -> None:
         if not callable(clock):
             raise ConfigurationError(f"Failover: clock must be callable, got {clock!r}")
@@ -110,9 +116,17 @@ class Failover:
         )
         if isinstance(self.store, MultiTenantStore):
             self.tenant_resolver = self.store.resolver
-        self.handler: Handler = handler_chain(self.store, self.metrics, clock)
+        interval = None
+        if store_interval is not None and store_interval != 0:
+            interval = parse_ttl(store_interval, "Failover: store_interval")
+        self.store_interval = interval
+        self.handler: Handler = handler_chain(
+            self.store, self.metrics, clock, store_interval=interval
+        )
         # Only failovers with a splitter pay for the scatter/gather layer.
-        self.scatter_handler: Handler = handler_chain(self.store, self.metrics, clock, scatter=True)
+        self.scatter_handler: Handler = handler_chain(
+            self.store, self.metrics, clock, scatter=True, store_interval=interval
+        )
         self.refreshes = Refreshes(timeout_workers)
         self._breakers: dict[str, pybreaker.CircuitBreaker] = {}
         self._bulkheads: dict[str, Bulkhead] = {}

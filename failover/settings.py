@@ -158,7 +158,9 @@ def resolve(
     if timeout is not None:
         timeout = _seconds(timeout, owner, "timeout", zero_ok=False)
     interval = o["store_interval"]
-    if interval is not None:
+    if isinstance(interval, int | float) and not isinstance(interval, bool) and interval == 0:
+        interval = timedelta(0)  # off for this failover, whatever the engine's
+    elif interval is not None:
         interval = parse_ttl(interval, f"{owner}: store_interval")
     return FailoverDefinition(
         name=name,

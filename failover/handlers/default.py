@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Callable
+from datetime import datetime, timedelta
 from typing import Any
 
 from ..context import CallContext, Miss
@@ -17,11 +20,35 @@ class DefaultHandler:
     """Keys, expiry and the store: the innermost handler.
 
     An expired entry found on recovery or peek is deleted and never served.
+
+    Write coalescing: with a store interval (the failover's ``store_interval``, else
+    ``store_interval`` here), a success within that time of its key's last store is not stored
+    again. The last store times are kept for at most ``max_coalesced`` keys, the ones stored
+    longest ago leaving first (they are the first to leave the interval anyway).
+
+    Args:
+        store: the store chain.
+        clock: the engine's clock.
+        store_interval: the engine's default interval (``None`` or zero: every success is stored).
+        tenant: the current tenant, when stores are per tenant (one key's times per tenant).
+        max_coalesced: the most keys whose last store time is kept.
     """
 
-    def __init__(self, store: FailoverStore, clock: Any) -> None:
+    def __init__(
+        self,
+        store: FailoverStore,
+        clock: Any,
+        store_interval: timedelta | None = None,
+        tenant: Callable[[], str] | None = None,
+        max_coalesced: int = 100_000,
+    ) -> None:
         self.store_ = store
         self.clock = clock
+        self.store_interval = store_interval or None
+        self.tenant = tenant
+        self.max_coalesced = max_coalesced
+        self._last: dict[tuple[str, ...], datetime] = {}
+        self._last_lock = threading.Lock()
 
     def __repr__(self) -> str:
         return f"DefaultHandler({self.store_!r})"
@@ -34,7 +61,27 @@ class DefaultHandler:
             ctx.now = now = self.clock()
         name = definition.effective_name
         key = make_key(name, ctx.values) if definition.key is None else key_of(ctx)
+        interval = definition.store_interval
+        if interval is None:
+            interval = self.store_interval
+        if interval and self._coalesced(name, key, now, interval):
+            return
         self.store_.store(envelope(name, key, result, now, expire_on(definition, now), True))
+
+    def _coalesced(self, name: str, key: str, now: datetime, interval: timedelta) -> bool:
+        """Whether ``(name, key)`` was stored less than ``interval`` before ``now``; if not, its
+        store time becomes ``now``."""
+        slot = (name, key) if self.tenant is None else (self.tenant(), name, key)
+        last = self._last
+        when = last.get(slot)
+        if when is not None and now - when < interval:
+            return True
+        with self._last_lock:
+            last.pop(slot, None)
+            last[slot] = now  # re-inserted last: the dict's order is the store order
+            if len(last) > self.max_coalesced:
+                del last[next(iter(last))]
+        return False
 
     def _live(self, ctx: CallContext) -> Payload | Miss:
         definition = ctx.definition
@@ -61,5 +108,9 @@ class DefaultHandler:
         return None if isinstance(found, Miss) else found
 
     def invalidate(self, ctx: CallContext) -> None:
-        """Delete the stored entry."""
-        self.store_.delete(ctx.definition.effective_name, key_of(ctx))
+        """Delete the stored entry (the next success stores again, whatever the interval)."""
+        name, key = ctx.definition.effective_name, key_of(ctx)
+        self.store_.delete(name, key)
+        slot = (name, key) if self.tenant is None else (self.tenant(), name, key)
+        with self._last_lock:
+            self._last.pop(slot, None)
