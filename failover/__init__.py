@@ -34,6 +34,7 @@ from .expiry import FixedTtl
 from .metrics import PrometheusMetrics
 from .payload import Referential, ReferentialAware, ReferentialPayload
 from .policy import ExceptionPolicy
+from .scatter import DictSplitter, ListSplitter, PayloadSplitter, StoreContext
 from .stores import (
     CachetoolsStore,
     CopyingStore,
@@ -50,6 +51,7 @@ __all__ = [
     "CleanupScheduler",
     "ConfigurationError",
     "CopyingStore",
+    "DictSplitter",
     "ExceptionPolicy",
     "ExpiryPolicy",
     "Failover",
@@ -61,6 +63,8 @@ __all__ = [
     "FixedTtl",
     "InMemoryStore",
     "JsonCodec",
+    "ListSplitter",
+    "PayloadSplitter",
     "PickleCodec",
     "PrometheusMetrics",
     "RecoverContext",
@@ -70,6 +74,7 @@ __all__ = [
     "SerializationError",
     "SplitterError",
     "SqlStore",
+    "StoreContext",
     "StoreError",
     "configure",
     "current_tenant",

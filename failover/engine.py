@@ -35,6 +35,7 @@ from .handlers import Handler, key_of
 from .health import FailoverStats, HealthReport, settings_of
 from .metrics import Metrics, resolve_metrics
 from .policy import resolve_policy
+from .scatter import slice_type
 from .stores.async_write import flush_chain
 from .stores.base import FailoverStore
 from .stores.tenant import MultiTenantStore, TenantStoreFactory
@@ -173,7 +174,7 @@ class Failover:
                 self.metrics.track(stats)
             policy = definition.policy if definition.policy is not None else self.policy
             stats.info = settings_of(definition, policy, self.raw_store)
-            self._warn_domain_mismatch(definition)
+            self._warn_domain_mismatch(decorated)
 
     def _check_encodable(self, decorated: Decorated) -> None:
         """Warn when the store can never encode what the function returns (an HTTP response
@@ -194,22 +195,30 @@ class Failover:
             stacklevel=5,
         )
 
-    def _warn_domain_mismatch(self, definition: FailoverDefinition) -> None:
+    def _warn_domain_mismatch(self, decorated: Decorated) -> None:
+        definition = decorated.definition
         if definition.domain is None:
             return
         for other in self._registered.values():
             o = other.definition
-            if (
-                o.domain == definition.domain
-                and o.name != definition.name
-                and o.ttl != definition.ttl
-            ):
-                warnings.warn(
-                    f"failover {definition.name!r}: domain {definition.domain!r} is shared with "
-                    f"{o.name!r} under a different ttl ({definition.ttl} vs {o.ttl})",
-                    stacklevel=5,
+            if o.domain != definition.domain or o.name == definition.name:
+                continue
+            if o.ttl != definition.ttl:
+                why = f"under a different ttl ({definition.ttl} vs {o.ttl})"
+            else:
+                mine, theirs = _slice_type(decorated), _slice_type(other)
+                if mine is None or theirs is None or mine == theirs:
+                    continue
+                why = (
+                    f"whose entries hold another type ({type_name(mine)} vs "
+                    f"{type_name(theirs)}): each would recover values of the other's type"
                 )
-                return
+            warnings.warn(
+                f"failover {definition.name!r}: domain {definition.domain!r} is shared with "
+                f"{o.name!r} {why}",
+                stacklevel=5,
+            )
+            return
 
     def definitions(self) -> list[FailoverDefinition]:
         """Every registered failover's definition, by name."""
@@ -410,6 +419,12 @@ class Failover:
             kwargs["policy"] = env[f"{prefix}POLICY"]
         kwargs.update(overrides)
         return cls(**kwargs)
+
+
+def _slice_type(decorated: Decorated) -> Any:
+    """What each entry of ``decorated`` holds (`failover.scatter.slice_type`)."""
+    d = decorated.definition
+    return slice_type(d, resolve_return_type(decorated.fn, d.return_annotation))
 
 
 _BREAKER_SETTINGS = ("fail_max", "reset_timeout", "success_threshold", "exclude", "state_storage")

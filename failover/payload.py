@@ -84,7 +84,8 @@ def envelope(
     obj.up_to_date = up_to_date
     obj.cause = cause
     obj.__class__ = ReferentialPayload
-    return cast(ReferentialPayload[T], obj)
+    built: ReferentialPayload[T] = obj  # not cast(ReferentialPayload[T], ...): a subscript per call
+    return built
 
 
 @runtime_checkable
