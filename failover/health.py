@@ -182,7 +182,7 @@ class FailoverStats:
         self.name = name
         self.clock = clock
         self.metrics = metrics
-        self.lock = threading.Lock()
+        self.lock = threading.Lock()  # only for state changes: the counts take no lock
         # Monotonic totals, for metrics collectors.
         self.calls = [0, 0, 0]  # live, recovered, not_recovered
         self.upstream_ok = [0] * _N  # per histogram bucket, not cumulative
@@ -253,29 +253,30 @@ class FailoverStats:
     def _failed(
         self, outcome: int, seconds: float, cause: BaseException, as_of: datetime | None = None
     ) -> None:
+        # Lock-free as `live` is (the same reasoning); only a state change takes the lock.
         try:
             now = self.clock()
-            kind = type(cause).__name__
+            kind = cause.__class__.__name__  # an attribute: cheaper than calling type()
             bucket = bisect_left(UPSTREAM_BUCKETS, seconds)
-            with self.lock:
-                if not self._start <= now < self._end:
-                    self._advance(now)
-                self._ring[self._slot + outcome] += 1
-                self.calls[outcome] += 1
-                self.upstream_error[bucket] += 1
-                self.upstream_error_sum += seconds
-                errors = self.errors
+            if not self._start <= now < self._end:
+                self._advance(now)
+            self._ring[self._slot + outcome] += 1
+            self.calls[outcome] += 1
+            self.upstream_error[bucket] += 1
+            self.upstream_error_sum += seconds
+            errors = self.errors
+            n = errors.get(kind)
+            if n is None and len(errors) >= MAX_ERROR_KINDS:
+                kind = OTHER
                 n = errors.get(kind)
-                if n is None and len(errors) >= MAX_ERROR_KINDS:
-                    kind = OTHER
-                    n = errors.get(kind)
-                errors[kind] = 1 if n is None else n + 1
-                if outcome != _LIVE:
-                    self._failure = (kind, now)
-                if as_of is not None:
-                    self._stale = (as_of, now)
-            state = _UP if outcome == _LIVE else _STALE if outcome == _RECOVERED else _DOWN
-            if state != self._state and outcome != _LIVE:
+            errors[kind] = 1 if n is None else n + 1
+            if outcome == _LIVE:
+                return
+            self._failure = (kind, now)
+            if as_of is not None:
+                self._stale = (as_of, now)
+            state = _STALE if outcome == _RECOVERED else _DOWN
+            if state != self._state:
                 self._change(state, kind, as_of, now)
         except Exception:
             _dropped()
@@ -335,15 +336,13 @@ class FailoverStats:
 
     def bulkhead_rejected(self) -> None:
         """A call found no bulkhead permit."""
-        with self.lock:
-            self.bulkhead_rejections += 1
+        self.bulkhead_rejections += 1
         if self.metrics is not None:
             self.metrics.bulkhead_rejected(self.name)
 
     def hook_failed(self) -> None:
         """The ``on_recovered`` hook raised (the caller got the recovered value)."""
-        with self.lock:
-            self.hook_errors += 1
+        self.hook_errors += 1
         if self.metrics is not None:
             self.metrics.hook_failed(self.name)
 
@@ -355,14 +354,13 @@ class FailoverStats:
         counts = [0, 0, 0]
         if second - self._latest >= WINDOW:  # idle: the common case among many failovers
             return dict(zip(OUTCOMES, counts, strict=True))
-        with self.lock:
-            stamps, ring = self._stamps, self._ring
-            for slot in range(WINDOW):
-                if 0 <= second - stamps[slot] < WINDOW:
-                    i = 3 * slot
-                    counts[0] += ring[i]
-                    counts[1] += ring[i + 1]
-                    counts[2] += ring[i + 2]
+        stamps, ring = list(self._stamps), list(self._ring)  # copies: writers take no lock
+        for slot in range(WINDOW):
+            if 0 <= second - stamps[slot] < WINDOW:
+                i = 3 * slot
+                counts[0] += ring[i]
+                counts[1] += ring[i + 1]
+                counts[2] += ring[i + 2]
         return dict(zip(OUTCOMES, counts, strict=True))
 
     def health(self, now: datetime) -> FailoverHealth:
