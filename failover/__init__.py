@@ -27,6 +27,7 @@ from .errors import (
     ConfigurationError,
     FailoverError,
     SerializationError,
+    SoftTimeoutError,
     SplitterError,
     StoreError,
 )
@@ -72,6 +73,7 @@ __all__ = [
     "ReferentialAware",
     "ReferentialPayload",
     "SerializationError",
+    "SoftTimeoutError",
     "SplitterError",
     "SqlStore",
     "StoreContext",

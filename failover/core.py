@@ -7,7 +7,6 @@ upstream through the execution layer and hand the outcome here.
 from __future__ import annotations
 
 import asyncio
-import contextvars
 import inspect
 import logging
 import typing
@@ -287,11 +286,14 @@ class Runtime:
         self.refusals = () if execution is None else execution.refusals
 
     def late(self, ctx: CallContext, result: Any) -> None:
-        """Store a result that came after its callers stopped waiting (soft timeout)."""
-        if self.definition.is_async and self.blocking_writes:
-            # Off the event loop, in the caller's context (its tenant included).
-            run = contextvars.copy_context().run
-            asyncio.get_running_loop().run_in_executor(None, run, self.succeeded, ctx, result)
+        """Store a result that came after its callers stopped waiting (soft timeout, sync
+        upstream: on the engine's pool thread, in the caller's context)."""
+        self.succeeded(ctx, result)
+
+    async def alate(self, ctx: CallContext, result: Any) -> None:
+        """`late` for an ``async def`` upstream: never blocks the event loop on store I/O."""
+        if self.blocking_writes or (self.new_tenants_block and self.tenant_unmade()):
+            await self.on_worker(self.succeeded, ctx, result)
         else:
             self.succeeded(ctx, result)
 

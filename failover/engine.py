@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import math
 import os
 import threading
 import warnings
@@ -273,7 +274,7 @@ class Failover:
             guards.append(self.bulkhead(d))
         timeout = None
         if d.timeout is not None:
-            timeout = SoftTimeout(d.name, d.timeout, self.refreshes, rt.late, key_of)
+            timeout = SoftTimeout(d.name, d.timeout, self.refreshes, rt.late, rt.alate, key_of)
         if d.breaker is not None:
             inner = (SoftTimeoutError,) if timeout is not None else ()
 
@@ -296,7 +297,13 @@ class Failover:
                     settings = dict(self.breaker_defaults)
                     storage = settings.pop("state_storage", None)
                     if storage is not None:
-                        settings["state_storage"] = storage(d.name)
+                        made = storage(d.name)
+                        if not isinstance(made, pybreaker.CircuitBreakerStorage):
+                            raise ConfigurationError(
+                                f"failover {d.name!r}: breaker_defaults['state_storage'] "
+                                f"returned {made!r}, not a pybreaker.CircuitBreakerStorage"
+                            )
+                        settings["state_storage"] = made
                     cb = self._breakers[d.name] = pybreaker.CircuitBreaker(name=d.name, **settings)
             report = self._stats[d.name].circuit_state  # health, then the metrics
             if not any(
@@ -431,25 +438,48 @@ _BREAKER_SETTINGS = ("fail_max", "reset_timeout", "success_threshold", "exclude"
 
 
 def _breaker_defaults(value: Mapping[str, Any] | None) -> dict[str, Any]:
+    if value is not None and not isinstance(value, Mapping):
+        raise ConfigurationError(
+            f"Failover: breaker_defaults must be a dict of {', '.join(_BREAKER_SETTINGS)}, "
+            f"got {value!r}"
+        )
     settings = dict(value or {})
-    for key in settings:
+    for key, item in settings.items():
         if key not in _BREAKER_SETTINGS:
             raise ConfigurationError(
                 f"Failover: breaker_defaults has unknown setting {key!r}; "
                 f"use {', '.join(_BREAKER_SETTINGS)}"
             )
+        number = isinstance(item, int | float) and not isinstance(item, bool)
+        if key in ("fail_max", "success_threshold") and not (
+            number and isinstance(item, int) and item >= 1
+        ):
+            raise ConfigurationError(
+                f"Failover: breaker_defaults[{key!r}] must be an int >= 1, got {item!r}"
+            )
+        if key == "reset_timeout" and not (number and math.isfinite(item) and item >= 0):
+            raise ConfigurationError(
+                f"Failover: breaker_defaults['reset_timeout'] must be a finite number of "
+                f"seconds >= 0, got {item!r}"
+            )
+    exclude = settings.get("exclude")
+    if exclude is not None:
+        items = tuple(exclude) if isinstance(exclude, list | tuple) else (exclude,)
+        for item in items:
+            if not (isinstance(item, type) and issubclass(item, BaseException)) and (
+                isinstance(item, type) or not callable(item)
+            ):
+                raise ConfigurationError(
+                    "Failover: breaker_defaults['exclude'] must be exception types or "
+                    f"predicates exc -> bool, got {item!r}"
+                )
+        settings["exclude"] = items
     storage = settings.get("state_storage")
     if storage is not None and not callable(storage):
         raise ConfigurationError(
             "Failover: breaker_defaults['state_storage'] must be a callable "
             "name -> pybreaker.CircuitBreakerStorage"
         )
-    try:
-        pybreaker.CircuitBreaker(**{k: v for k, v in settings.items() if k != "state_storage"})
-    except Exception as exc:
-        raise ConfigurationError(
-            f"Failover: breaker_defaults cannot make a breaker: {exc}"
-        ) from exc
     return settings
 
 
