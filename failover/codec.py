@@ -55,7 +55,7 @@ __all__ = [
     "type_name",
 ]
 
-log = logging.getLogger("failover")
+log = logging.getLogger(__name__)
 
 
 @runtime_checkable

@@ -332,7 +332,7 @@ def test_an_entry_that_cannot_be_decoded_is_a_miss_never_code(
         assert "the store failed while recovering" in raised.value.__notes__[-1]
     assert not (tmp_path / "pwned").exists()
     outcome = {"name": "billing.invoice", "outcome": "error"}
-    assert registry.get_sample_value("failover_recover_total", outcome) == 1
+    assert registry.get_sample_value("failover_recoveries_total", outcome) == 1
 
 
 def test_a_key_of_another_type_is_a_store_error_and_a_miss(
@@ -363,12 +363,12 @@ def test_a_service_starts_while_redis_is_down_and_answers_live(
     with engine:
         assert rate("EUR") == {"ccy": "EUR"}  # live, while its write fails
         assert engine.flush(timeout=10)
-        assert registry.get_sample_value("failover_async_store_failed_total") == 1
+        assert registry.get_sample_value("failover_async_writes_failed_total") == 1
         upstream.fail()
         with pytest.raises(ConnectionError):
             rate("EUR")  # nothing recovered: Redis is down
         errors = {"name": "svc.rates", "outcome": "error"}
-        assert registry.get_sample_value("failover_recover_total", errors) == 1
+        assert registry.get_sample_value("failover_recoveries_total", errors) == 1
 
         own_server.start()
         upstream.recover()
@@ -429,7 +429,7 @@ def test_redis_killed_mid_load_and_restarted(
                 worker.join(timeout=20)
         assert errors == []
         assert engine.flush(timeout=10)
-        failed = registry.get_sample_value("failover_async_store_failed_total")
+        failed = registry.get_sample_value("failover_async_writes_failed_total")
         assert failed is not None
         assert failed > 0  # the writes made while Redis was gone: counted, never raised
         assert rate("after-restart") == {"ccy": "after-restart"}

@@ -122,7 +122,7 @@ def test_near_answers_while_far_is_down(own_server: RedisServer, clock: FakeCloc
         store.find("n", "never-stored")  # near misses and far is down: an error, not a miss
     store.store(entry(clock, "c", {"v": "c"}))  # near takes it; far's write fails, counted
     assert flush(store, 10)
-    assert registry.get_sample_value("failover_async_store_failed_total") == 1
+    assert registry.get_sample_value("failover_async_writes_failed_total") == 1
     found = store.find("n", "c")
     assert found is not None
     own_server.start()
@@ -224,6 +224,6 @@ def test_the_engine_counts_what_the_far_store_failed_to_write(
         assert rate("EUR") == {"ccy": "EUR"}
         assert engine.flush(timeout=10)
         # The queue the tiered store put in front of Redis reports to the engine's metrics.
-        assert registry.get_sample_value("failover_async_store_failed_total") == 1
+        assert registry.get_sample_value("failover_async_writes_failed_total") == 1
         upstream.fail()
         assert rate.referential("EUR").up_to_date is False  # from the near store

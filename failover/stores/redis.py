@@ -46,7 +46,7 @@ from .tenant import TenantStores, safe_tenant_id
 
 __all__ = ["RedisStore", "StoredEntry"]
 
-log = logging.getLogger("failover")
+log = logging.getLogger(__name__)
 
 DEFAULT_PREFIX = "failover:"
 _PREFIX = re.compile(r"[!-~]{0,100}")  # printable ASCII, no spaces: readable in redis-cli

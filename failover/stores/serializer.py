@@ -29,7 +29,7 @@ from .base import Payload
 
 __all__ = ["Serializer", "datetime_of", "micros"]
 
-log = logging.getLogger("failover")
+log = logging.getLogger(__name__)
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _MICROSECOND = timedelta(microseconds=1)

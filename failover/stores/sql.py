@@ -35,7 +35,7 @@ from .tenant import SHOWN, TenantStores, safe_tenant_id
 
 __all__ = ["SqlStore", "make_engine", "per_tenant_databases", "per_tenant_tables"]
 
-log = logging.getLogger("failover")
+log = logging.getLogger(__name__)
 
 # A schema part, then the table prefix; lengths keep every identifier (the index name is the
 # longest) within PostgreSQL's 63 characters, past which it would silently truncate them.

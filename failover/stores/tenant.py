@@ -35,7 +35,7 @@ __all__ = [
     "safe_tenant_id",
 ]
 
-log = logging.getLogger("failover")
+log = logging.getLogger(__name__)
 
 TenantStoreFactory = Callable[[str], FailoverStore]
 """Makes the store of one tenant. It may declare ``does_io`` and ``writes_async`` as a store does

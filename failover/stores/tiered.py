@@ -15,7 +15,7 @@ from .base import Capabilities, FailoverStore, Payload, does_io, writes_async
 
 __all__ = ["TieredStore"]
 
-log = logging.getLogger("failover")
+log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
