@@ -461,7 +461,10 @@ def _stored(store: SqlStore | RedisStore, name: str | None) -> Sequence[_Stored]
     from .stores.sql import SqlStore
 
     if not isinstance(store, SqlStore):
-        return store.entries(name)
+        return [
+            (e.name, e.key, e.as_of, e.expire_on, e.size, e.payload_type)
+            for e in store.entries(name)
+        ]
     import sqlalchemy as sa
 
     c = store.table.c

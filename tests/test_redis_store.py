@@ -709,3 +709,29 @@ def test_the_demo_on_a_redis_store(server: RedisServer, capsys: pytest.CaptureFi
     assert re.findall(r"^\d+\s.*\s(live|stale|error)$", out, flags=re.MULTILINE) == [
         "live", "stale", "stale", "live", "error", "error", "live",
     ]  # fmt: skip
+
+
+def test_the_dashboard_of_a_redis_store(make: Callable[..., RedisStore], clock: FakeClock) -> None:
+    from werkzeug.test import Client
+
+    from failover.dashboard import make_store_app
+
+    from .test_dashboard import get
+
+    store = make()
+    store.store_many([entry(clock, f"k{i:03d}", {"i": i}, name="rates") for i in range(60)])
+    store.store(entry(clock, "FR", {"code": "FR"}, name="countries"))
+    clock.advance(30)
+    client = Client(make_store_app(store, clock, show_payloads=True))
+    names = json.loads(get(client, "/api/failovers")[2])["names"]
+    assert [(n["name"], n["entries"], n["live"]) for n in names] == [
+        ("countries", 1, 1),
+        ("rates", 60, 60),
+    ]
+    assert names[1]["oldest_as_of"] == (clock() - timedelta(seconds=30)).isoformat()
+    page = json.loads(get(client, "/api/entries?name=rates&limit=50")[2])
+    assert (page["total"], len(page["entries"]), page["next_after"]) == (60, 50, "k049")
+    assert page["entries"][0]["payload"] == 'json:{"i":0}'  # as stored, not decoded
+    rest = json.loads(get(client, "/api/entries?name=rates&limit=50&after=k049")[2])
+    assert [e["key"] for e in rest["entries"]] == [f"k{i:03d}" for i in range(50, 60)]
+    assert rest["next_after"] is None

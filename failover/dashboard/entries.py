@@ -1,13 +1,16 @@
 """Listing stored entries for the dashboard: one bounded page at a time, never a whole table.
 
 SQL stores are read with keyset pagination on their primary key (``name, key``) and sizes are
-computed by the database. In-process stores are bounded by their own cap and are listed from
-``find_all``. Layers (copying, async writes, tenants) are looked through to the raw store.
+computed by the database. Redis stores are listed through their per-name indexes, their values
+read as stored (not decoded: the dashboard's process need not allow the entries' types).
+In-process stores are bounded by their own cap and are listed from ``find_all``. Layers (copying,
+async writes, tenants) are looked through to the raw store.
 """
 
 from __future__ import annotations
 
 import json
+import sys
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -112,6 +115,8 @@ def page(
     store = raw_store(store)
     if isinstance(store, SqlStore):
         return _sql_page(store, name, after, limit, payloads)
+    if _is_redis(store):
+        return _redis_page(store, name, after, limit, payloads)
     found = sorted(store.find_all(name), key=lambda p: p.key)
     total = len(found)
     if after is not None:
@@ -127,14 +132,47 @@ def summary(store: FailoverStore, now: datetime) -> list[NameSummary]:
     aggregate query.
 
     Raises:
-        TypeError: the store is not a SQL store (the only kind shared by processes so far).
+        TypeError: the store is neither a SQL nor a Redis store (the kinds shared by processes).
     """
     from ..stores.sql import SqlStore
 
     store = raw_store(store)
+    if _is_redis(store):
+        return _redis_summary(store, now)
     if not isinstance(store, SqlStore):
-        raise TypeError(f"the store-wide view needs a SQL store, got {store!r}")
+        raise TypeError(f"the store-wide view needs a SQL or a Redis store, got {store!r}")
     return _sql_summary(store, now)
+
+
+def _is_redis(store: FailoverStore) -> bool:
+    # Without importing redis-py where no Redis store was made (it is an optional extra).
+    module = sys.modules.get("failover.stores.redis")
+    return module is not None and isinstance(store, module.RedisStore)
+
+
+def _redis_page(store: Any, name: str, after: str | None, limit: int, payloads: bool) -> Page:
+    listed = store.entries(name)  # by key
+    chosen = [e for e in listed if after is None or e.key > after][: limit + 1]
+    entries = [
+        Entry(e.key, e.as_of, e.expire_on, e.size, _preview(e.payload) if payloads else None)
+        for e in chosen[:limit]
+    ]
+    more = len(chosen) > limit
+    return Page(name, entries, len(listed), entries[-1].key if more and entries else None)
+
+
+def _redis_summary(store: Any, now: datetime) -> list[NameSummary]:
+    # Redis has no aggregate over values: the summary reads each name's entries (their headers
+    # give the times); the indexes keep this to the live entries.
+    found = []
+    for name in store.names():
+        listed = store.entries(name)
+        times = [e.as_of for e in listed if e.as_of is not None]
+        expired = sum(e.expire_on is not None and e.expire_on <= now for e in listed)
+        size = sum(e.size for e in listed)
+        oldest, newest = (min(times), max(times)) if times else (None, None)
+        found.append(NameSummary(name, len(listed), expired, oldest, newest, size))
+    return found
 
 
 def _entry(payload: Payload, payloads: bool) -> Entry:

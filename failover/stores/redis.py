@@ -65,6 +65,7 @@ class StoredEntry(NamedTuple):
         expire_on: when it expires, or ``None`` when unreadable.
         size: the stored value's size in bytes.
         payload_type: the stored value's type name (``"?"`` when unreadable).
+        payload: the payload text as stored (``json:...``, ``pickle:...``, ``ENC(...)``).
     """
 
     name: str
@@ -73,6 +74,7 @@ class StoredEntry(NamedTuple):
     expire_on: datetime | None
     size: int
     payload_type: str
+    payload: str
 
 
 def _masked(url: str) -> str:
@@ -599,11 +601,13 @@ class RedisStore(Capabilities):
 
 def _describe(name: str, key: str, raw: bytes | str) -> StoredEntry:
     data = raw if isinstance(raw, bytes) else raw.encode()
-    header = data.partition(b"\n")[0].decode(errors="replace").split(" ", 2)
+    head, _, body = data.partition(b"\n")
+    header = head.decode(errors="replace").split(" ", 2)
     try:
         as_of, expire_on = datetime_of(int(header[0])), datetime_of(int(header[1]))
         payload_type = header[2]
     except (ValueError, IndexError, OverflowError):
         as_of = expire_on = None
         payload_type = "?"
-    return StoredEntry(name, key, as_of, expire_on, len(data), payload_type)
+    payload = body.decode(errors="replace")
+    return StoredEntry(name, key, as_of, expire_on, len(data), payload_type, payload)
