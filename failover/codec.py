@@ -9,7 +9,12 @@ A `Codec` turns a value into ``(text, payload_type)`` and back. Two ship with th
   name in that allowlist and nowhere else: it never imports a module named by a row and never
   calls anything but the allowed types' own constructors.
 - `PickleCodec`: the explicit opt-in for values JSON cannot hold; every row is signed with
-  HMAC-SHA256 and a row whose signature does not verify is refused before it is unpickled.
+  HMAC-SHA256 over the entry's binding and the pickle, and a row whose signature does not verify
+  (tampered with, or moved from another entry) is refused before it is unpickled.
+
+A store passes every call a ``binding``: a digest of the entry's name and key. A codec that
+authenticates its rows covers it, so that a row moved under another entry's key does not verify;
+one that does not (JSON, which anyone able to write the table can write anyway) ignores it.
 
 The allowlist is process-wide: `allow_annotation` (the engine calls it for every registered
 failover, with the decorated function) and `allow_types` add to it. An annotation is closed over
@@ -62,7 +67,8 @@ class Codec(Protocol):
     """Turns stored values into text and back.
 
     A store writes ``f"{codec.marker}:{text}"`` in its payload column and ``payload_type`` beside
-    it; on reading, the marker picks the codec.
+    it; on reading, the marker picks the codec, and a row whose ``payload_type`` does not name the
+    decoded value's type is refused as corrupt.
 
     Attributes:
         marker: the short name that prefixes the rows this codec writes (``"json"``).
@@ -70,19 +76,25 @@ class Codec(Protocol):
 
     marker: str
 
-    def encode(self, value: Any) -> tuple[str, str]:
-        """The value as ``(text, payload_type)``; ``payload_type`` names the value's type.
+    def encode(self, value: Any, binding: bytes = b"") -> tuple[str, str]:
+        """The value as ``(text, payload_type)``; ``payload_type`` is ``type_name(type(value))``.
+
+        Args:
+            value: the value to store.
+            binding: the entry the row is written for (a digest of its name and key); a codec
+                that signs its rows signs it too. Empty: not bound to any entry.
 
         Raises:
             SerializationError: the value cannot be encoded.
         """
         ...
 
-    def decode(self, text: str, payload_type: str) -> Any:
-        """The value back from what `encode` returned.
+    def decode(self, text: str, payload_type: str, binding: bytes = b"") -> Any:
+        """The value back from what `encode` returned for the same ``binding``.
 
         Raises:
-            SerializationError: the text cannot be decoded, or names a type not allowed.
+            SerializationError: the text cannot be decoded, names a type not allowed, or (a
+                signing codec) was not written for ``binding``.
         """
         ...
 
@@ -399,8 +411,9 @@ class JsonCodec:
                 return tp
         return None
 
-    def encode(self, value: Any) -> tuple[str, str]:
-        """The value as compact JSON text, and its type's name.
+    def encode(self, value: Any, binding: bytes = b"") -> tuple[str, str]:
+        """The value as compact JSON text, and its type's name (``binding`` is not used: JSON
+        rows are not authenticated).
 
         Raises:
             SerializationError: a value of a type that is neither JSON, standard nor allowed; or
@@ -473,8 +486,8 @@ class JsonCodec:
             fields.update(value.__pydantic_extra__)
         return _tagged(name, self._enc_dict(fields))
 
-    def decode(self, text: str, payload_type: str) -> Any:
-        """The value back from its JSON text.
+    def decode(self, text: str, payload_type: str, binding: bytes = b"") -> Any:
+        """The value back from its JSON text (``binding`` is not used).
 
         Raises:
             SerializationError: corrupt JSON, an unknown tag, a type not allowed, or fields that
@@ -566,8 +579,11 @@ def _keys(key: Any, owner: str) -> list[bytes]:
 class PickleCodec:
     """Pickle, signed: the opt-in for values that JSON cannot hold.
 
-    Each row is ``base64(HMAC-SHA256(key, data) + data)``. Reading checks the signature (in
-    constant time) before unpickling; an unsigned or tampered row is refused. Unpickling a
+    Each row is ``base64(HMAC-SHA256(key, binding + data) + data)``, where ``binding`` identifies
+    the entry (its name and key): reading checks the signature (in constant time) before
+    unpickling, so an unsigned or tampered row is refused, and so is a signed row moved under
+    another entry's key. Rows signed without a binding (by earlier versions) do not verify
+    for a binding: a store reads them as misses until the entry is stored again. Unpickling a
     verified row runs whatever the pickle says, so anyone holding the key can run code in every
     reader: keep the key secret, and prefer `JsonCodec`.
 
@@ -590,8 +606,9 @@ class PickleCodec:
     def _mac(self, key: bytes, data: bytes) -> bytes:
         return hmac.new(key, data, hashlib.sha256).digest()
 
-    def encode(self, value: Any) -> tuple[str, str]:
-        """The value pickled and signed, base64-encoded; and its type's name.
+    def encode(self, value: Any, binding: bytes = b"") -> tuple[str, str]:
+        """The value pickled and signed together with ``binding``, base64-encoded; and its
+        type's name.
 
         Raises:
             SerializationError: the value cannot be pickled.
@@ -600,27 +617,33 @@ class PickleCodec:
             data = pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
         except Exception as exc:
             raise SerializationError(f"cannot pickle the value: {exc}") from exc
-        signed = self._mac(self._keys[0], data) + data
+        signed = self._mac(self._keys[0], binding + data) + data
         return base64.b64encode(signed).decode("ascii"), type_name(type(value))
 
-    def decode(self, text: str, payload_type: str) -> Any:
-        """The value back, once its signature is verified.
+    def _verifies(self, mac: bytes, data: bytes) -> bool:
+        return any(hmac.compare_digest(mac, self._mac(key, data)) for key in self._keys)
+
+    def decode(self, text: str, payload_type: str, binding: bytes = b"") -> Any:
+        """The value back, once its signature over ``binding`` and the pickle is verified.
 
         Raises:
-            SerializationError: not base64, unsigned, signed with another key, tampered with, or
-                failing to unpickle.
+            SerializationError: not base64, unsigned, signed with another key, tampered with,
+                signed for another entry (or without a binding), or failing to unpickle.
         """
         try:
             signed = base64.b64decode(text, validate=True)
         except ValueError:
             raise SerializationError(f"{payload_type} value: pickle row is not base64") from None
         mac, data = signed[:_MAC_SIZE], signed[_MAC_SIZE:]
-        if len(mac) < _MAC_SIZE or not any(
-            hmac.compare_digest(mac, self._mac(key, data)) for key in self._keys
-        ):
+        if len(mac) < _MAC_SIZE or not self._verifies(mac, binding + data):
+            if binding and len(mac) == _MAC_SIZE and self._verifies(mac, data):
+                raise SerializationError(
+                    f"{payload_type} value: pickle row refused, it is signed without an entry "
+                    "binding (an earlier version wrote it): a miss until the entry is stored again"
+                )
             raise SerializationError(
                 f"{payload_type} value: pickle row refused, its signature does not verify "
-                "(unsigned, tampered with, or signed with another key)"
+                "(unsigned, tampered with, signed with another key, or moved from another entry)"
             )
         try:
             return pickle.loads(data)  # safe only because the signature verified above

@@ -578,6 +578,27 @@ def test_unsigned_tampered_or_foreign_pickle_rows_never_run(exploit: Any, tmp_pa
     assert codec.decode(honest, "builtins.str") == "honest value"
 
 
+def test_a_pickle_row_is_bound_to_its_entry(tmp_path: Path) -> None:
+    marker = tmp_path / "pwned"
+    codec = PickleCodec(b"right key")
+    here, there = b"h" * 16, b"t" * 16
+    text, _ = codec.encode(Exploit(marker), there)  # signed with the key, for another entry
+    with pytest.raises(SerializationError, match="moved from another entry"):
+        codec.decode(text, "x", here)
+    with pytest.raises(SerializationError, match="does not verify"):
+        codec.decode(text, "x")  # nor for no entry at all
+    assert not marker.exists()
+    honest, _ = codec.encode([1], here)
+    assert codec.decode(honest, "builtins.list", here) == [1]
+
+
+def test_a_pickle_row_signed_before_binding_is_refused_saying_so() -> None:
+    codec = PickleCodec(b"key")
+    unbound, _ = codec.encode({"v": 1})  # as earlier versions signed: over the pickle alone
+    with pytest.raises(SerializationError, match="without an entry binding"):
+        codec.decode(unbound, "builtins.dict", b"h" * 16)
+
+
 def test_pickle_key_rotation() -> None:
     old = PickleCodec("old")
     text, _ = old.encode([1, 2])

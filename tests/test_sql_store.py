@@ -32,7 +32,7 @@ from failover.crypto import FernetCipher, seal
 from failover.errors import ConfigurationError, SerializationError, StoreError
 from failover.payload import ReferentialPayload, envelope
 from failover.stores import make_store
-from failover.stores.sql import SqlStore, make_engine
+from failover.stores.sql import SqlStore, entry_binding, make_engine
 
 from . import postgres
 from .conftest import FakeClock, Upstream
@@ -44,13 +44,14 @@ PICKLE_KEY = b"test signing key"
 BACKENDS = ["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)]
 
 
-@pytest.fixture(params=BACKENDS)
-def backend(request: pytest.FixtureRequest) -> str:
+# Named apart from their functions, so that other modules (test_sql_rows) can import them.
+@pytest.fixture(name="backend", params=BACKENDS)
+def backend_fixture(request: pytest.FixtureRequest) -> str:
     return str(request.param)
 
 
-@pytest.fixture
-def db_engine(backend: str, tmp_path: Path) -> Iterator[sa.Engine]:
+@pytest.fixture(name="db_engine")
+def db_engine_fixture(backend: str, tmp_path: Path) -> Iterator[sa.Engine]:
     """An engine the test's stores share: one SQLite file, or the session's PostgreSQL."""
     if backend == "postgresql":
         yield postgres.engine()
@@ -60,8 +61,8 @@ def db_engine(backend: str, tmp_path: Path) -> Iterator[sa.Engine]:
     engine.dispose()
 
 
-@pytest.fixture
-def make(db_engine: sa.Engine) -> Iterator[Callable[..., SqlStore]]:
+@pytest.fixture(name="make")
+def make_fixture(db_engine: sa.Engine) -> Iterator[Callable[..., SqlStore]]:
     """Makes stores on the test's own table (the same one for every store of the test)."""
     prefix = postgres.unique_prefix() if db_engine.dialect.name == "postgresql" else ""
     made: list[SqlStore] = []
@@ -194,32 +195,48 @@ def test_datetimes_come_back_equal_and_aware_utc(make: Callable[..., SqlStore]) 
     store = make()
     cases = {
         "micro": (datetime(2026, 1, 2, 3, 4, 5, 678901, tzinfo=UTC), timedelta(seconds=1)),
-        "offset": (datetime(2026, 6, 1, 23, 59, tzinfo=timezone(timedelta(hours=-7))), None),
+        "offset": (datetime(2026, 6, 1, 23, 59, tzinfo=timezone(timedelta(hours=-7))), timedelta()),
         "min": (datetime(1, 1, 1, tzinfo=UTC), timedelta(days=1)),
-        "max": (datetime(9999, 12, 31, 23, 59, 59, 999999, tzinfo=UTC) - timedelta(days=1), None),
+        "max": (datetime(9999, 12, 31, 23, 59, 59, 999999, tzinfo=UTC), timedelta()),
     }
     for key, (as_of, ttl) in cases.items():
-        expire_on = None if ttl is None else as_of + ttl
-        store.store(ReferentialPayload("n", key, 1, as_of, expire_on, True))
+        store.store(ReferentialPayload("n", key, 1, as_of, as_of + ttl, True))
     for key, (as_of, ttl) in cases.items():
         found = store.find("n", key)
         assert found is not None
         assert found.as_of == as_of
         assert found.as_of.tzinfo is UTC
-        assert found.expire_on == (None if ttl is None else as_of + ttl)
+        assert found.expire_on == as_of + ttl
 
 
 def test_naive_datetimes_are_refused(make: Callable[..., SqlStore]) -> None:
+    naive = datetime(2026, 1, 1)
     with pytest.raises(StoreError, match="timezone-aware"):
-        make().store(ReferentialPayload("n", "k", 1, datetime(2026, 1, 1), None, True))
+        make().store(ReferentialPayload("n", "k", 1, naive, naive, True))
+
+
+@pytest.mark.parametrize("times", [(None, "now"), ("now", None), (None, None)])
+def test_an_entry_without_times_is_not_stored(
+    make: Callable[..., SqlStore], clock: FakeClock, times: tuple[Any, Any]
+) -> None:
+    store = make()
+    as_of, expire_on = (clock() if t == "now" else None for t in times)
+    with pytest.raises(SerializationError, match="needs as_of and expire_on"):
+        store.store(ReferentialPayload("n", "k", 1, as_of, expire_on, True))
+    with pytest.raises(SerializationError, match="needs as_of and expire_on"):
+        store.store_many(
+            [entry(clock, "ok"), ReferentialPayload("n", "k", 1, as_of, expire_on, True)]
+        )
+    assert store.find_all("n") == []
 
 
 def test_schema_columns_and_index(make: Callable[..., SqlStore], db_engine: sa.Engine) -> None:
     store = make()
     inspector = sa.inspect(db_engine)
     name = store.table.name
-    columns = {c["name"] for c in inspector.get_columns(name)}
-    assert columns == {"name", "key", "as_of", "expire_on", "payload", "payload_type"}
+    columns = {c["name"]: c["nullable"] for c in inspector.get_columns(name)}
+    assert set(columns) == {"name", "key", "as_of", "expire_on", "payload", "payload_type"}
+    assert not any(columns.values())  # NULL in no column: a NULL time would be a corrupt row
     assert inspector.get_pk_constraint(name)["constrained_columns"] == ["name", "key"]
     assert [i["column_names"] for i in inspector.get_indexes(name)] == [["expire_on"]]
 
@@ -336,7 +353,7 @@ def test_batches_are_one_statement_each(make: Callable[..., SqlStore], clock: Fa
         assert " IN (" in sql
 
 
-def test_clean_by_expiry_is_one_indexed_delete(
+def test_clean_by_expiry_is_an_indexed_delete(
     make: Callable[..., SqlStore], clock: FakeClock
 ) -> None:
     store = make()
@@ -344,11 +361,11 @@ def test_clean_by_expiry_is_one_indexed_delete(
     store.store(entry(clock, "long", ttl=1000))
     with statements(store.engine) as seen:
         assert store.clean_by_expiry(clock.advance(10)) == 5
-    ((sql, _),) = seen.seen
-    assert sql.startswith("DELETE")
+    deletes = [sql for sql, _ in seen.seen if sql.startswith("DELETE")]
+    assert len(deletes) == 2  # the expired range; NULL expiries (tables of earlier versions)
     if store.engine.dialect.name == "sqlite":
         with store.engine.connect() as conn:
-            plan = conn.exec_driver_sql(f"EXPLAIN QUERY PLAN {sql}", (0,)).all()
+            plan = conn.exec_driver_sql(f"EXPLAIN QUERY PLAN {deletes[0]}", (0,)).all()
         assert "failover_store_expire_on" in str(plan)
 
 
@@ -522,7 +539,9 @@ def _hostile_rows(tmp_path: Path) -> dict[str, tuple[str, str]]:
     marker = tmp_path / "pwned"
     data = pickle.dumps(Exploit(marker))
     signed, _ = PickleCodec(PICKLE_KEY).encode({"honest": 1})
-    other_key = seal(FernetCipher(FernetCipher.generate_key()), 'json:{"a":1}')
+    other_key = seal(
+        FernetCipher(FernetCipher.generate_key()), 'json:{"a":1}', entry_binding("n", "k")
+    )
     return {
         "type off the allowlist": (
             'json:{"__t":"tests.test_sql_store.Exploit","v":{"path":"x"}}',

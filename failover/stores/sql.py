@@ -13,6 +13,7 @@ PostgreSQL with the keys as one array parameter).
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import re
 import threading
@@ -26,13 +27,13 @@ import sqlalchemy as sa
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine import Engine
 
-from ..codec import Codec, JsonCodec
+from ..codec import Codec, JsonCodec, type_name
 from ..crypto import Cipher, seal, unseal
 from ..errors import ConfigurationError, SerializationError, StoreError
 from ..payload import envelope
 from .base import FailoverStore, Payload
 
-__all__ = ["SqlStore", "make_engine"]
+__all__ = ["RowSerializer", "SqlStore", "entry_binding", "make_engine"]
 
 log = logging.getLogger("failover")
 
@@ -46,6 +47,7 @@ _BUSY_TIMEOUT_MS = 5_000
 _CONNECT_TIMEOUT_S = 10
 _SQLITE_POOL = {"pool_size": 8, "max_overflow": 8}
 _SERVER_POOL = {"pool_size": 10, "max_overflow": 10, "pool_pre_ping": True}
+_TYPE_MAX = 255  # the length of the payload_type column
 _IN_CHUNK = 1_000  # keys per IN (...) list where the database's parameter limit is unknown
 _MASK = re.compile(r"(://[^:/@]*:)[^@]*@")
 
@@ -61,17 +63,15 @@ def _first_line(exc: BaseException) -> str:
     return str(exc).split("\n", 1)[0]
 
 
-def _micros(value: datetime | None) -> int | None:
-    if value is None:
-        return None
+def _micros(value: datetime) -> int:
     try:
         return (value - _EPOCH) // _MICROSECOND
     except TypeError:
         raise StoreError(f"SqlStore: datetimes must be timezone-aware, got {value!r}") from None
 
 
-def _datetime(micros: int | None) -> datetime | None:
-    return None if micros is None else _EPOCH + timedelta(microseconds=micros)
+def _datetime(micros: int) -> datetime:
+    return _EPOCH + timedelta(microseconds=micros)
 
 
 # -- engines --------------------------------------------------------------------------------------
@@ -177,8 +177,10 @@ def _table(schema: str | None, prefix: str) -> sa.Table:
         sa.MetaData(),
         sa.Column("name", sa.String(255), primary_key=True),
         sa.Column("key", sa.String(255), primary_key=True),
-        sa.Column("as_of", sa.BigInteger),
-        sa.Column("expire_on", sa.BigInteger),
+        # NOT NULL since rows are bound to their times; a table made before (NULL allowed) is
+        # read as it is, a NULL time being a corrupt row.
+        sa.Column("as_of", sa.BigInteger, nullable=False),
+        sa.Column("expire_on", sa.BigInteger, nullable=False),
         sa.Column("payload", sa.Text, nullable=False),
         sa.Column("payload_type", sa.String(255), nullable=False),
         sa.Index(f"{name}_expire_on", "expire_on"),
@@ -202,6 +204,106 @@ def _upsert(table: sa.Table, dialect: str) -> sa.Executable | None:
         set_={c: stmt.excluded[c] for c in _VALUES},
     )
     return upsert
+
+
+# -- rows: codec, entry binding, cipher, refusal of bad rows ---------------------------------------
+
+
+def entry_binding(name: str, key: str) -> bytes:
+    """The identity of an entry that signed and encrypted rows carry: 16 bytes of blake2b over
+    its name and key (length-prefixed, so that no two pairs run together)."""
+    text = f"{len(name)}:{name}:{key}".encode("utf-8", "surrogatepass")
+    return hashlib.blake2b(text, digest_size=16).digest()
+
+
+class RowSerializer:
+    """How a stored value becomes a row's payload text and type name, and back.
+
+    The text is ``f"{codec.marker}:{codec text}"``, sealed by the cipher when there is one; the
+    codec's signature (pickle) and the cipher's ciphertext cover the entry's binding
+    (`entry_binding`), so a row moved under another entry's key is refused. Reading picks the codec
+    by the row's marker (JSON rows are read whatever codec writes), and refuses, as a
+    `SerializationError`, every row it cannot trust: an unknown marker, a type off the allowlist,
+    corrupt text, a signature or a decryption that fails, a binding of another entry, or a type
+    column that does not name the decoded value's type. It never raises anything else.
+
+    Args:
+        codec: writes the values; default `JsonCodec` (with ``allowed_types``).
+        cipher: encrypts what is written, when set.
+        allowed_types: more types the JSON codec may restore.
+        owner: names the store in error messages; a store sets ``where`` once it knows more.
+
+    Raises:
+        ConfigurationError: ``codec`` is not a `Codec`, or ``cipher`` not a `Cipher`.
+    """
+
+    def __init__(
+        self,
+        codec: Codec | None = None,
+        cipher: Cipher | None = None,
+        allowed_types: Iterable[Any] = (),
+        owner: str = "SqlStore",
+    ) -> None:
+        self.codec = _resolve_codec(codec, allowed_types, owner)
+        if cipher is not None and not all(
+            hasattr(cipher, a) for a in ("scheme", "encrypt", "decrypt")
+        ):
+            raise ConfigurationError(f"{owner}: cipher must be a Cipher, got {cipher!r}")
+        self.cipher = cipher
+        self.where = owner
+        json_codec = self.codec if isinstance(self.codec, JsonCodec) else None
+        # Rows written as JSON are safe to read whatever this store writes now.
+        self._readers: dict[str, Codec] = {
+            "json": json_codec or JsonCodec(allowed_types),
+            self.codec.marker: self.codec,
+        }
+
+    def dump(self, name: str, key: str, value: Any) -> tuple[str, str]:
+        """The payload text and type name of ``value`` stored as the entry ``(name, key)``.
+
+        Raises:
+            SerializationError: the codec cannot encode the value.
+        """
+        binding = entry_binding(name, key)
+        try:
+            text, payload_type = self.codec.encode(value, binding)
+        except Exception as exc:  # a codec of the user's may raise its own errors
+            detail = exc if isinstance(exc, SerializationError) else repr(exc)
+            raise SerializationError(
+                f"{self.where}: cannot store ({name!r}, {key!r}): {detail}"
+            ) from exc
+        text = f"{self.codec.marker}:{text}"
+        if self.cipher is not None:
+            text = seal(self.cipher, text, binding)
+        return text, payload_type[:_TYPE_MAX]  # informative and checked: never too long to store
+
+    def load(self, name: str, key: str, raw: Any, payload_type: Any) -> Any:
+        """The value of the row stored as the entry ``(name, key)``.
+
+        Raises:
+            SerializationError: the row cannot be trusted or decoded (and nothing else).
+        """
+        try:
+            binding = entry_binding(name, key)
+            text = unseal(self.cipher, raw, binding)
+            marker, sep, body = text.partition(":")
+            codec = self._readers.get(marker) if sep else None
+            if codec is None:
+                raise SerializationError(
+                    f"unknown codec marker {marker[:20]!r} (this store reads "
+                    f"{', '.join(sorted(self._readers))})"
+                )
+            value = codec.decode(body, payload_type, binding)
+            actual = type_name(type(value))[:_TYPE_MAX]
+            if actual != payload_type:
+                raise SerializationError(
+                    f"its type column says {str(payload_type)[:80]!r}, its payload holds {actual!r}"
+                )
+            return value
+        except Exception as exc:
+            raise SerializationError(
+                f"{self.where}: entry ({name!r}, {key!r}) cannot be decoded: {exc}"
+            ) from exc
 
 
 class SqlStore:
@@ -250,18 +352,8 @@ class SqlStore:
         create_table: bool = True,
     ) -> None:
         schema, prefix = _split_prefix(table_prefix)
-        self.codec = _resolve_codec(codec, allowed_types)
-        if cipher is not None and not all(
-            hasattr(cipher, a) for a in ("scheme", "encrypt", "decrypt")
-        ):
-            raise ConfigurationError(f"SqlStore: cipher must be a Cipher, got {cipher!r}")
-        self.cipher = cipher
-        json_codec = self.codec if isinstance(self.codec, JsonCodec) else None
-        # Rows written as JSON are safe to read whatever this store writes now.
-        self._readers: dict[str, Codec] = {
-            "json": json_codec or JsonCodec(allowed_types),
-            self.codec.marker: self.codec,
-        }
+        self._rows = RowSerializer(codec, cipher, allowed_types)
+        self.codec, self.cipher = self._rows.codec, self._rows.cipher
         self._owns_engine = not isinstance(url_or_engine, Engine)
         self.engine: Engine = (
             url_or_engine if isinstance(url_or_engine, Engine) else make_engine(url_or_engine)
@@ -269,6 +361,7 @@ class SqlStore:
         self.table = table = _table(schema, prefix)
         self._create_table = create_table
         self._where = f"SqlStore({_masked(self.engine.url)}, table={table.fullname!r})"
+        self._rows.where = self._where
         dialect = self.engine.dialect.name
         c = table.c
         self._upsert = _upsert(table, dialect)
@@ -282,6 +375,9 @@ class SqlStore:
         self._names = sa.select(c.name).distinct().order_by(c.name)
         self._delete = table.delete().where(by_name, c.key == sa.bindparam("k"))
         self._clean = table.delete().where(c.expire_on <= sa.bindparam("now"))
+        # A NULL expiry (possible only in a table of an earlier version) is a corrupt row. Its
+        # own statement: OR-ed into the range, SQLite scans the table instead of the index.
+        self._clean_null = table.delete().where(c.expire_on.is_(None))
         self._single = self.engine  # for operations that are one statement
         if dialect == "postgresql":
             from sqlalchemy.dialects.postgresql import ARRAY
@@ -368,59 +464,40 @@ class SqlStore:
         except sa_exc.SQLAlchemyError as exc:
             raise StoreError(f"{self._where}: cannot connect: {_first_line(exc)}") from exc
 
-    # -- encoding -------------------------------------------------------------------------------
+    # -- rows -----------------------------------------------------------------------------------
 
     def _row(self, payload: Payload) -> dict[str, Any]:
-        try:
-            text, payload_type = self.codec.encode(payload.payload)
-        except SerializationError as exc:
+        as_of, expire_on = payload.as_of, payload.expire_on
+        if as_of is None or expire_on is None:
             raise SerializationError(
-                f"{self._where}: cannot store ({payload.name!r}, {payload.key!r}): {exc}"
-            ) from exc
-        except Exception as exc:  # a codec of the user's that raises its own errors
-            raise SerializationError(
-                f"{self._where}: cannot store ({payload.name!r}, {payload.key!r}): {exc!r}"
-            ) from exc
-        text = f"{self.codec.marker}:{text}"
-        if self.cipher is not None:
-            text = seal(self.cipher, text)
+                f"{self._where}: cannot store ({payload.name!r}, {payload.key!r}): a stored entry "
+                "needs as_of and expire_on"
+            )
+        text, payload_type = self._rows.dump(payload.name, payload.key, payload.payload)
         return {
             "name": payload.name,
             "key": payload.key,
-            "as_of": _micros(payload.as_of),
-            "expire_on": _micros(payload.expire_on),
+            "as_of": _micros(as_of),
+            "expire_on": _micros(expire_on),
             "payload": text,
-            "payload_type": payload_type[:255],  # informative only: never too long to store
+            "payload_type": payload_type,
         }
-
-    def _decode(self, name: str, key: str, raw: str, payload_type: str) -> Any:
-        try:
-            text = unseal(self.cipher, raw)
-            marker, sep, body = text.partition(":")
-            codec = self._readers.get(marker) if sep else None
-            if codec is None:
-                raise SerializationError(
-                    f"unknown codec marker {marker[:20]!r} (this store reads "
-                    f"{', '.join(sorted(self._readers))})"
-                )
-            return codec.decode(body, payload_type)
-        except Exception as exc:
-            raise SerializationError(
-                f"{self._where}: entry ({name!r}, {key!r}) cannot be decoded: {exc}"
-            ) from exc
 
     def _payload(self, name: str, key: str, row: Any) -> Payload:
         raw, payload_type, as_of, expire_on = row
-        value = self._decode(name, key, raw, payload_type)
         try:
-            times = _datetime(as_of), _datetime(expire_on)
+            if as_of is None or expire_on is None:
+                # Only a table of an earlier version allows NULL times, and nothing writes them.
+                raise ValueError("as_of or expire_on is NULL")
+            as_of, expire_on = _datetime(as_of), _datetime(expire_on)
         except (TypeError, ValueError, OverflowError) as exc:
-            # A row written by hand (out of range, or text in SQLite's untyped column) is as
-            # corrupt as a bad payload: a miss from find, skipped by find_many and find_all.
+            # A row written by hand (NULL, out of range, or text in SQLite's untyped column) is
+            # as corrupt as a bad payload: a miss from find, skipped by find_many and find_all.
             raise SerializationError(
                 f"{self._where}: entry ({name!r}, {key!r}) has corrupt times: {exc}"
             ) from exc
-        return envelope(name, key, value, *times, True)
+        value = self._rows.load(name, key, raw, payload_type)
+        return envelope(name, key, value, as_of, expire_on, True)
 
     def _decoded(self, name: str, rows: Iterable[Any]) -> Iterable[tuple[str, Payload]]:
         for key, *row in rows:
@@ -547,12 +624,13 @@ class SqlStore:
             conn.execute(self._delete, {"n": name, "k": key})
 
     def clean_by_expiry(self, now: datetime) -> int:
-        """Remove every entry whose ``expire_on`` is at or before ``now`` (one indexed range
-        delete); return the count."""
+        """Remove every entry whose ``expire_on`` is at or before ``now``, or NULL (two indexed
+        deletes, one transaction); return the count."""
         if not self._ready:
             self._prepare()
-        with self._single.begin() as conn:
-            return conn.execute(self._clean, {"now": _micros(now)}).rowcount
+        with self.engine.begin() as conn:
+            removed = conn.execute(self._clean, {"now": _micros(now)}).rowcount
+            return int(removed + conn.execute(self._clean_null).rowcount)
 
     def close(self) -> None:
         """Dispose the engine's connections, when the store made the engine."""
@@ -560,12 +638,12 @@ class SqlStore:
             self.engine.dispose()
 
 
-def _resolve_codec(codec: Codec | None, allowed_types: Iterable[Any]) -> Codec:
+def _resolve_codec(codec: Codec | None, allowed_types: Iterable[Any], owner: str) -> Codec:
     allowed = tuple(allowed_types)
     if codec is None:
         return JsonCodec(allowed)
     if not all(hasattr(codec, a) for a in ("marker", "encode", "decode")):
-        raise ConfigurationError(f"SqlStore: codec must be a Codec, got {codec!r}")
+        raise ConfigurationError(f"{owner}: codec must be a Codec, got {codec!r}")
     if allowed and isinstance(codec, JsonCodec):
         return JsonCodec((*codec.allowed_types, *allowed))
     return codec
