@@ -55,9 +55,16 @@ def _other(v: Any) -> str:
     if dataclasses.is_dataclass(v) and not isinstance(v, type):
         fields = {f.name: getattr(v, f.name) for f in dataclasses.fields(v)}
         return f"D{_type_name(tp)}:{_mapping(fields)}"
-    dump = getattr(v, "model_dump", None)
-    if callable(dump) and hasattr(tp, "model_fields"):  # pydantic v2
-        return f"P{_type_name(tp)}:{_mapping(dump())}"
+    fields = getattr(tp, "__pydantic_fields__", None)
+    if isinstance(fields, dict) and hasattr(v, "__pydantic_extra__"):  # pydantic v2
+        # The field values themselves, as for dataclasses: model_dump() would turn a nested
+        # model into a dict, and give Outer(a=Inner(x=1)) the key of Outer(a={"x": 1}).
+        state = v.__dict__
+        values = {name: state[name] for name in fields if name in state}
+        extra = v.__pydantic_extra__
+        if extra:
+            values.update(extra)
+        return f"P{_type_name(tp)}:{_mapping(values)}"
     if isinstance(v, dt.datetime | dt.date | dt.time):
         return f"t{tp.__name__}:{v.isoformat()};"
     if isinstance(v, Decimal | uuid.UUID):
