@@ -452,8 +452,12 @@ def test_make_store_makes_sql_stores(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("url", "message"),
     [
-        ("nosuchdb://host/db", "unknown database or driver 'nosuchdb'"),
+        ("nosuchdb://host/db", "unknown scheme 'nosuchdb'; supported: memory://, cachetools://"),
         ("mysql://user:hunter2@host/db", "driver of 'mysql' is not installed"),
+        (
+            "postgresql+psycopg2://u:hunter2@127.0.0.1:1/db",
+            r"not installed: No module named 'psycopg2' \(use postgresql\+psycopg://",
+        ),
         ("postgresql+psycopg://u:hunter2@h:port/db", "is not a SQLAlchemy URL"),
         ("sqlite:////no/such/folder/f.db", "folder '/no/such/folder' does not exist"),
     ],
@@ -464,6 +468,35 @@ def test_bad_urls_are_one_line_configuration_errors(url: str, message: str) -> N
     text = str(raised.value)
     assert "\n" not in text
     assert "hunter2" not in text
+
+
+@pytest.mark.parametrize(
+    ("url", "nearest"),
+    [
+        ("memroy://", "memory://"),
+        ("cachetool://?maxsize=5", "cachetools://"),
+        ("postgres://svc:hunter2@db.internal/failover", "postgresql+psycopg://"),
+        ("postgress://db.internal/failover", "postgresql+psycopg://"),
+        ("sqlite3:///failover.db", "sqlite://"),
+        ("sqllite:///failover.db", "sqlite://"),
+    ],
+)
+def test_an_unknown_scheme_lists_the_supported_ones_and_suggests_the_nearest(
+    url: str, nearest: str
+) -> None:
+    with pytest.raises(ConfigurationError) as raised:
+        make_store(url)
+    text = str(raised.value)
+    scheme = url.split("://", maxsplit=1)[0]
+    assert f"unknown scheme {scheme!r} (did you mean {nearest}?)" in text
+    assert "supported: memory://, cachetools://, or a SQLAlchemy URL" in text
+    assert "hunter2" not in text
+    assert "\n" not in text
+
+
+def test_direct_sqlstore_urls_name_the_unknown_driver() -> None:
+    with pytest.raises(ConfigurationError, match="unknown database or driver 'nosuchdb'"):
+        SqlStore("nosuchdb://host/db")
 
 
 # -- serialization through the decorator ----------------------------------------------------------

@@ -145,7 +145,11 @@ def make_engine(url: str | sa.URL, **engine_kwargs: Any) -> Engine:
             f"store URL {shown!r}: unknown database or driver {parsed.drivername!r}"
         ) from None
     except ImportError as exc:
-        hint = " (pip install failover[postgresql])" if "psycopg" in str(exc) else ""
+        hint = ""
+        if parsed.get_backend_name() == "postgresql":
+            hint = " (pip install failover[postgresql])"
+            if parsed.get_driver_name() != "psycopg":  # psycopg2, the default of postgresql://
+                hint = " (use postgresql+psycopg://, with pip install failover[postgresql])"
         raise ConfigurationError(
             f"store URL {shown!r}: the driver of {parsed.drivername!r} is not installed: "
             f"{exc}{hint}"
