@@ -53,14 +53,14 @@ def _other(v: Any) -> str:
     if isinstance(v, tuple) and hasattr(tp, "_fields"):  # NamedTuple
         return f"n{_type_name(tp)}:{_seq('t', v)}"
     if dataclasses.is_dataclass(v) and not isinstance(v, type):
-        fields = {f.name: getattr(v, f.name) for f in dataclasses.fields(v)}
-        return f"D{_type_name(tp)}:{_mapping(fields)}"
-    fields = getattr(tp, "__pydantic_fields__", None)
-    if isinstance(fields, dict) and hasattr(v, "__pydantic_extra__"):  # pydantic v2
+        values = {f.name: getattr(v, f.name) for f in dataclasses.fields(v)}
+        return f"D{_type_name(tp)}:{_mapping(values)}"
+    model_fields = getattr(tp, "__pydantic_fields__", None)
+    if isinstance(model_fields, dict) and hasattr(v, "__pydantic_extra__"):  # pydantic v2
         # The field values themselves, as for dataclasses: model_dump() would turn a nested
         # model into a dict, and give Outer(a=Inner(x=1)) the key of Outer(a={"x": 1}).
         state = v.__dict__
-        values = {name: state[name] for name in fields if name in state}
+        values = {name: state[name] for name in model_fields if name in state}
         extra = v.__pydantic_extra__
         if extra:
             values.update(extra)
