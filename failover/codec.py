@@ -36,6 +36,7 @@ import dataclasses
 import enum
 import hashlib
 import hmac
+import inspect
 import json
 import logging
 import pickle
@@ -649,3 +650,28 @@ class PickleCodec:
             return pickle.loads(data)  # safe only because the signature verified above
         except Exception as exc:
             raise SerializationError(f"{payload_type} value: cannot unpickle ({exc})") from exc
+
+
+_JSON_LIKE = (str, int, float, bool, type(None), dict, list, tuple, set, frozenset, datetime, time)
+
+
+def unencodable(annotation: Any) -> Any:
+    """A type named by a return annotation that `JsonCodec` can never encode, or ``None`` when
+    every type it names can be (or it cannot tell: ``Any``, type variables, protocols)."""
+    origin = typing.get_origin(annotation)
+    if origin is typing.Annotated:
+        return unencodable(typing.get_args(annotation)[0])
+    if origin is not None:
+        for arg in typing.get_args(annotation):
+            if arg is not Ellipsis and (bad := unencodable(arg)) is not None:
+                return bad
+        return None
+    if not isinstance(annotation, type) or annotation is object:
+        return None
+    if issubclass(annotation, _JSON_LIKE) or annotation in _STANDARD:
+        return None
+    if _kind(annotation) is not None or getattr(annotation, "_is_protocol", False):
+        return None
+    if inspect.isabstract(annotation) or annotation.__module__ in ("collections.abc", "typing"):
+        return None
+    return annotation

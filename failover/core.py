@@ -7,6 +7,7 @@ upstream through the execution layer and hand the outcome here.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import inspect
 import logging
 import typing
@@ -14,11 +15,9 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
-import pybreaker
-
 from .context import CallContext, Miss, RecoverContext
 from .definition import FailoverDefinition
-from .errors import BulkheadFull, StoreError
+from .errors import StoreError
 from .execution import Execution
 from .handlers import Handler, key_of
 from .payload import ReferentialPayload, enrich, envelope, plain_kind
@@ -83,12 +82,14 @@ class Runtime:
         "blocking_writes",
         "clock",
         "definition",
+        "execution",
         "fn",
         "handler",
         "new_tenants_block",
         "policy",
+        "refusals",
         "router",
-        "upstream",
+        "unstorable",
     )
 
     def __init__(
@@ -97,7 +98,6 @@ class Runtime:
         binder: Binder,
         fn: Callable[..., Any],
         handler: Handler,
-        execution: Execution,
         policy: ExceptionPolicy | Callable[[RecoverContext[Any]], object],
         clock: Callable[[], datetime],
         blocking: bool,
@@ -108,8 +108,11 @@ class Runtime:
         self.binder = binder
         self.fn = fn
         self.handler = handler
-        # The upstream as the execution layer wraps it: called (or awaited) on every call.
-        self.upstream = (execution.awrap if definition.is_async else execution.wrap)(definition, fn)
+        # The execution layer (guards, soft timeout), bound by the engine; None: call directly.
+        self.execution: Execution | None = None
+        self.refusals: tuple[type[Exception], ...] = ()
+        # Why nothing of this failover can be stored (said in the rethrow note), if known.
+        self.unstorable: str | None = None
         self.policy = policy
         self.clock = clock
         # The store chain does blocking I/O: async shells read (and, without async writes,
@@ -165,17 +168,22 @@ class Runtime:
         )
 
     def succeeded(self, ctx: CallContext, result: Any) -> Any:
-        """Store ``result`` and return it enriched as live."""
-        ctx.now = now = self.clock()
-        try:  # a failing store_if is store trouble too: the live result still returns
+        """Store ``result`` and return it enriched as live.
+
+        Nothing here may break the call: a failing clock, ``store_if``, key function, store or
+        metrics object is store trouble, logged and counted, and the live result returns.
+        """
+        try:
             store_if = self.definition.store_if
             if store_if is None or store_if(result):
-                self.handler.store(ctx, result)
+                self.handler.store(ctx, result)  # sets ctx.now, inside the chain's counting
+            else:
+                ctx.now = self.clock()
         except Exception:
             self._store_failed()
         if plain_kind(type(result)):
             return result
-        return enrich(result, True, now)
+        return enrich(result, True, ctx.now)
 
     def tenant_unmade(self) -> bool:
         """Whether the current tenant's store is still to be made (only with `new_tenants_block`:
@@ -185,12 +193,16 @@ class Runtime:
     def live_envelope(self, ctx: CallContext, value: Any) -> ReferentialPayload[Any]:
         """The envelope of a live (already enriched) value."""
         d = self.definition
-        now = ctx.now or self.clock()
+        now = ctx.now
         try:
             key = key_of(ctx)
         except Exception:  # a failing key= callable already showed up as a store failure
             key = ""
-        return envelope(d.effective_name, key, value, now, d.expiry.compute_expiry(d, now), True)
+        try:
+            expire_on = None if now is None else d.expiry.compute_expiry(d, now)
+        except Exception:  # so did a failing expiry policy
+            expire_on = None
+        return envelope(d.effective_name, key, value, now, expire_on, True)
 
     # -- failure ------------------------------------------------------------------------------
 
@@ -218,7 +230,7 @@ class Runtime:
             return envelope(found.name, found.key, value, found.as_of, found.expire_on, False)
         policy = self.policy
         if policy is ExceptionPolicy.RETHROW:
-            _note(cause, d.name, found.value)
+            _note(cause, d.name, found.value if self.unstorable is None else self.unstorable)
             return None
         if policy is ExceptionPolicy.NEVER_THROW:
             value = None
@@ -232,7 +244,21 @@ class Runtime:
 
     def accepts(self, cause: Exception) -> bool:
         """Whether ``cause`` triggers recovery (execution-layer refusals always do)."""
-        return self.definition.accepts(cause) or _always_recovered(cause)
+        return self.definition.accepts(cause) or isinstance(cause, self.refusals)
+
+    def bind(self, execution: Execution | None) -> None:
+        """Put the upstream behind ``execution`` (``None``: basic execution)."""
+        self.execution = execution
+        self.refusals = () if execution is None else execution.refusals
+
+    def late(self, ctx: CallContext, result: Any) -> None:
+        """Store a result that came after its callers stopped waiting (soft timeout)."""
+        if self.definition.is_async and self.blocking_writes:
+            # Off the event loop, in the caller's context (its tenant included).
+            run = contextvars.copy_context().run
+            asyncio.get_running_loop().run_in_executor(None, run, self.succeeded, ctx, result)
+        else:
+            self.succeeded(ctx, result)
 
     def failed(self, ctx: CallContext, cause: Exception) -> ReferentialPayload[Any] | None:
         """Recover and resolve a failed call: an envelope, or ``None`` to re-raise ``cause``."""
@@ -286,8 +312,3 @@ def _note(cause: BaseException, name: str, why: str) -> None:
                 notes[i] = note  # the latest reason, in the note's place
                 return
     cause.add_note(note)
-
-
-def _always_recovered(exc: Exception) -> bool:
-    # Refusals by the execution layer trigger recovery whatever `exceptions=` says.
-    return isinstance(exc, BulkheadFull | pybreaker.CircuitBreakerError)

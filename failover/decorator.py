@@ -6,18 +6,16 @@ from __future__ import annotations
 import functools
 import inspect
 from collections.abc import Callable, Coroutine
-from datetime import timedelta
-from typing import TYPE_CHECKING, Any, Generic, ParamSpec, Protocol, TypeVar, overload
+from typing import TYPE_CHECKING, Any, Generic, ParamSpec, Protocol, TypeVar, Unpack, overload
 
 from . import engine as _engine
-from .context import CallContext, PolicyLike, RecoverContext
+from .context import CallContext
 from .core import Binder, Runtime
 from .definition import FailoverDefinition
 from .errors import ConfigurationError
-from .expiry import ExpiryPolicy, FixedTtl, parse_ttl
 from .handlers import key_of
 from .payload import ReferentialPayload
-from .policy import resolve_policy
+from .settings import Options, check_names, resolve
 
 if TYPE_CHECKING:
     from typing import Self
@@ -155,8 +153,9 @@ def _sync_shell(state: State, envelope: bool) -> Callable[..., Any]:
             result = fn(*args, **kwargs)
             return state.passthrough(args, kwargs, result) if envelope else result
         ctx = rt.context(args, kwargs)
+        ex = rt.execution
         try:
-            result = rt.upstream(*args, **kwargs)
+            result = fn(*args, **kwargs) if ex is None else ex.call(ctx, fn, args, kwargs)
         except Exception as exc:
             out = rt.failed(ctx, exc)
             if out is None:
@@ -182,8 +181,12 @@ def _async_shell(state: State, envelope: bool) -> Callable[..., Any]:
             result = await fn(*args, **kwargs)
             return state.passthrough(args, kwargs, result) if envelope else result
         ctx = rt.context(args, kwargs)
+        ex = rt.execution
         try:
-            result = await rt.upstream(*args, **kwargs)
+            if ex is None:
+                result = await fn(*args, **kwargs)
+            else:
+                result = await ex.acall(ctx, fn, args, kwargs)
         except Exception as exc:
             if not rt.accepts(exc):
                 raise
@@ -247,34 +250,7 @@ class _Method(Generic[P, R]):
         return self.wrapper(*args, **kwargs)
 
 
-# -- validation --------------------------------------------------------------------------------
-
-
-def _types(value: Any, owner: str, setting: str) -> tuple[type[BaseException], ...]:
-    items = value if isinstance(value, tuple) else (value,)
-    for item in items:
-        if not (isinstance(item, type) and issubclass(item, BaseException)):
-            raise ConfigurationError(
-                f"failover {owner!r}: {setting}= must be exception types, got {item!r}"
-            )
-        if setting == "exceptions" and not issubclass(item, Exception):
-            raise ConfigurationError(
-                f"failover {owner!r}: exceptions= may only name Exception subclasses; "
-                f"{item.__name__} is a BaseException that always propagates"
-            )
-    return items
-
-
-def _callable_or_none(value: Any, owner: str, setting: str) -> Any:
-    if value is not None and not callable(value):
-        raise ConfigurationError(f"failover {owner!r}: {setting}= must be callable, got {value!r}")
-    return value
-
-
-def _not_yet(owner: str, setting: str) -> ConfigurationError:
-    return ConfigurationError(
-        f"failover {owner!r}: {setting}= is not available in this version of failover"
-    )
+# -- building --------------------------------------------------------------------------------
 
 
 def _is_async(fn: Any) -> bool:
@@ -304,12 +280,7 @@ def _default_name(fn: Any, function: str) -> str:
     return function
 
 
-def _build(
-    fn: Any,
-    name: str | None,
-    engine: Failover | None,
-    settings: dict[str, Any],
-) -> Any:
+def _build(fn: Any, name: str | None, options: dict[str, Any]) -> Any:
     kind: type[staticmethod[Any, Any]] | type[classmethod[Any, Any, Any]] | None = None
     if isinstance(fn, staticmethod | classmethod):
         kind, fn = type(fn), fn.__func__
@@ -320,60 +291,21 @@ def _build(
         name = _default_name(fn, function)
     if not isinstance(name, str) or not name:
         raise ConfigurationError(f"failover {function}: name must be a non-empty string")
-    domain = settings["domain"]
-    if domain is not None and (not isinstance(domain, str) or not domain):
-        raise ConfigurationError(f"failover {name!r}: domain must be a non-empty string")
+    engine = options.get("engine")
     signature = inspect.signature(fn)
     is_method = kind is classmethod or (kind is None and _is_method(fn, signature))
-    ttl = parse_ttl(settings["ttl"], f"failover {name!r}")
-    expiry = settings["expiry"]
-    if expiry is None:
-        expiry = FixedTtl(ttl)
-    elif not isinstance(expiry, ExpiryPolicy):
-        raise ConfigurationError(
-            f"failover {name!r}: expiry= must have compute_expiry() and is_expired(), "
-            f"got {expiry!r}"
-        )
-    exceptions = settings["exceptions"]
-    if not isinstance(exceptions, type | tuple) and callable(exceptions):
-        accept: Any = exceptions
-    else:
-        accept = _types(exceptions, name, "exceptions")
-    policy = settings["policy"]
-    for setting in ("splitter", "breaker", "max_concurrency", "timeout"):
-        if settings[setting] not in (None, False):
-            raise _not_yet(name, setting)
-    if settings["recover_all"]:
-        raise ConfigurationError(f"failover {name!r}: recover_all=True needs a splitter=")
-    acquire_timeout = settings["acquire_timeout"]
-    if not isinstance(acquire_timeout, int | float) or acquire_timeout < 0:
-        raise ConfigurationError(f"failover {name!r}: acquire_timeout= must be >= 0")
     unwrapped = inspect.unwrap(fn)
-    definition = FailoverDefinition(
-        name=name,
-        domain=domain,
-        effective_name=domain or name,
-        ttl=ttl,
-        expiry=expiry,
-        key=_callable_or_none(settings["key"], name, "key"),
-        exceptions=accept,
-        exclude=_types(settings["exclude"], name, "exclude"),
-        store_if=_callable_or_none(settings["store_if"], name, "store_if"),
-        policy=None if policy is None else resolve_policy(policy, f"failover {name!r}"),
-        on_recovered=_callable_or_none(settings["on_recovered"], name, "on_recovered"),
-        splitter=None,
-        recover_all=False,
-        breaker=None,
-        max_concurrency=None,
-        acquire_timeout=float(acquire_timeout),
-        timeout=None,
-        function=function,
-        # The callable itself first: an `async def` wrapper around a sync function (asyncify)
-        # is async, whatever it wraps; a plain wrapper around an `async def` returns its coroutine.
-        is_async=_is_async(fn) or _is_async(unwrapped),
-        is_method=is_method,
-        return_annotation=signature.return_annotation,
-    )
+    # The callable itself first: an `async def` wrapper around a sync function (asyncify) is
+    # async, whatever it wraps; a plain wrapper around an `async def` returns its coroutine.
+    is_async = _is_async(fn) or _is_async(unwrapped)
+    if any(
+        inspect.isgeneratorfunction(f) or inspect.isasyncgenfunction(f) for f in (fn, unwrapped)
+    ):
+        raise ConfigurationError(
+            f"failover {name!r}: {function} is a generator function; a generator can be neither "
+            "stored nor replayed: return a list (or another collection) instead"
+        )
+    definition = resolve(fn, name, function, options, is_async, is_method)
     state = State(definition, Binder(signature, is_method), fn, engine)
     shell = _async_shell if definition.is_async else _sync_shell
     wrapper = functools.update_wrapper(shell(state, False), fn)
@@ -396,10 +328,9 @@ def _build(
 class _Decorator:
     """The decorator made by ``failover(...)``: typed for sync and async functions."""
 
-    def __init__(self, name: str | None, engine: Failover | None, settings: dict[str, Any]):
+    def __init__(self, name: str | None, options: dict[str, Any]):
         self.name = name
-        self.engine = engine
-        self.settings = settings
+        self.options = options
 
     # An async function is also a Callable[P, R]; the first matching overload wins, as intended.
     @overload
@@ -409,7 +340,7 @@ class _Decorator:
     @overload
     def __call__(self, fn: Callable[P, R]) -> FailoverFunction[P, R]: ...
     def __call__(self, fn: Callable[P, Any]) -> Any:
-        return _build(fn, self.name, self.engine, self.settings)
+        return _build(fn, self.name, self.options)
 
 
 @overload
@@ -419,85 +350,29 @@ def failover(  # type: ignore[overload-overlap]  # async first: see _Decorator._
 @overload
 def failover(name: Callable[P, R], /) -> FailoverFunction[P, R]: ...
 @overload
-def failover(
-    name: str | None = None,
-    *,
-    ttl: timedelta | float | str = "1h",
-    domain: str | None = None,
-    key: Callable[..., object] | None = None,
-    expiry: ExpiryPolicy | None = None,
-    exceptions: type[Exception] | tuple[type[Exception], ...] | Callable[[Exception], bool] = (
-        Exception,
-    ),
-    exclude: type[Exception] | tuple[type[Exception], ...] = (),
-    store_if: Callable[[Any], bool] | None = None,
-    policy: PolicyLike | None = None,
-    on_recovered: Callable[[RecoverContext[Any], Any], object] | None = None,
-    splitter: Any = None,
-    recover_all: bool = False,
-    breaker: Any = None,
-    max_concurrency: int | None = None,
-    acquire_timeout: float = 0.0,
-    timeout: float | None = None,
-    engine: Failover | None = None,
-) -> _Decorator: ...
-def failover(
-    name: Any = None,
-    *,
-    ttl: timedelta | float | str = "1h",
-    domain: str | None = None,
-    key: Callable[..., object] | None = None,
-    expiry: ExpiryPolicy | None = None,
-    exceptions: Any = (Exception,),
-    exclude: Any = (),
-    store_if: Callable[[Any], bool] | None = None,
-    policy: PolicyLike | None = None,
-    on_recovered: Callable[[RecoverContext[Any], Any], object] | None = None,
-    splitter: Any = None,
-    recover_all: bool = False,
-    breaker: Any = None,
-    max_concurrency: int | None = None,
-    acquire_timeout: float = 0.0,
-    timeout: float | None = None,
-    engine: Failover | None = None,
-) -> Any:
+def failover(name: str | None = None, /, **options: Unpack[Options]) -> _Decorator: ...
+def failover(name: Any = None, /, **options: Unpack[Options]) -> Any:
     """Serve the last stored result, marked stale, when the decorated call fails.
 
     Args:
         name: the failover's name, stable across deploys (default ``module.qualname``).
-        ttl: how long a stored result may be served: a timedelta, seconds, or ``"15m"``.
-        domain: a namespace shared with other failovers (entries are stored under it).
-        key: receives the call's arguments (without ``self``/``cls``) and returns the raw key.
-        expiry: an `ExpiryPolicy` that overrides ``ttl``.
-        exceptions: exception types, or a predicate on the exception, that trigger recovery.
-        exclude: exception types never recovered, re-raised as they are.
-        store_if: a live result failing this predicate is returned but not stored.
-        policy: what happens when nothing is recovered; ``None``: the engine's policy.
-        on_recovered: ``(ctx, value) -> value`` run on a recovered value.
-        engine: the engine to use; default: the process-wide default engine, resolved per call.
+        **options: the settings of `failover.settings.Options`: ``ttl``, ``domain``, ``key``,
+            ``expiry``, ``exceptions``, ``exclude``, ``store_if``, ``policy``,
+            ``on_recovered``, ``splitter``, ``recover_all``, ``breaker``, ``max_concurrency``,
+            ``acquire_timeout``, ``timeout``, ``store_interval``, ``engine``.
 
     Raises:
-        ConfigurationError: a setting that cannot work, naming the failover and the setting.
+        ConfigurationError: an unknown setting, or one that cannot work, naming the failover
+            and the setting.
     """
+    settings = dict(options)
+    if "name" in settings:  # failover(name="...") reads as well as failover("...")
+        name = settings.pop("name")
+    owner = repr(name) if isinstance(name, str) else ""
+    check_names(settings, owner)
+    engine = settings.get("engine")
     if engine is not None and not isinstance(engine, _engine.Failover):
-        raise ConfigurationError(f"failover {name!r}: engine= must be a Failover, got {engine!r}")
-    settings = {
-        "ttl": ttl,
-        "domain": domain,
-        "key": key,
-        "expiry": expiry,
-        "exceptions": exceptions,
-        "exclude": exclude,
-        "store_if": store_if,
-        "policy": policy,
-        "on_recovered": on_recovered,
-        "splitter": splitter,
-        "recover_all": recover_all,
-        "breaker": breaker,
-        "max_concurrency": max_concurrency,
-        "acquire_timeout": acquire_timeout,
-        "timeout": timeout,
-    }
+        raise ConfigurationError(f"failover {owner}: engine= must be a Failover, got {engine!r}")
     if callable(name) and not isinstance(name, str):
-        return _build(name, None, engine, settings)
-    return _Decorator(name, engine, settings)
+        return _build(name, None, settings)
+    return _Decorator(name, settings)

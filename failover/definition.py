@@ -28,7 +28,7 @@ class ExpiryPolicy(Protocol):
         ...
 
 
-@dataclass(frozen=True, slots=True, eq=False)
+@dataclass(frozen=True, slots=True, eq=False, repr=False)
 class FailoverDefinition:
     """The resolved settings of one decorated function (``.definition``).
 
@@ -39,6 +39,11 @@ class FailoverDefinition:
         ttl: the time to live when no custom ``expiry`` is set.
         expiry: the expiry policy in force.
         policy: the exception policy, or ``None`` for the engine's.
+        breaker: the circuit breaker (``True``: one per name from the engine's defaults).
+        max_concurrency: the bulkhead's permits, or ``None``.
+        acquire_timeout: seconds a call waits for a bulkhead permit.
+        timeout: the soft timeout in seconds, or ``None``.
+        store_interval: write coalescing interval, or ``None`` for the engine's.
         function: the wrapped function's ``module.qualname``.
         is_async: whether the wrapped function is ``async def``.
         is_method: whether the first parameter (``self``/``cls``) is left out of keys.
@@ -62,10 +67,33 @@ class FailoverDefinition:
     max_concurrency: int | None
     acquire_timeout: float
     timeout: float | None
+    store_interval: timedelta | None
     function: str
     is_async: bool
     is_method: bool
     return_annotation: Any = field(default=None, repr=False)
+
+    def __repr__(self) -> str:
+        policy = "engine's" if self.policy is None else getattr(self.policy, "value", self.policy)
+        domain = f", domain={self.domain!r}" if self.domain else ""
+        return (
+            f"FailoverDefinition({self.name!r}{domain}, ttl={self.ttl}, policy={policy!r}, "
+            f"execution={self.execution!r}, function={self.function!r})"
+        )
+
+    @property
+    def execution(self) -> str:
+        """The execution in use, outermost first: ``"basic"``, or e.g.
+        ``"bulkhead(8) > breaker > timeout(2s)"``."""
+        parts = []
+        if self.max_concurrency is not None:
+            wait = f", wait {self.acquire_timeout:g}s" if self.acquire_timeout else ""
+            parts.append(f"bulkhead({self.max_concurrency}{wait})")
+        if self.breaker is not None:
+            parts.append("breaker")
+        if self.timeout is not None:
+            parts.append(f"timeout({self.timeout:g}s)")
+        return " > ".join(parts) or "basic"
 
     def accepts(self, exc: Exception) -> bool:
         """Whether ``exc`` triggers recovery under ``exceptions=`` and ``exclude=``."""

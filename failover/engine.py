@@ -11,22 +11,32 @@ from collections.abc import Callable, Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import pybreaker
+
+from .chain import handler_chain, store_chain
 from .cleanup import CleanupScheduler
-from .codec import allow_annotation
+from .codec import JsonCodec, allow_annotation, type_name, unencodable
 from .context import PolicyLike
-from .core import Decorated, Runtime
+from .core import Decorated, Runtime, resolve_return_type
 from .definition import FailoverDefinition
-from .errors import ConfigurationError
-from .execution import BasicExecution
-from .handlers import DefaultHandler, Handler
-from .metrics import NULL_METRICS, Metrics, MetricsHandler, resolve_metrics
+from .errors import ConfigurationError, SoftTimeoutError
+from .execution import (
+    BreakerGuard,
+    Bulkhead,
+    Execution,
+    Guard,
+    Refreshes,
+    SoftTimeout,
+    StateListener,
+    state_code,
+)
+from .expiry import parse_ttl
+from .handlers import Handler, key_of
+from .metrics import Metrics, resolve_metrics
 from .policy import resolve_policy
-from .stores.async_write import AsyncWriteStore, flush_chain
+from .stores.async_write import flush_chain
 from .stores.base import FailoverStore
-from .stores.copying import CopyingStore
-from .stores.factory import make_store
-from .stores.tenant import MultiTenantStore, TenantStoreFactory, per_tenant
-from .tenant import current_tenant
+from .stores.tenant import MultiTenantStore, TenantStoreFactory
 
 __all__ = ["Failover", "configure", "get_engine", "utcnow"]
 
@@ -35,69 +45,6 @@ log = logging.getLogger("failover")
 
 utcnow: Callable[[], datetime] = functools.partial(datetime.now, UTC)
 """The default clock: aware UTC now (a partial of a builtin: no Python frame per call)."""
-
-
-def _needs_copy(store: FailoverStore) -> bool:
-    # A store that encodes on the caller's thread (and so isolates by itself) says so; a copying
-    # layer given as the store copies already: a second one would only copy everything twice.
-    return not (isinstance(store, CopyingStore) or getattr(store, "isolating", False))
-
-
-def _tenant_factory(
-    store: object, resolver: object, clock: Callable[[], datetime]
-) -> TenantStoreFactory | None:
-    """What makes each tenant's raw store when multi-tenancy is on (``None``: it is off).
-
-    It is on with a ``tenant_resolver``, a factory ``tenant -> store``, or a URL with
-    ``{tenant}``.
-    """
-    if resolver is not None and not callable(resolver):
-        raise ConfigurationError(f"Failover: tenant_resolver must be callable, got {resolver!r}")
-    if isinstance(store, str):
-        if resolver is None and "{tenant}" not in store:
-            return None
-        return per_tenant(store, clock=clock)
-    if isinstance(store, FailoverStore):
-        if resolver is not None:
-            raise ConfigurationError(
-                "Failover: with tenant_resolver, store must be a URL or a factory "
-                f"(tenant -> store), not one store every tenant would share: {store!r}"
-            )
-        return None
-    return store if callable(store) else None
-
-
-class _TenantChains:
-    """Makes a tenant's store chain: the tenant's raw store under the engine's layers."""
-
-    def __init__(
-        self,
-        factory: TenantStoreFactory,
-        chain: Callable[[FailoverStore], FailoverStore],
-        writes_async: bool,
-    ) -> None:
-        self.factory = factory
-        self.chain = chain
-        # With async_writes=None, stores that do I/O get a queue and the others never block:
-        # either way a write does not block the caller.
-        self.writes_async = writes_async
-
-    def __repr__(self) -> str:
-        return f"{self.factory!r} (each under the engine's layers)"
-
-    @property
-    def does_io(self) -> bool:
-        """The tenants' raw stores do I/O (assumed when the factory does not say)."""
-        return bool(getattr(self.factory, "does_io", True))
-
-    def __call__(self, tenant: str) -> FailoverStore:
-        return self.chain(self.factory(tenant))
-
-    def close(self) -> None:
-        """Close the factory, when it holds resources (a shared connection pool)."""
-        close = getattr(self.factory, "close", None)
-        if callable(close):
-            close()
 
 
 class Failover:
@@ -114,7 +61,15 @@ class Failover:
             chain per tenant). Default with multi-tenancy: `failover.current_tenant`.
         metrics: Prometheus metrics: ``True`` (the default registry), a registry, or ``False``.
         policy: the exception policy of failovers that set none.
-        breaker_defaults: ``fail_max`` and ``reset_timeout`` for ``breaker=True``.
+        breaker_defaults: the `pybreaker.CircuitBreaker` settings of ``breaker=True``
+            failovers (one breaker per name): ``fail_max``, ``reset_timeout``,
+            ``success_threshold``, ``exclude``, and ``state_storage``, a callable
+            ``name -> pybreaker.CircuitBreakerStorage`` for state shared across processes.
+        timeout_workers: threads running sync upstreams past their callers' soft timeout.
+        store_interval: write coalescing for failovers that set none: the least time between
+            two stores of one key (a success within it returns live, unstored). Bounds a shared
+            store's write rate by distinct keys / interval; adds at most the interval of
+            staleness. ``None`` (default): every success is stored.
         clock: the time source (aware UTC datetimes); tests pass a fake clock.
         enabled: ``False`` makes every decorated function a plain pass-through.
 
@@ -133,6 +88,8 @@ class Failover:
         breaker_defaults: Mapping[str, Any] | None = None,
         clock: Callable[[], datetime] = utcnow,
         enabled: bool = True,
+        timeout_workers: int = 16,
+        store_interval: timedelta | float | str | None = None,
     ) -> None:
         if not callable(clock):
             raise ConfigurationError(f"Failover: clock must be callable, got {clock!r}")
@@ -143,30 +100,36 @@ class Failover:
         self.clock = clock
         self.enabled = bool(enabled)
         self.policy = resolve_policy(policy, "Failover")
-        self.breaker_defaults = dict(breaker_defaults or {})
+        self.breaker_defaults = _breaker_defaults(breaker_defaults)
+        if isinstance(timeout_workers, bool) or not isinstance(timeout_workers, int):
+            raise ConfigurationError(
+                f"Failover: timeout_workers must be an int, got {timeout_workers!r}"
+            )
+        if timeout_workers < 1:
+            raise ConfigurationError("Failover: timeout_workers must be at least 1")
         self.metrics: Metrics = resolve_metrics(metrics)
         self.async_writes = async_writes
         self.tenant_resolver = tenant_resolver
-        factory = _tenant_factory(store, tenant_resolver, clock)
-        if factory is not None:
-            self.tenant_resolver = resolver = tenant_resolver or current_tenant
-            chains = _TenantChains(factory, self._store_chain, async_writes is not False)
-            # The router is outermost; each tenant's raw store is under its own layers.
-            self.raw_store: FailoverStore = MultiTenantStore(chains, resolver)
-            self.store: FailoverStore = self.raw_store
-        else:
-            raw = make_store(store, clock=clock) if isinstance(store, str) else store
-            if not isinstance(raw, FailoverStore):
-                raise ConfigurationError(
-                    f"Failover: store must be a URL or a FailoverStore (or, for multi-tenancy, "
-                    f"a factory tenant -> store), got {store!r}"
-                )
-            self.raw_store = raw
-            self.store = self._store_chain(raw)
-        self.handler: Handler = DefaultHandler(self.store, clock)
-        if self.metrics is not NULL_METRICS:
-            self.handler = MetricsHandler(self.handler, self.metrics, clock)
-        self.execution = BasicExecution()
+        self.raw_store, self.store = store_chain(
+            store, tenant_resolver, async_writes, self.metrics, clock
+        )
+        if isinstance(self.store, MultiTenantStore):
+            self.tenant_resolver = self.store.resolver
+        interval = None
+        if store_interval is not None and store_interval != 0:
+            interval = parse_ttl(store_interval, "Failover: store_interval")
+        self.store_interval = interval
+        self.handler: Handler = handler_chain(
+            self.store, self.metrics, clock, store_interval=interval
+        )
+        # Only failovers with a splitter pay for the scatter/gather layer.
+        self.scatter_handler: Handler = handler_chain(
+            self.store, self.metrics, clock, scatter=True, store_interval=interval
+        )
+        self.refreshes = Refreshes(timeout_workers)
+        self._breakers: dict[str, pybreaker.CircuitBreaker] = {}
+        self._bulkheads: dict[str, Bulkhead] = {}
+        self._unstorable: dict[str, str] = {}  # failover name -> why nothing of it is stored
         self._lock = threading.RLock()
         self._registered: dict[str, Decorated] = {}
         self._runtimes: dict[Decorated, Runtime] = {}
@@ -176,28 +139,6 @@ class Failover:
 
     def __repr__(self) -> str:
         return f"Failover(store={self.store!r}, enabled={self.enabled})"
-
-    def _store_chain(self, raw: FailoverStore) -> FailoverStore:
-        """The layers over one raw store (one tenant's, with multi-tenancy), outermost first:
-        copying, then async writes, then the raw store."""
-        if isinstance(raw, MultiTenantStore):
-            return raw  # a router stays outermost: its tenants' chains are its own
-        chain = raw
-        queued = self._queues_writes(raw)
-        if queued:
-            chain = AsyncWriteStore(chain, metrics=self.metrics)
-        # Copy before the queue, so that a caller mutating its result while the write waits
-        # changes nothing; a queued write is not encoded yet, so even an isolating store needs it.
-        if queued or _needs_copy(raw):
-            chain = CopyingStore(chain)
-        return chain
-
-    def _queues_writes(self, raw: FailoverStore) -> bool:
-        if getattr(raw, "writes_async", False):
-            return False  # queued already
-        if self.async_writes is None:
-            return bool(getattr(raw, "does_io", True))
-        return self.async_writes
 
     @property
     def blocking(self) -> bool:
@@ -215,6 +156,7 @@ class Failover:
         """Register a decorated function; a second one under the same name replaces the first."""
         allow_annotation(decorated.fn)  # its return type may be restored from a serializing store
         definition = decorated.definition
+        self._check_encodable(decorated)
         with self._lock:
             previous = self._registered.get(definition.name)
             if previous is not None and previous is not decorated:
@@ -222,6 +164,25 @@ class Failover:
                 self._runtimes.pop(previous, None)
             self._registered[definition.name] = decorated
             self._warn_domain_mismatch(definition)
+
+    def _check_encodable(self, decorated: Decorated) -> None:
+        """Warn when the store can never encode what the function returns (an HTTP response
+        object on a JSON store): its calls would answer, and nothing would ever be stored."""
+        codec = getattr(self.raw_store, "codec", None)
+        if not isinstance(codec, JsonCodec):
+            return
+        d = decorated.definition
+        bad = unencodable(resolve_return_type(decorated.fn, d.return_annotation))
+        if bad is None:
+            return
+        reason = f"the store cannot encode {type_name(bad)}"
+        self._unstorable[d.name] = reason
+        warnings.warn(
+            f"failover {d.name!r}: returns {type_name(bad)}, which {self.raw_store!r} cannot "
+            "encode: its results would never be stored. Return plain data (a dict, a dataclass, "
+            "a pydantic model: e.g. response.json()) instead",
+            stacklevel=5,
+        )
 
     def _warn_domain_mismatch(self, definition: FailoverDefinition) -> None:
         if definition.domain is None:
@@ -261,16 +222,77 @@ class Failover:
                     d,
                     decorated.binder,
                     decorated.fn,
-                    self.handler,
-                    self.execution,
+                    self.handler if d.splitter is None else self.scatter_handler,
                     policy,
                     self.clock,
                     self.blocking,
                     self.blocking_writes,
                     self.store if isinstance(self.store, MultiTenantStore) else None,
                 )
+                rt.bind(self._execution(d, rt))
+                rt.unstorable = self._unstorable.get(d.name)
                 self._runtimes[decorated] = rt
             return rt
+
+    def _execution(self, d: FailoverDefinition, rt: Runtime) -> Execution | None:
+        """The failover's execution chain: bulkhead outside breaker outside timeout."""
+        guards: list[Guard] = []
+        if d.max_concurrency is not None:
+            guards.append(self.bulkhead(d))
+        timeout = None
+        if d.timeout is not None:
+            timeout = SoftTimeout(d.name, d.timeout, self.refreshes, rt.late, key_of)
+        if d.breaker is not None:
+            inner = (SoftTimeoutError,) if timeout is not None else ()
+
+            def counts(exc: Exception) -> bool:
+                return d.accepts(exc) or isinstance(exc, inner)
+
+            guards.append(BreakerGuard(self.breaker(d), counts))
+        if not guards and timeout is None:
+            return None
+        return Execution(tuple(guards), timeout)
+
+    def breaker(self, d: FailoverDefinition) -> pybreaker.CircuitBreaker:
+        """The circuit breaker of failover ``d``: its own, or (``breaker=True``) the engine's
+        one for its name, made from ``breaker_defaults``; its state changes reach the metrics."""
+        with self._lock:
+            cb: pybreaker.CircuitBreaker | None = None if d.breaker is True else d.breaker
+            if cb is None:
+                cb = self._breakers.get(d.name)
+                if cb is None:
+                    settings = dict(self.breaker_defaults)
+                    storage = settings.pop("state_storage", None)
+                    if storage is not None:
+                        settings["state_storage"] = storage(d.name)
+                    cb = self._breakers[d.name] = pybreaker.CircuitBreaker(name=d.name, **settings)
+            report = self.metrics.circuit_state
+            if not any(
+                isinstance(x, StateListener) and x.name == d.name and x.report == report
+                for x in cb.listeners
+            ):
+                cb.add_listener(StateListener(d.name, report))
+            report(d.name, state_code(cb.current_state))
+            return cb
+
+    def bulkhead(self, d: FailoverDefinition) -> Bulkhead:
+        """The bulkhead of failover ``d`` (one per name on this engine)."""
+        with self._lock:
+            bulkhead = self._bulkheads.get(d.name)
+            if (
+                bulkhead is None
+                or bulkhead.limit != d.max_concurrency
+                or bulkhead.acquire_timeout != d.acquire_timeout
+            ):
+                assert d.max_concurrency is not None
+                metrics, name = self.metrics, d.name
+                bulkhead = self._bulkheads[d.name] = Bulkhead(
+                    name,
+                    d.max_concurrency,
+                    d.acquire_timeout,
+                    lambda: metrics.bulkhead_rejected(name),
+                )
+            return bulkhead
 
     # -- maintenance --------------------------------------------------------------------------
 
@@ -318,8 +340,10 @@ class Failover:
         """
         return flush_chain(self.store, timeout)
 
-    def close(self) -> None:
-        """Stop the cleanup schedulers started here, flush pending writes, release the stores.
+    def close(self, timeout: float = 5.0) -> None:
+        """Stop the cleanup schedulers started here, stop the background refreshes of soft
+        timeouts (async ones are cancelled; sync ones get up to ``timeout`` seconds to end and
+        be stored), flush pending writes, release the stores.
 
         Idempotent.
         """
@@ -329,6 +353,8 @@ class Failover:
             self._closed = True
         for scheduler in self._schedulers:
             scheduler.stop()
+        if not self.refreshes.close(timeout):
+            log.warning("Failover.close: background refreshes still running after %ss", timeout)
         # A cleanup run by hand on another thread ends first: its store is not closed under it.
         with self._clean_lock:
             self.store.close()
@@ -362,6 +388,32 @@ class Failover:
             kwargs["policy"] = env[f"{prefix}POLICY"]
         kwargs.update(overrides)
         return cls(**kwargs)
+
+
+_BREAKER_SETTINGS = ("fail_max", "reset_timeout", "success_threshold", "exclude", "state_storage")
+
+
+def _breaker_defaults(value: Mapping[str, Any] | None) -> dict[str, Any]:
+    settings = dict(value or {})
+    for key in settings:
+        if key not in _BREAKER_SETTINGS:
+            raise ConfigurationError(
+                f"Failover: breaker_defaults has unknown setting {key!r}; "
+                f"use {', '.join(_BREAKER_SETTINGS)}"
+            )
+    storage = settings.get("state_storage")
+    if storage is not None and not callable(storage):
+        raise ConfigurationError(
+            "Failover: breaker_defaults['state_storage'] must be a callable "
+            "name -> pybreaker.CircuitBreakerStorage"
+        )
+    try:
+        pybreaker.CircuitBreaker(**{k: v for k, v in settings.items() if k != "state_storage"})
+    except Exception as exc:
+        raise ConfigurationError(
+            f"Failover: breaker_defaults cannot make a breaker: {exc}"
+        ) from exc
+    return settings
 
 
 def _warn_replaced(previous: Decorated, new: Decorated) -> None:

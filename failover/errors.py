@@ -7,7 +7,8 @@ The tree::
     ├── StoreError                a store refused or failed an operation
     ├── SerializationError        a value could not be encoded, or a row could not be decoded
     ├── SplitterError             a scatter/gather splitter raised
-    └── BulkheadFull              no bulkhead permit could be had (a recovery cause)
+    ├── BulkheadFull              no bulkhead permit could be had (a recovery cause)
+    └── SoftTimeoutError          the upstream was slower than ``timeout=`` (also a TimeoutError)
 
 The upstream's own exceptions are never wrapped: with the ``rethrow`` policy the caller gets the
 original exception back, with a note (``add_note``) saying why nothing was recovered.
@@ -20,6 +21,7 @@ __all__ = [
     "ConfigurationError",
     "FailoverError",
     "SerializationError",
+    "SoftTimeoutError",
     "SplitterError",
     "StoreError",
 ]
@@ -47,3 +49,8 @@ class SplitterError(FailoverError):
 
 class BulkheadFull(FailoverError):
     """No bulkhead permit was available in time; the call goes to recovery."""
+
+
+class SoftTimeoutError(FailoverError, TimeoutError):
+    """The upstream did not answer within the failover's ``timeout=``; the call goes to
+    recovery while the upstream call goes on in the background (its result is stored)."""

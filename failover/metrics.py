@@ -7,21 +7,13 @@ import functools
 import logging
 import threading
 from collections.abc import Callable
-from datetime import datetime
-from time import perf_counter
-from typing import TYPE_CHECKING, Any, ParamSpec, Protocol, cast
+from typing import Any, ParamSpec, Protocol, cast
 
-from .context import CallContext, Miss
 from .errors import ConfigurationError
-
-if TYPE_CHECKING:
-    from .handlers import Handler
-    from .stores.base import Payload
 
 __all__ = [
     "NULL_METRICS",
     "Metrics",
-    "MetricsHandler",
     "NullMetrics",
     "PrometheusMetrics",
     "resolve_metrics",
@@ -65,6 +57,14 @@ class Metrics(Protocol):
 
     def cleanup(self, removed: int, seconds: float) -> None:
         """One cleanup run."""
+        return None
+
+    def circuit_state(self, name: str, state: int) -> None:
+        """A failover's breaker is now ``state``: 0 closed, 1 half-open, 2 open."""
+        return None
+
+    def bulkhead_rejected(self, name: str) -> None:
+        """A call found no bulkhead permit in time."""
         return None
 
 
@@ -156,6 +156,15 @@ class PrometheusMetrics:
         self._cleanup_seconds = Histogram(
             "failover_cleanup_seconds", "Time spent per cleanup.", **kw
         )
+        self._circuit = Gauge(
+            "failover_circuit_state",
+            "Circuit breaker state: 0 closed, 1 half-open, 2 open.",
+            ["name"],
+            **kw,
+        )
+        self._rejected = Counter(
+            "failover_bulkhead_rejected", "Calls that found no bulkhead permit.", ["name"], **kw
+        )
 
     @classmethod
     def for_registry(cls, registry: Any = None) -> PrometheusMetrics:
@@ -234,6 +243,16 @@ class PrometheusMetrics:
         self._cleanup_removed.inc(removed)
         self._cleanup_seconds.observe(seconds)
 
+    @_safe
+    def circuit_state(self, name: str, state: int) -> None:
+        """A breaker's state."""
+        self._child(self._circuit, name).set(state)
+
+    @_safe
+    def bulkhead_rejected(self, name: str) -> None:
+        """A call refused by the bulkhead."""
+        self._child(self._rejected, name).inc()
+
 
 def resolve_metrics(setting: Any) -> Metrics:
     """The engine's ``metrics=`` setting as a `Metrics`: ``True`` (default registry), ``False``,
@@ -273,51 +292,3 @@ class _Guarded(Metrics):
 
     def __repr__(self) -> str:
         return repr(self.inner)
-
-
-class MetricsHandler:
-    """The outermost handler: counts and times stores and recoveries, then delegates."""
-
-    def __init__(self, inner: Handler, metrics: Metrics, clock: Callable[[], datetime]) -> None:
-        self.inner = inner
-        self.metrics = metrics
-        self.clock = clock
-
-    def __repr__(self) -> str:
-        return f"MetricsHandler({self.inner!r})"
-
-    def store(self, ctx: CallContext, result: Any) -> None:
-        """Store, counting ``stored`` or ``failed``."""
-        start = perf_counter()
-        try:
-            self.inner.store(ctx, result)
-        except Exception:
-            self.metrics.stored(ctx.definition.name, False, perf_counter() - start)
-            raise
-        self.metrics.stored(ctx.definition.name, True, perf_counter() - start)
-
-    def recover(self, ctx: CallContext, cause: Exception) -> Payload | Miss:
-        """Recover, counting ``recovered``, ``not_recovered`` or ``error``."""
-        start = perf_counter()
-        name = ctx.definition.name
-        try:
-            found = self.inner.recover(ctx, cause)
-        except Exception:
-            self.metrics.recovered(name, "error", perf_counter() - start)
-            raise
-        if isinstance(found, Miss):
-            self.metrics.recovered(name, "not_recovered", perf_counter() - start)
-        else:
-            age = None
-            if found.as_of is not None:
-                age = max(0.0, (self.clock() - found.as_of).total_seconds())
-            self.metrics.recovered(name, "recovered", perf_counter() - start, age)
-        return found
-
-    def peek(self, ctx: CallContext) -> Payload | None:
-        """Peek, uncounted."""
-        return self.inner.peek(ctx)
-
-    def invalidate(self, ctx: CallContext) -> None:
-        """Invalidate, uncounted."""
-        self.inner.invalidate(ctx)

@@ -378,7 +378,7 @@ def test_bad_call_raises_type_error_without_calling_upstream(
         ({"recover_all": True}, "recover_all=True needs a splitter"),
         ({"expiry": object()}, "expiry= must have"),
         ({"domain": ""}, "domain must be a non-empty string"),
-        ({"acquire_timeout": -1}, "acquire_timeout= must be >= 0"),
+        ({"acquire_timeout": -1}, "acquire_timeout= must be a finite number of seconds >= 0"),
     ],
 )
 def test_misconfiguration_fails_at_decoration(kwargs: dict[str, Any], match: str) -> None:

@@ -1,0 +1,166 @@
+"""Where both chains are assembled, in the order of the design diagram.
+
+Store chain, outermost first (per tenant under the router)::
+
+    MultiTenantStore -> CopyingStore -> AsyncWriteStore -> raw store
+
+Handler chain, outermost first::
+
+    MetricsHandler -> ScatterGatherHandler -> DefaultHandler -> store chain
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import datetime, timedelta
+
+from .errors import ConfigurationError
+from .handlers import DefaultHandler, Handler, MetricsHandler, ScatterGatherHandler
+from .metrics import NULL_METRICS, Metrics
+from .stores.async_write import AsyncWriteStore
+from .stores.base import FailoverStore
+from .stores.copying import CopyingStore
+from .stores.factory import make_store
+from .stores.tenant import MultiTenantStore, TenantStoreFactory, per_tenant
+from .tenant import current_tenant, pinned
+
+__all__ = ["handler_chain", "store_chain"]
+
+
+def store_chain(
+    store: object,
+    tenant_resolver: Callable[[], str | None] | None,
+    async_writes: bool | None,
+    metrics: Metrics,
+    clock: Callable[[], datetime],
+) -> tuple[FailoverStore, FailoverStore]:
+    """The engine's raw store and the chain over it, from `Failover`'s ``store=`` setting.
+
+    Raises:
+        ConfigurationError: a store setting that cannot work.
+    """
+
+    def layers(raw: FailoverStore) -> FailoverStore:
+        """The layers over one raw store (one tenant's, with multi-tenancy), outermost first:
+        copying, then async writes, then the raw store."""
+        if isinstance(raw, MultiTenantStore):
+            return raw  # a router stays outermost: its tenants' chains are its own
+        chain = raw
+        queued = _queues_writes(raw, async_writes)
+        if queued:
+            chain = AsyncWriteStore(chain, metrics=metrics)
+        # Copy before the queue, so that a caller mutating its result while the write waits
+        # changes nothing; a queued write is not encoded yet, so even an isolating store needs it.
+        if queued or _needs_copy(raw):
+            chain = CopyingStore(chain)
+        return chain
+
+    factory = _tenant_factory(store, tenant_resolver, clock)
+    if factory is not None:
+        chains = _TenantChains(factory, layers, async_writes is not False)
+        # The router is outermost; each tenant's raw store is under its own layers.
+        router = MultiTenantStore(chains, tenant_resolver or current_tenant)
+        return router, router
+    raw = make_store(store, clock=clock) if isinstance(store, str) else store
+    if not isinstance(raw, FailoverStore):
+        raise ConfigurationError(
+            f"Failover: store must be a URL or a FailoverStore (or, for multi-tenancy, "
+            f"a factory tenant -> store), got {store!r}"
+        )
+    return raw, layers(raw)
+
+
+def handler_chain(
+    store: FailoverStore,
+    metrics: Metrics,
+    clock: Callable[[], datetime],
+    scatter: bool = False,
+    store_interval: timedelta | None = None,
+) -> Handler:
+    """The handler chain over ``store``; ``scatter`` adds the scatter/gather layer (only
+    failovers with a splitter get it). With metrics off the metrics layer is left out."""
+    tenant = None
+    if isinstance(store, MultiTenantStore):
+        router = store
+
+        def tenant() -> str:
+            pin = pinned.get()
+            return router.resolve() if pin is None else pin
+
+    handler: Handler = DefaultHandler(store, clock, store_interval, tenant)
+    if scatter:
+        handler = ScatterGatherHandler(handler)
+    if metrics is not NULL_METRICS:
+        handler = MetricsHandler(handler, metrics, clock)
+    return handler
+
+
+def _queues_writes(raw: FailoverStore, async_writes: bool | None) -> bool:
+    if getattr(raw, "writes_async", False):
+        return False  # queued already
+    if async_writes is None:
+        return bool(getattr(raw, "does_io", True))
+    return async_writes
+
+
+def _needs_copy(store: FailoverStore) -> bool:
+    # A store that encodes on the caller's thread (and so isolates by itself) says so; a copying
+    # layer given as the store copies already: a second one would only copy everything twice.
+    return not (isinstance(store, CopyingStore) or getattr(store, "isolating", False))
+
+
+def _tenant_factory(
+    store: object, resolver: object, clock: Callable[[], datetime]
+) -> TenantStoreFactory | None:
+    """What makes each tenant's raw store when multi-tenancy is on (``None``: it is off).
+
+    It is on with a ``tenant_resolver``, a factory ``tenant -> store``, or a URL with
+    ``{tenant}``.
+    """
+    if resolver is not None and not callable(resolver):
+        raise ConfigurationError(f"Failover: tenant_resolver must be callable, got {resolver!r}")
+    if isinstance(store, str):
+        if resolver is None and "{tenant}" not in store:
+            return None
+        return per_tenant(store, clock=clock)
+    if isinstance(store, FailoverStore):
+        if resolver is not None:
+            raise ConfigurationError(
+                "Failover: with tenant_resolver, store must be a URL or a factory "
+                f"(tenant -> store), not one store every tenant would share: {store!r}"
+            )
+        return None
+    return store if callable(store) else None
+
+
+class _TenantChains:
+    """Makes a tenant's store chain: the tenant's raw store under the engine's layers."""
+
+    def __init__(
+        self,
+        factory: TenantStoreFactory,
+        chain: Callable[[FailoverStore], FailoverStore],
+        writes_async: bool,
+    ) -> None:
+        self.factory = factory
+        self.chain = chain
+        # With async_writes=None, stores that do I/O get a queue and the others never block:
+        # either way a write does not block the caller.
+        self.writes_async = writes_async
+
+    def __repr__(self) -> str:
+        return f"{self.factory!r} (each under the engine's layers)"
+
+    @property
+    def does_io(self) -> bool:
+        """The tenants' raw stores do I/O (assumed when the factory does not say)."""
+        return bool(getattr(self.factory, "does_io", True))
+
+    def __call__(self, tenant: str) -> FailoverStore:
+        return self.chain(self.factory(tenant))
+
+    def close(self) -> None:
+        """Close the factory, when it holds resources (a shared connection pool)."""
+        close = getattr(self.factory, "close", None)
+        if callable(close):
+            close()

@@ -1,0 +1,116 @@
+"""The innermost handler: keys, expiry and the store chain."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from datetime import datetime, timedelta
+from typing import Any
+
+from ..context import CallContext, Miss
+from ..keys import make_key
+from ..payload import envelope
+from ..stores.base import FailoverStore, Payload
+from .base import expire_on, key_of
+
+__all__ = ["DefaultHandler"]
+
+
+class DefaultHandler:
+    """Keys, expiry and the store: the innermost handler.
+
+    An expired entry found on recovery or peek is deleted and never served.
+
+    Write coalescing: with a store interval (the failover's ``store_interval``, else
+    ``store_interval`` here), a success within that time of its key's last store is not stored
+    again. The last store times are kept for at most ``max_coalesced`` keys, the ones stored
+    longest ago leaving first (they are the first to leave the interval anyway).
+
+    Args:
+        store: the store chain.
+        clock: the engine's clock.
+        store_interval: the engine's default interval (``None`` or zero: every success is stored).
+        tenant: the current tenant, when stores are per tenant (one key's times per tenant).
+        max_coalesced: the most keys whose last store time is kept.
+    """
+
+    def __init__(
+        self,
+        store: FailoverStore,
+        clock: Any,
+        store_interval: timedelta | None = None,
+        tenant: Callable[[], str] | None = None,
+        max_coalesced: int = 100_000,
+    ) -> None:
+        self.store_ = store
+        self.clock = clock
+        self.store_interval = store_interval or None
+        self.tenant = tenant
+        self.max_coalesced = max_coalesced
+        self._last: dict[tuple[str, ...], datetime] = {}
+        self._last_lock = threading.Lock()
+
+    def __repr__(self) -> str:
+        return f"DefaultHandler({self.store_!r})"
+
+    def store(self, ctx: CallContext, result: Any) -> None:
+        """Store the live result under the call's key with its expiry."""
+        definition = ctx.definition
+        now = ctx.now
+        if now is None:
+            ctx.now = now = self.clock()
+        name = definition.effective_name
+        key = make_key(name, ctx.values) if definition.key is None else key_of(ctx)
+        interval = definition.store_interval
+        if interval is None:
+            interval = self.store_interval
+        if interval and self._coalesced(name, key, now, interval):
+            return
+        self.store_.store(envelope(name, key, result, now, expire_on(definition, now), True))
+
+    def _coalesced(self, name: str, key: str, now: datetime, interval: timedelta) -> bool:
+        """Whether ``(name, key)`` was stored less than ``interval`` before ``now``; if not, its
+        store time becomes ``now``."""
+        slot = (name, key) if self.tenant is None else (self.tenant(), name, key)
+        last = self._last
+        when = last.get(slot)
+        if when is not None and now - when < interval:
+            return True
+        with self._last_lock:
+            last.pop(slot, None)
+            last[slot] = now  # re-inserted last: the dict's order is the store order
+            if len(last) > self.max_coalesced:
+                del last[next(iter(last))]
+        return False
+
+    def _live(self, ctx: CallContext) -> Payload | Miss:
+        definition = ctx.definition
+        key = key_of(ctx)
+        found = self.store_.find(definition.effective_name, key)
+        if found is None:
+            return Miss.MISS
+        if definition.expiry.is_expired(found, self.clock()):
+            # A concurrent success may have stored a fresh entry since: delete only if the
+            # entry is still the expired one (the window left is one find long).
+            again = self.store_.find(definition.effective_name, key)
+            if again is not None and again.as_of == found.as_of:
+                self.store_.delete(definition.effective_name, key)
+            return Miss.EXPIRED
+        return envelope(found.name, found.key, found.payload, found.as_of, found.expire_on, False)
+
+    def recover(self, ctx: CallContext, cause: Exception) -> Payload | Miss:
+        """The stored entry, stale, or why there is none."""
+        return self._live(ctx)
+
+    def peek(self, ctx: CallContext) -> Payload | None:
+        """The stored, unexpired entry, or ``None``."""
+        found = self._live(ctx)
+        return None if isinstance(found, Miss) else found
+
+    def invalidate(self, ctx: CallContext) -> None:
+        """Delete the stored entry (the next success stores again, whatever the interval)."""
+        name, key = ctx.definition.effective_name, key_of(ctx)
+        self.store_.delete(name, key)
+        slot = (name, key) if self.tenant is None else (self.tenant(), name, key)
+        with self._last_lock:
+            self._last.pop(slot, None)
