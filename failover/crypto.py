@@ -19,7 +19,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from .errors import ConfigurationError, SerializationError
 
-__all__ = ["Cipher", "FernetCipher", "seal", "unseal"]
+__all__ = ["Cipher", "FernetCipher", "is_sealed", "seal", "unseal"]
 
 _OPEN, _CLOSE = "ENC(", ")"
 _BOUND = "@"  # starts the plain text of a bound row; an unbound one starts with a codec marker
@@ -46,6 +46,15 @@ class Cipher(Protocol):
             SerializationError: the token does not decrypt (wrong key, tampered, truncated).
         """
         ...
+
+
+def is_sealed(text: str) -> bool:
+    """Whether a stored payload carries the ``ENC(...)`` marker.
+
+    Raises:
+        AttributeError: ``text`` is not text (a corrupt row).
+    """
+    return text.startswith(_OPEN)
 
 
 def seal(cipher: Cipher, text: str, binding: bytes) -> str:

@@ -110,12 +110,34 @@ def listening(engine: sa.Engine, event: str) -> Iterator[list[tuple[Any, ...]]]:
 
 @contextmanager
 def statements(engine: sa.Engine) -> Iterator[Statements]:
+    """The statements sent while in the block. On PostgreSQL the store sends most of its own
+    through psycopg directly, past SQLAlchemy's events: there, psycopg's cursors are watched
+    (they still run every statement), and pings of idle connections are left out."""
     seen = Statements()
-    sa.event.listen(engine, "before_cursor_execute", seen)
-    try:
+    if engine.dialect.name != "postgresql":
+        sa.event.listen(engine, "before_cursor_execute", seen)
+        try:
+            yield seen
+        finally:
+            sa.event.remove(engine, "before_cursor_execute", seen)
+        return
+    import psycopg
+
+    execute, executemany = psycopg.Cursor.execute, psycopg.Cursor.executemany
+
+    def watched_execute(self: Any, query: Any, *args: Any, **kwargs: Any) -> Any:
+        if query != "SELECT 1":
+            seen.seen.append((str(query), False))
+        return execute(self, query, *args, **kwargs)
+
+    def watched_executemany(self: Any, query: Any, *args: Any, **kwargs: Any) -> Any:
+        seen.seen.append((str(query), True))
+        return executemany(self, query, *args, **kwargs)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(psycopg.Cursor, "execute", watched_execute)
+        patch.setattr(psycopg.Cursor, "executemany", watched_executemany)
         yield seen
-    finally:
-        sa.event.remove(engine, "before_cursor_execute", seen)
 
 
 def pooled(engine: sa.Engine) -> int:
@@ -339,16 +361,19 @@ def test_batches_are_one_statement_each(make: Callable[..., SqlStore], clock: Fa
     keys = [f"k{i}" for i in range(1_000)]
     with statements(store.engine) as seen:
         store.store_many([entry(clock, k, {"k": k}) for k in keys])
-    assert len(seen.seen) == 1
-    assert "ON CONFLICT" in seen.seen[0][0]
+    ((sql, _),) = seen.seen
+    assert "ON CONFLICT" in sql
+    if store.engine.dialect.name == "postgresql":  # the rows as six arrays, unnested
+        assert "unnest(%b::text[], %b::text[], %b::bigint[]" in sql
     with statements(store.engine) as seen:
         found = store.find_many("n", [*keys, "absent"])
     assert len(found) == 1_000
     assert found["k999"].payload == {"k": "k999"}
     ((sql, _),) = seen.seen
     if store.engine.dialect.name == "postgresql":
-        assert "unnest(%(keys)s::VARCHAR[])" in sql  # the keys travel as one array parameter
-        assert sql.count("%(") == 3  # with the name, and LIMIT 1
+        assert "unnest(%b::text[])" in sql  # the keys travel as one array parameter
+        assert sql.count("%s") == 1  # with the name
+        assert "LIMIT 1" in sql
     else:
         assert " IN (" in sql
 
@@ -382,7 +407,10 @@ def test_point_finds_reuse_pooled_connections(
         for _ in range(200):
             assert store.find("n", "k") is not None
     assert len(connects) <= 1
-    assert len(checkouts) == 200
+    if store.engine.dialect.name == "postgresql":
+        assert len(checkouts) <= 1  # a spare connection, kept between calls
+    else:
+        assert len(checkouts) == 200
     assert len(seen.seen) == 200
 
 
