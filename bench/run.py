@@ -96,7 +96,8 @@ def interleaved(sync: list[Case], asyn: list[Case], number: int, rounds: int) ->
         pending = asyncio.all_tasks(loop)  # cashews' expiry task
         for task in pending:
             task.cancel()
-        loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
+        if pending:  # gather() of nothing would make its future on another loop
+            loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
         loop.close()
     return best
 

@@ -10,6 +10,9 @@ Quick start::
 
 import typing
 
+from . import asgi as asgi  # submodules, reached as failover.asgi, failover.http...
+from . import http as http
+from . import served as served
 from . import stores
 from .cleanup import CleanupScheduler
 from .codec import JsonCodec, PickleCodec
@@ -23,6 +26,7 @@ from .errors import (
     ConfigurationError,
     FailoverError,
     SerializationError,
+    SoftTimeoutError,
     SplitterError,
     StoreError,
 )
@@ -30,6 +34,7 @@ from .expiry import FixedTtl
 from .metrics import PrometheusMetrics
 from .payload import Referential, ReferentialAware, ReferentialPayload
 from .policy import ExceptionPolicy
+from .scatter import DictSplitter, ListSplitter, PayloadSplitter, StoreContext
 from .stores import (
     CachetoolsStore,
     CopyingStore,
@@ -46,6 +51,7 @@ __all__ = [
     "CleanupScheduler",
     "ConfigurationError",
     "CopyingStore",
+    "DictSplitter",
     "ExceptionPolicy",
     "ExpiryPolicy",
     "Failover",
@@ -57,6 +63,8 @@ __all__ = [
     "FixedTtl",
     "InMemoryStore",
     "JsonCodec",
+    "ListSplitter",
+    "PayloadSplitter",
     "PickleCodec",
     "PrometheusMetrics",
     "RecoverContext",
@@ -64,8 +72,10 @@ __all__ = [
     "ReferentialAware",
     "ReferentialPayload",
     "SerializationError",
+    "SoftTimeoutError",
     "SplitterError",
     "SqlStore",
+    "StoreContext",
     "StoreError",
     "configure",
     "current_tenant",

@@ -87,9 +87,8 @@ def handler_chain(
             pin = pinned.get()
             return router.resolve() if pin is None else pin
 
-    handler: Handler = DefaultHandler(store, clock, store_interval, tenant)
-    if scatter:
-        handler = ScatterGatherHandler(handler)
+    default = DefaultHandler(store, clock, store_interval, tenant)
+    handler: Handler = ScatterGatherHandler(default, metrics) if scatter else default
     if metrics is not NULL_METRICS:
         handler = MetricsHandler(handler, metrics, clock)
     return handler

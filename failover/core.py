@@ -7,7 +7,6 @@ upstream through the execution layer and hand the outcome here.
 from __future__ import annotations
 
 import asyncio
-import contextvars
 import inspect
 import logging
 import typing
@@ -22,6 +21,7 @@ from .execution import Execution
 from .handlers import Handler, key_of
 from .payload import ReferentialPayload, enrich, envelope, plain_kind
 from .policy import ExceptionPolicy, default_for
+from .served import record as record_served
 from .tenant import pinned
 
 if TYPE_CHECKING:
@@ -223,24 +223,38 @@ class Runtime:
     ) -> ReferentialPayload[Any] | None:
         """What the caller gets after recovery: an envelope, or ``None`` to re-raise ``cause``."""
         d = self.definition
+        hook = d.on_recovered
+        recovered: ReferentialPayload[Any] | None = None
         if isinstance(found, ReferentialPayload):
+            recovered = found
             value = enrich(found.payload, False, found.as_of)
-            if d.on_recovered is not None:
-                value = d.on_recovered(self.recover_context(ctx, cause, found), value)
-            return envelope(found.name, found.key, value, found.as_of, found.expire_on, False)
-        policy = self.policy
-        if policy is ExceptionPolicy.RETHROW:
+        elif self.policy is ExceptionPolicy.RETHROW:
             _note(cause, d.name, found.value if self.unstorable is None else self.unstorable)
             return None
-        if policy is ExceptionPolicy.NEVER_THROW:
+        elif self.policy is ExceptionPolicy.NEVER_THROW:
             value = None
-            if d.on_recovered is not None:
-                value = d.on_recovered(self.recover_context(ctx, cause, None), None)
-        elif policy is ExceptionPolicy.RETURN_DEFAULT:
-            value = default_for(self.return_type())
+        else:  # return_default and a callable policy make their value themselves: no hook
+            hook = None
+            if self.policy is ExceptionPolicy.RETURN_DEFAULT:
+                value = default_for(self.return_type())
+            else:
+                value = self.policy(self.recover_context(ctx, cause, None))
+        if hook is not None:
+            try:
+                value = hook(self.recover_context(ctx, cause, recovered), value)
+            except Exception:  # the hook's bug must not cost the caller a good value
+                log.warning(
+                    "failover %r: on_recovered raised; the caller gets the value it was given",
+                    d.name,
+                    exc_info=True,
+                )
+        if recovered is None:
+            out = self.made_envelope(ctx, value, cause)
         else:
-            value = policy(self.recover_context(ctx, cause, None))
-        return self.made_envelope(ctx, value)
+            r = recovered
+            out = envelope(r.name, r.key, value, r.as_of, r.expire_on, False, cause)
+        record_served(out, self.clock)
+        return out
 
     def accepts(self, cause: Exception) -> bool:
         """Whether ``cause`` triggers recovery (execution-layer refusals always do)."""
@@ -252,11 +266,14 @@ class Runtime:
         self.refusals = () if execution is None else execution.refusals
 
     def late(self, ctx: CallContext, result: Any) -> None:
-        """Store a result that came after its callers stopped waiting (soft timeout)."""
-        if self.definition.is_async and self.blocking_writes:
-            # Off the event loop, in the caller's context (its tenant included).
-            run = contextvars.copy_context().run
-            asyncio.get_running_loop().run_in_executor(None, run, self.succeeded, ctx, result)
+        """Store a result that came after its callers stopped waiting (soft timeout, sync
+        upstream: on the engine's pool thread, in the caller's context)."""
+        self.succeeded(ctx, result)
+
+    async def alate(self, ctx: CallContext, result: Any) -> None:
+        """`late` for an ``async def`` upstream: never blocks the event loop on store I/O."""
+        if self.blocking_writes or (self.new_tenants_block and self.tenant_unmade()):
+            await self.on_worker(self.succeeded, ctx, result)
         else:
             self.succeeded(ctx, result)
 
@@ -266,13 +283,15 @@ class Runtime:
             return None
         return self.resolve(ctx, cause, self.recover(ctx, cause))
 
-    def made_envelope(self, ctx: CallContext, value: Any) -> ReferentialPayload[Any]:
+    def made_envelope(
+        self, ctx: CallContext, value: Any, cause: BaseException | None = None
+    ) -> ReferentialPayload[Any]:
         """The envelope of a value made by a policy: not from the store, so no time."""
         try:
             key = key_of(ctx)
         except Exception:  # a failing key= callable already showed up as a recover error
             key = ""
-        return envelope(self.definition.effective_name, key, value, None, None, False)
+        return envelope(self.definition.effective_name, key, value, None, None, False, cause)
 
     def recover_context(
         self, ctx: CallContext, cause: BaseException | None, found: ReferentialPayload[Any] | None

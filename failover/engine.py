@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import math
 import os
 import threading
 import warnings
@@ -34,6 +35,7 @@ from .expiry import parse_ttl
 from .handlers import Handler, key_of
 from .metrics import Metrics, resolve_metrics
 from .policy import resolve_policy
+from .scatter import slice_type
 from .stores.async_write import flush_chain
 from .stores.base import FailoverStore
 from .stores.tenant import MultiTenantStore, TenantStoreFactory
@@ -163,7 +165,7 @@ class Failover:
                 _warn_replaced(previous, decorated)
                 self._runtimes.pop(previous, None)
             self._registered[definition.name] = decorated
-            self._warn_domain_mismatch(definition)
+            self._warn_domain_mismatch(decorated)
 
     def _check_encodable(self, decorated: Decorated) -> None:
         """Warn when the store can never encode what the function returns (an HTTP response
@@ -184,22 +186,30 @@ class Failover:
             stacklevel=5,
         )
 
-    def _warn_domain_mismatch(self, definition: FailoverDefinition) -> None:
+    def _warn_domain_mismatch(self, decorated: Decorated) -> None:
+        definition = decorated.definition
         if definition.domain is None:
             return
         for other in self._registered.values():
             o = other.definition
-            if (
-                o.domain == definition.domain
-                and o.name != definition.name
-                and o.ttl != definition.ttl
-            ):
-                warnings.warn(
-                    f"failover {definition.name!r}: domain {definition.domain!r} is shared with "
-                    f"{o.name!r} under a different ttl ({definition.ttl} vs {o.ttl})",
-                    stacklevel=5,
+            if o.domain != definition.domain or o.name == definition.name:
+                continue
+            if o.ttl != definition.ttl:
+                why = f"under a different ttl ({definition.ttl} vs {o.ttl})"
+            else:
+                mine, theirs = _slice_type(decorated), _slice_type(other)
+                if mine is None or theirs is None or mine == theirs:
+                    continue
+                why = (
+                    f"whose entries hold another type ({type_name(mine)} vs "
+                    f"{type_name(theirs)}): each would recover values of the other's type"
                 )
-                return
+            warnings.warn(
+                f"failover {definition.name!r}: domain {definition.domain!r} is shared with "
+                f"{o.name!r} {why}",
+                stacklevel=5,
+            )
+            return
 
     def definitions(self) -> list[FailoverDefinition]:
         """Every registered failover's definition, by name."""
@@ -241,7 +251,7 @@ class Failover:
             guards.append(self.bulkhead(d))
         timeout = None
         if d.timeout is not None:
-            timeout = SoftTimeout(d.name, d.timeout, self.refreshes, rt.late, key_of)
+            timeout = SoftTimeout(d.name, d.timeout, self.refreshes, rt.late, rt.alate, key_of)
         if d.breaker is not None:
             inner = (SoftTimeoutError,) if timeout is not None else ()
 
@@ -264,7 +274,13 @@ class Failover:
                     settings = dict(self.breaker_defaults)
                     storage = settings.pop("state_storage", None)
                     if storage is not None:
-                        settings["state_storage"] = storage(d.name)
+                        made = storage(d.name)
+                        if not isinstance(made, pybreaker.CircuitBreakerStorage):
+                            raise ConfigurationError(
+                                f"failover {d.name!r}: breaker_defaults['state_storage'] "
+                                f"returned {made!r}, not a pybreaker.CircuitBreakerStorage"
+                            )
+                        settings["state_storage"] = made
                     cb = self._breakers[d.name] = pybreaker.CircuitBreaker(name=d.name, **settings)
             report = self.metrics.circuit_state
             if not any(
@@ -390,29 +406,58 @@ class Failover:
         return cls(**kwargs)
 
 
+def _slice_type(decorated: Decorated) -> Any:
+    """What each entry of ``decorated`` holds (`failover.scatter.slice_type`)."""
+    d = decorated.definition
+    return slice_type(d, resolve_return_type(decorated.fn, d.return_annotation))
+
+
 _BREAKER_SETTINGS = ("fail_max", "reset_timeout", "success_threshold", "exclude", "state_storage")
 
 
 def _breaker_defaults(value: Mapping[str, Any] | None) -> dict[str, Any]:
+    if value is not None and not isinstance(value, Mapping):
+        raise ConfigurationError(
+            f"Failover: breaker_defaults must be a dict of {', '.join(_BREAKER_SETTINGS)}, "
+            f"got {value!r}"
+        )
     settings = dict(value or {})
-    for key in settings:
+    for key, item in settings.items():
         if key not in _BREAKER_SETTINGS:
             raise ConfigurationError(
                 f"Failover: breaker_defaults has unknown setting {key!r}; "
                 f"use {', '.join(_BREAKER_SETTINGS)}"
             )
+        number = isinstance(item, int | float) and not isinstance(item, bool)
+        if key in ("fail_max", "success_threshold") and not (
+            number and isinstance(item, int) and item >= 1
+        ):
+            raise ConfigurationError(
+                f"Failover: breaker_defaults[{key!r}] must be an int >= 1, got {item!r}"
+            )
+        if key == "reset_timeout" and not (number and math.isfinite(item) and item >= 0):
+            raise ConfigurationError(
+                f"Failover: breaker_defaults['reset_timeout'] must be a finite number of "
+                f"seconds >= 0, got {item!r}"
+            )
+    exclude = settings.get("exclude")
+    if exclude is not None:
+        items = tuple(exclude) if isinstance(exclude, list | tuple) else (exclude,)
+        for item in items:
+            if not (isinstance(item, type) and issubclass(item, BaseException)) and (
+                isinstance(item, type) or not callable(item)
+            ):
+                raise ConfigurationError(
+                    "Failover: breaker_defaults['exclude'] must be exception types or "
+                    f"predicates exc -> bool, got {item!r}"
+                )
+        settings["exclude"] = items
     storage = settings.get("state_storage")
     if storage is not None and not callable(storage):
         raise ConfigurationError(
             "Failover: breaker_defaults['state_storage'] must be a callable "
             "name -> pybreaker.CircuitBreakerStorage"
         )
-    try:
-        pybreaker.CircuitBreaker(**{k: v for k, v in settings.items() if k != "state_storage"})
-    except Exception as exc:
-        raise ConfigurationError(
-            f"Failover: breaker_defaults cannot make a breaker: {exc}"
-        ) from exc
     return settings
 
 

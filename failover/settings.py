@@ -18,6 +18,7 @@ from .definition import ExpiryPolicy, FailoverDefinition
 from .errors import ConfigurationError
 from .expiry import FixedTtl, parse_ttl
 from .policy import resolve_policy
+from .scatter import check_splitter
 
 if TYPE_CHECKING:
     from .engine import Failover
@@ -136,9 +137,7 @@ def resolve(
     else:
         accept = _types(exceptions, owner, "exceptions")
     policy = o["policy"]
-    splitter = o["splitter"]
-    if o["recover_all"] and splitter is None:
-        raise ConfigurationError(f"{owner}: recover_all=True needs a splitter=")
+    splitter = check_splitter(o["splitter"], o["recover_all"], owner)
     breaker = o["breaker"]
     if breaker is not None and not isinstance(breaker, bool | pybreaker.CircuitBreaker):
         raise ConfigurationError(

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import logging
 from collections.abc import Mapping, Sequence
 from typing import Any, Optional
 
+import pybreaker
 import pytest
 
 import failover
@@ -282,3 +285,138 @@ def test_rethrow_note_is_added_once_per_failover(engine: Failover, clock: FakeCl
         "failover 'inner': nothing recovered (no stored entry)",
         "failover 'outer': nothing recovered (no stored entry)",
     ]
+
+
+# -- on_recovered that raises (issue 10, item 5) ---------------------------------------------------
+
+
+def test_a_raising_on_recovered_hook_keeps_the_recovered_value(
+    engine: Failover, upstream: Upstream, caplog: pytest.LogCaptureFixture
+) -> None:
+    def hook(ctx: RecoverContext[Any], value: Any) -> Any:
+        raise KeyError("bug in the hook")
+
+    @failover.failover("hook-raises", engine=engine, on_recovered=hook)
+    def f(x: str) -> dict[str, Any]:
+        return upstream({"x": x})  # type: ignore[return-value]
+
+    assert f("a") == {"x": "a"}
+    upstream.fail()
+    with caplog.at_level(logging.WARNING, "failover"):
+        assert f("a") == {"x": "a"}
+    [record] = [r for r in caplog.records if "on_recovered" in r.getMessage()]
+    assert "'hook-raises'" in record.getMessage()
+    assert record.exc_info is not None
+    assert isinstance(record.exc_info[1], KeyError)
+    env = f.referential("a")
+    assert (env.payload, env.up_to_date, env.as_of) == ({"x": "a"}, False, engine.clock())
+    assert isinstance(env.cause, ConnectionError)
+
+
+async def test_a_raising_on_recovered_hook_under_never_throw_gives_none(
+    engine: Failover, caplog: pytest.LogCaptureFixture
+) -> None:
+    def hook(ctx: RecoverContext[Any], value: Any) -> Any:
+        raise RuntimeError("bug in the hook")
+
+    @failover.failover("hook-nt", engine=engine, policy="never_throw", on_recovered=hook)
+    async def f() -> int:
+        raise ConnectionError("down")
+
+    with caplog.at_level(logging.WARNING, "failover"):
+        assert await f() is None
+    assert any("'hook-nt'" in r.getMessage() for r in caplog.records)
+
+
+def test_a_hook_raising_a_base_exception_still_propagates(
+    engine: Failover, upstream: Upstream
+) -> None:
+    def hook(ctx: RecoverContext[Any], value: Any) -> Any:
+        raise KeyboardInterrupt
+
+    @failover.failover("hook-base", engine=engine, on_recovered=hook)
+    def f(x: str) -> object:
+        return upstream(x)
+
+    f("a")
+    upstream.fail()
+    with pytest.raises(KeyboardInterrupt):
+        f("a")
+
+
+# -- the envelope's cause (issue 10, item 6) -------------------------------------------------------
+
+
+def test_a_recovered_envelope_carries_its_cause(engine: Failover, upstream: Upstream) -> None:
+    @failover.failover("cause", engine=engine)
+    def f(x: str) -> object:
+        return upstream(x)
+
+    live = f.referential("a")
+    assert live.cause is None
+    error = ConnectionError("refused")
+    upstream.fail(error)
+    stale = f.referential("a")
+    assert stale.cause is error
+    assert not stale.up_to_date
+    # The cause is not part of the value's identity.
+    assert stale == dataclasses.replace(live, up_to_date=False)
+    # Never stored: the entry in the store, and what peek shows, have none.
+    peeked = f.peek("a")
+    assert peeked is not None
+    assert peeked.cause is None
+    [stored] = engine.raw_store.find_all("cause")
+    assert stored.cause is None
+
+
+@pytest.mark.parametrize(
+    ("policy", "payload"),
+    [("never_throw", None), ("return_default", []), (lambda ctx: ["made"], ["made"])],
+)
+async def test_a_policy_made_envelope_carries_its_cause(
+    engine: Failover, policy: Any, payload: object
+) -> None:
+    error = TimeoutError("slow")
+
+    @failover.failover("made-cause", engine=engine, policy=policy)
+    async def f(x: str) -> list[str]:
+        raise error
+
+    env = await f.referential("a")
+    assert (env.payload, env.as_of, env.up_to_date, env.cause) == (payload, None, False, error)
+
+
+def test_the_envelope_repr_hides_payload_and_key(engine: Failover, upstream: Upstream) -> None:
+    @failover.failover("private", engine=engine)
+    def f(email: str) -> object:
+        return upstream({"email": email, "iban": "FR7630006000011234567890189"})
+
+    f("jane@example.com")
+    upstream.fail()
+    env = f.referential("jane@example.com")
+    text = repr(env)
+    assert text == (
+        "ReferentialPayload(name='private', as_of=2026-01-01T00:00:00+00:00, "
+        "up_to_date=False, cause=ConnectionError)"
+    )
+    assert env.key not in text
+    assert str(env) == text
+    made = failover.ReferentialPayload("n", "secret-key", "secret", None, None, True)
+    assert repr(made) == "ReferentialPayload(name='n', as_of=None, up_to_date=True, cause=None)"
+
+
+def test_the_cause_of_a_refused_call_is_the_refusal(clock: FakeClock, upstream: Upstream) -> None:
+    engine = Failover(clock=clock, metrics=False, breaker_defaults={"fail_max": 1})
+
+    @failover.failover("breaker-cause", breaker=True, engine=engine)
+    def f(x: str) -> object:
+        return upstream(x)
+
+    f("a")
+    error = ConnectionError("down")
+    upstream.fail(error)
+    assert f.referential("a").cause is error  # the call that trips the breaker: the upstream's
+    refused = f.referential("a")  # the breaker is open: the upstream is not called
+    assert isinstance(refused.cause, pybreaker.CircuitBreakerError)
+    assert refused.payload == "a"
+    engine.close()

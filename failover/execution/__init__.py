@@ -55,8 +55,25 @@ class Execution:
         parts = [*map(repr, self.guards), *([repr(self.timeout)] if self.timeout else [])]
         return f"Execution({' > '.join(parts)})"
 
-    def call(self, ctx: Any, fn: Callable[..., Any], args: Any, kwargs: Any, i: int = 0) -> Any:
-        """Call ``fn`` through the guards from the ``i``-th inwards."""
+    def call(self, ctx: Any, fn: Callable[..., Any], args: Any, kwargs: Any) -> Any:
+        """Call ``fn`` through the guards, outermost first, and the soft timeout."""
+        if self.n != 1:
+            return self._call(ctx, fn, args, kwargs, 0)
+        # One guard (the common case): no frame per guard.
+        guard = self.guards[0]
+        token = guard.enter()
+        try:
+            if self.timeout is None:
+                result = fn(*args, **kwargs)
+            else:
+                result = self.timeout.call(ctx, fn, args, kwargs)
+        except BaseException as exc:
+            guard.exit(token, exc)
+            raise
+        guard.exit(token, None)
+        return result
+
+    def _call(self, ctx: Any, fn: Callable[..., Any], args: Any, kwargs: Any, i: int) -> Any:
         if i == self.n:
             if self.timeout is None:
                 return fn(*args, **kwargs)
@@ -64,17 +81,31 @@ class Execution:
         guard = self.guards[i]
         token = guard.enter()
         try:
-            result = self.call(ctx, fn, args, kwargs, i + 1)
+            result = self._call(ctx, fn, args, kwargs, i + 1)
         except BaseException as exc:
             guard.exit(token, exc)
             raise
         guard.exit(token, None)
         return result
 
-    async def acall(
-        self, ctx: Any, fn: Callable[..., Any], args: Any, kwargs: Any, i: int = 0
-    ) -> Any:
+    async def acall(self, ctx: Any, fn: Callable[..., Any], args: Any, kwargs: Any) -> Any:
         """`call` for ``async def`` upstreams."""
+        if self.n != 1:
+            return await self._acall(ctx, fn, args, kwargs, 0)
+        guard = self.guards[0]
+        token = await guard.aenter()
+        try:
+            if self.timeout is None:
+                result = await fn(*args, **kwargs)
+            else:
+                result = await self.timeout.acall(ctx, fn, args, kwargs)
+        except BaseException as exc:
+            guard.exit(token, exc)
+            raise
+        guard.exit(token, None)
+        return result
+
+    async def _acall(self, ctx: Any, fn: Callable[..., Any], args: Any, kwargs: Any, i: int) -> Any:
         if i == self.n:
             if self.timeout is None:
                 return await fn(*args, **kwargs)
@@ -82,7 +113,7 @@ class Execution:
         guard = self.guards[i]
         token = await guard.aenter()
         try:
-            result = await self.acall(ctx, fn, args, kwargs, i + 1)
+            result = await self._acall(ctx, fn, args, kwargs, i + 1)
         except BaseException as exc:
             guard.exit(token, exc)
             raise

@@ -8,17 +8,22 @@ such as `pybreaker.CircuitRedisStorage`), the counters, the listeners and the tr
   breaker would run one at a time; here the guarded call runs outside any lock.
 - its decorator does not count failures of ``async def`` functions; here the guard sees the
   end of the awaited call.
-- in half-open, exactly one trial call (per process) reaches the upstream; the concurrent others
-  are refused and served from the store.
+- in half-open, exactly one trial call (per process, per breaker, even when several failovers
+  share the breaker) reaches the upstream; the concurrent others are refused and served from
+  the store.
 - the call that trips the breaker raises the upstream's own exception, not pybreaker's error.
 - exceptions the failover does not recover (``exclude=``, or not matched by ``exceptions=``) are
   not failures of the upstream: they count as successes, as pybreaker's own ``exclude`` does.
+- a cancelled or interrupted call (a `BaseException` that is not an `Exception`) is neither a
+  success nor a failure: the upstream did not answer, nor fail.
+- a listener or a storage that raises is logged, never turned into the call's outcome.
 """
 
 from __future__ import annotations
 
-import contextlib
+import logging
 import threading
+import weakref
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any, ClassVar
@@ -27,7 +32,9 @@ import pybreaker
 
 from .base import Guard
 
-__all__ = ["BreakerGuard", "state_code"]
+__all__ = ["BreakerGuard", "StateListener", "state_code"]
+
+log = logging.getLogger("failover.execution")
 
 _OPEN = pybreaker.STATE_OPEN
 _CLOSED = pybreaker.STATE_CLOSED
@@ -39,6 +46,28 @@ def state_code(state: str) -> int:
     """The ``failover_circuit_state`` value of a pybreaker state name (0 closed, 1 half-open,
     2 open)."""
     return _CODES.get(state, 0)
+
+
+class _Gate:
+    """What the guards of one breaker share in this process: the trial in flight."""
+
+    __slots__ = ("lock", "trial")
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.trial = False
+
+
+_gates: weakref.WeakKeyDictionary[pybreaker.CircuitBreaker, _Gate] = weakref.WeakKeyDictionary()
+_gates_lock = threading.Lock()
+
+
+def _gate(breaker: pybreaker.CircuitBreaker) -> _Gate:
+    with _gates_lock:
+        gate = _gates.get(breaker)
+        if gate is None:
+            gate = _gates[breaker] = _Gate()
+        return gate
 
 
 class BreakerGuard(Guard):
@@ -55,8 +84,9 @@ class BreakerGuard(Guard):
     def __init__(self, breaker: pybreaker.CircuitBreaker, counts: Callable[[Exception], bool]):
         self.breaker = breaker
         self.counts = counts
-        self._lock = threading.Lock()
-        self._trial = False  # a half-open trial call is in flight in this process
+        self._gate = _gate(breaker)
+        # pybreaker's own memory storage: its counter is read without a property call.
+        self._memory = type(breaker._state_storage) is pybreaker.CircuitMemoryStorage
 
     def __repr__(self) -> str:
         return f"BreakerGuard({self.breaker.name!r}, state={self.breaker.current_state})"
@@ -64,11 +94,20 @@ class BreakerGuard(Guard):
     def enter(self) -> Any:
         """Admit the call, or refuse it while open (or while another trial is in flight)."""
         cb = self.breaker
-        state = cb.current_state
+        state = cb._state_storage.state
         if state == _CLOSED:
+            if cb._state._name is not _CLOSED:
+                _noticed(cb)  # closed by another process: the listeners hear it here
             return None
-        with self._lock:
-            if self._trial:
+        if cb._state._name != state:
+            _noticed(cb)  # opened by another process
+        if state == _OPEN and _still_open(cb):  # the common refusal: no lock
+            raise pybreaker.CircuitBreakerError(
+                f"circuit breaker {cb.name!r}: open, the upstream is not called"
+            )
+        gate = self._gate
+        with gate.lock:
+            if gate.trial:
                 raise pybreaker.CircuitBreakerError(
                     f"circuit breaker {cb.name!r}: half-open, a trial call is in flight"
                 )
@@ -76,53 +115,76 @@ class BreakerGuard(Guard):
             if state == _CLOSED:
                 return None
             if state == _OPEN:
-                # pybreaker's own storage records when it opened (shared with other processes).
-                opened_at = cb._state_storage.opened_at
-                if opened_at and datetime.now(UTC) < opened_at + timedelta(
-                    seconds=cb.reset_timeout
-                ):
+                if _still_open(cb):
                     raise pybreaker.CircuitBreakerError(
                         f"circuit breaker {cb.name!r}: open, the upstream is not called"
                     )
-                cb.half_open()
-            self._trial = True
+                _quietly(cb.half_open)
+            gate.trial = True
             return _TRIAL
 
     def exit(self, token: Any, exc: BaseException | None) -> None:
         """Count the call's end: a success, or a failure that may open the breaker."""
-        cb = self.breaker
-        failed = exc is not None and (
-            not isinstance(exc, Exception) or (self.counts(exc) and cb.is_system_error(exc))
-        )
+        trial = token is _TRIAL
         try:
-            if failed:
-                self._failure(cb, exc, token is _TRIAL)
-            else:
-                self._success(cb, token is _TRIAL)
+            if exc is None:
+                self._success(trial)
+            elif isinstance(exc, Exception):
+                if self.counts(exc) and self.breaker.is_system_error(exc):
+                    self._failure(exc, trial)
+                else:
+                    self._success(trial)
+        except Exception:  # a listener or the storage: never the call's outcome
+            log.warning("circuit breaker %r failed", self.breaker.name, exc_info=True)
         finally:
-            if token is _TRIAL:
-                with self._lock:
-                    self._trial = False
+            if trial:
+                self._gate.trial = False
 
-    @staticmethod
-    def _success(cb: pybreaker.CircuitBreaker, trial: bool) -> None:
-        storage = cb._state_storage
+    def _success(self, trial: bool) -> None:
+        cb = self.breaker
+        storage: Any = cb._state_storage
         if trial:
             storage.increment_success_counter()
             if storage.success_counter >= cb.success_threshold:
                 cb.close()
-        elif storage.counter:  # a shared storage would pay a round trip to reset a zero
+        # A shared storage would pay a round trip to reset a zero.
+        elif (storage._fail_counter if self._memory else storage.counter) != 0:
             storage.reset_counter()
-        for listener in cb.listeners:
+        for listener in cb._listeners:
             listener.success(cb)
 
-    @staticmethod
-    def _failure(cb: pybreaker.CircuitBreaker, exc: Any, trial: bool) -> None:
+    def _failure(self, exc: Exception, trial: bool) -> None:
+        cb = self.breaker
         cb._inc_counter()
-        for listener in cb.listeners:
+        for listener in cb._listeners:
             listener.failure(cb, exc)
-        if trial or (cb.current_state == _CLOSED and cb.fail_counter >= cb.fail_max):
+        if trial:
             cb.open()
+        elif cb.fail_counter >= cb.fail_max:
+            with self._gate.lock:  # concurrent failures open it once
+                if cb.current_state == _CLOSED:
+                    cb.open()
+
+
+def _still_open(cb: pybreaker.CircuitBreaker) -> bool:
+    """Whether the open breaker's reset timeout has not passed yet (pybreaker's own rule, on
+    the time its storage recorded, which other processes share)."""
+    opened_at = cb._state_storage.opened_at
+    if opened_at is None:
+        return False
+    return datetime.now(UTC) < opened_at + timedelta(seconds=cb.reset_timeout)
+
+
+def _noticed(cb: pybreaker.CircuitBreaker) -> None:
+    """Let pybreaker notice a state changed by another process (its listeners hear it)."""
+    _quietly(lambda: cb.state)
+
+
+def _quietly(step: Callable[[], object]) -> None:
+    try:
+        step()
+    except Exception:  # a listener that raises: logged, the transition is made all the same
+        log.warning("circuit breaker listener failed", exc_info=True)
 
 
 class StateListener(pybreaker.CircuitBreakerListener):
@@ -134,5 +196,7 @@ class StateListener(pybreaker.CircuitBreakerListener):
 
     def state_change(self, cb: pybreaker.CircuitBreaker, old_state: Any, new_state: Any) -> None:
         """Report the new state."""
-        with contextlib.suppress(Exception):  # metrics never break a call
+        try:
             self.report(self.name, state_code(new_state.name))
+        except Exception:  # metrics never break a call
+            log.warning("failover %r: reporting the breaker state failed", self.name, exc_info=True)

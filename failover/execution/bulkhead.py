@@ -1,9 +1,14 @@
 """Bulkhead: at most N upstream calls of one failover in flight; the rest are served stale.
 
-Threads and asyncio tasks share one count. Permits are handed over in arrival order to whoever
-waits (a thread on an `threading.Event`, a task on a future of its own loop), so a waiter never
-races a newcomer. A call already holding the permit of its failover (a nested call in the same
-context) does not take a second one, which would deadlock a bulkhead of size 1.
+Threads and asyncio tasks share one count. A free permit is taken without a lock (the permits
+are a list: ``pop`` and ``append`` are atomic), which keeps the success path cheap; only when
+calls wait does the lock come in. Permits are then handed over in arrival order to whoever waits
+(a thread on a `threading.Event`, a task on a future of its own loop). A waiter enqueues itself
+and then looks for a free permit, under the lock, and a release that finds waiters hands its
+permit over under the same lock: a permit released while a waiter enqueues is never missed.
+
+A call already holding the permit of its failover (a nested call in the same context) does not
+take a second one, which would deadlock a bulkhead of size 1.
 """
 
 from __future__ import annotations
@@ -44,14 +49,21 @@ class _Waiter:
         self.future = future
         self.event = threading.Event() if future is None else None
 
-    def wake(self) -> None:
+    def wake(self) -> bool:
+        """Signal the waiter; ``False`` when it cannot hear it any more (its loop closed)."""
         if self.event is not None:
             self.event.set()
-        elif self.loop is not None and self.future is not None:
-            future = self.future
+            return True
+        assert self.loop is not None
+        assert self.future is not None
+        future = self.future
+        try:
             self.loop.call_soon_threadsafe(
                 lambda: future.done() or future.set_result(None)  # type: ignore[func-returns-value]
             )
+        except RuntimeError:  # the loop is closed: the permit goes to the next waiter
+            return False
+        return True
 
 
 class Bulkhead(Guard):
@@ -78,16 +90,16 @@ class Bulkhead(Guard):
         self.acquire_timeout = acquire_timeout
         self.on_reject = on_reject
         self._lock = threading.Lock()
-        self._free = limit
+        self._permits: list[None] = [None] * limit  # the free ones
         self._waiters: deque[_Waiter] = deque()
 
     def __repr__(self) -> str:
-        return f"Bulkhead({self.name!r}, limit={self.limit}, free={self._free})"
+        return f"Bulkhead({self.name!r}, limit={self.limit}, free={self.free})"
 
     @property
     def free(self) -> int:
         """Permits not taken now."""
-        return self._free
+        return len(self._permits)
 
     # -- the guard ----------------------------------------------------------------------------
 
@@ -96,20 +108,26 @@ class Bulkhead(Guard):
         held = _held.get()
         if self in held:
             return None  # nested call: the outer one holds the permit
-        with self._lock:
-            if self._free > 0 and not self._waiters:
-                self._free -= 1
-                return _held.set((*held, self))
-            if self.acquire_timeout <= 0:
-                waiter = None
+        if not self._waiters:  # no one waits: a free permit is this call's
+            try:
+                self._permits.pop()
+            except IndexError:
+                pass
             else:
-                waiter = _Waiter()
-                self._waiters.append(waiter)
-        if waiter is not None:
-            assert waiter.event is not None
-            waiter.event.wait(self.acquire_timeout)
-            if self._settle(waiter):
                 return _held.set((*held, self))
+        if self.acquire_timeout <= 0:
+            raise self._refuse()
+        waiter = self._enqueue(_Waiter())
+        if not waiter.granted:
+            assert waiter.event is not None
+            try:
+                waiter.event.wait(self.acquire_timeout)
+            except BaseException:  # interrupted while waiting: a permit granted meanwhile goes on
+                if self._settle(waiter):
+                    self._release()
+                raise
+        if self._settle(waiter):
+            return _held.set((*held, self))
         raise self._refuse()
 
     async def aenter(self) -> Any:
@@ -117,24 +135,29 @@ class Bulkhead(Guard):
         held = _held.get()
         if self in held:
             return None
-        with self._lock:
-            if self._free > 0 and not self._waiters:
-                self._free -= 1
+        if not self._waiters:
+            try:
+                self._permits.pop()
+            except IndexError:
+                pass
+            else:
                 return _held.set((*held, self))
-            if self.acquire_timeout <= 0:
-                raise self._refuse()
-            loop = asyncio.get_running_loop()
-            waiter = _Waiter(loop, loop.create_future())
-            self._waiters.append(waiter)
-        assert waiter.future is not None
-        try:
-            await asyncio.wait_for(waiter.future, self.acquire_timeout)
-        except TimeoutError:
-            pass  # settled below: a permit may have been granted at the deadline
-        except BaseException:  # cancelled while waiting: a permit granted meanwhile goes on
-            if self._settle(waiter):
-                self._release()
-            raise
+        if self.acquire_timeout <= 0:
+            raise self._refuse()
+        loop = asyncio.get_running_loop()
+        waiter = self._enqueue(_Waiter(loop, loop.create_future()))
+        if not waiter.granted:
+            assert waiter.future is not None
+            try:
+                # Not wait_for: on Python 3.11 it swallows a cancellation that meets a result.
+                async with asyncio.timeout(self.acquire_timeout):
+                    await waiter.future
+            except TimeoutError:
+                pass  # settled below: a permit may have been granted at the deadline
+            except BaseException:  # cancelled while waiting: a permit granted meanwhile goes on
+                if self._settle(waiter):
+                    self._release()
+                raise
         if self._settle(waiter):
             return _held.set((*held, self))
         raise self._refuse()
@@ -144,11 +167,43 @@ class Bulkhead(Guard):
         if token is None:
             return
         # Exited in another context than entered: the permit still goes back.
-        with contextlib.suppress(ValueError):
+        try:  # noqa: SIM105  (contextlib.suppress costs more than the rest of the exit)
             _held.reset(token)
+        except ValueError:
+            pass
         self._release()
 
     # -- permits ------------------------------------------------------------------------------
+
+    def _release(self) -> None:
+        self._permits.append(None)
+        if self._waiters:
+            with self._lock:
+                self._hand_over()
+
+    def _enqueue(self, waiter: _Waiter) -> _Waiter:
+        with self._lock:
+            self._waiters.append(waiter)
+            self._hand_over()  # a permit freed meanwhile (even by a lock-free release)
+        return waiter
+
+    def _hand_over(self) -> None:
+        """Under the lock: give the free permits to the waiters, first come first served."""
+        waiters, permits = self._waiters, self._permits
+        while waiters and permits:
+            waiter = waiters[0]
+            if waiter.gone:
+                waiters.popleft()
+                continue
+            try:
+                permits.pop()
+            except IndexError:  # taken meanwhile by a lock-free call
+                return
+            waiters.popleft()
+            waiter.granted = True
+            if not waiter.wake():
+                waiter.granted, waiter.gone = False, True
+                permits.append(None)
 
     def _settle(self, waiter: _Waiter) -> bool:
         """After a wait: whether ``waiter`` got a permit; if not, it leaves the queue."""
@@ -159,16 +214,6 @@ class Bulkhead(Guard):
             with contextlib.suppress(ValueError):
                 self._waiters.remove(waiter)
             return False
-
-    def _release(self) -> None:
-        with self._lock:
-            while self._waiters:
-                waiter = self._waiters.popleft()
-                if not waiter.gone:
-                    waiter.granted = True
-                    waiter.wake()
-                    return
-            self._free += 1
 
     def _refuse(self) -> BulkheadFull:
         if self.on_reject is not None:

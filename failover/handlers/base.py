@@ -3,6 +3,7 @@ entry, computed the same way for a whole call and for one slice of it."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import datetime
 from typing import Any, Protocol
 
@@ -10,9 +11,9 @@ from ..context import CallContext, Miss
 from ..definition import FailoverDefinition
 from ..expiry import FixedTtl
 from ..keys import canonical, digest, make_key
-from ..stores.base import Payload
+from ..stores.base import FailoverStore, Payload
 
-__all__ = ["Handler", "expire_on", "key_of"]
+__all__ = ["Handler", "drop_all_expired", "drop_expired", "expire_on", "key_of", "slice_key"]
 
 
 class Handler(Protocol):
@@ -45,6 +46,34 @@ def key_of(ctx: CallContext) -> str:
         return make_key(definition.effective_name, ctx.values)
     raw = definition.key(*ctx.args, **ctx.kwargs)
     return digest(definition.effective_name, canonical(raw))
+
+
+def slice_key(definition: FailoverDefinition, arguments: Mapping[str, Any]) -> str:
+    """The stored key of a slice: the default key of a call whose bound argument values are
+    ``arguments``' values, in order. A failover of the same effective name called with those
+    arguments (and no ``key=``) addresses the same entry."""
+    return make_key(definition.effective_name, tuple(arguments.values()))
+
+
+def drop_expired(store: FailoverStore, expired: Payload) -> None:
+    """Delete an expired entry that was found, unless it changed since it was read."""
+    # A concurrent success may have stored a fresh entry meanwhile: delete only if the entry is
+    # still the expired one (the window left is one find long).
+    again = store.find(expired.name, expired.key)
+    if again is not None and again.as_of == expired.as_of:
+        store.delete(expired.name, expired.key)
+
+
+def drop_all_expired(store: FailoverStore, name: str, expired: list[Payload]) -> None:
+    """`drop_expired` for several entries of ``name``, read again in one batch."""
+    if len(expired) == 1:
+        drop_expired(store, expired[0])
+        return
+    again = store.find_many(name, [p.key for p in expired])
+    for payload in expired:
+        now = again.get(payload.key)
+        if now is not None and now.as_of == payload.as_of:
+            store.delete(name, payload.key)
 
 
 def expire_on(definition: FailoverDefinition, now: datetime) -> datetime:

@@ -11,7 +11,7 @@ from ..context import CallContext, Miss
 from ..keys import make_key
 from ..payload import envelope
 from ..stores.base import FailoverStore, Payload
-from .base import expire_on, key_of
+from .base import drop_expired, expire_on, key_of
 
 __all__ = ["DefaultHandler"]
 
@@ -68,6 +68,18 @@ class DefaultHandler:
             return
         self.store_.store(envelope(name, key, result, now, expire_on(definition, now), True))
 
+    def coalesced(self, ctx: CallContext, now: datetime) -> bool:
+        """Whether a success of the call at ``now`` falls within the store interval of its
+        key's last store, so that it is not stored again (for layers that store a call in
+        their own way: slices)."""
+        definition = ctx.definition
+        interval = definition.store_interval
+        if interval is None:
+            interval = self.store_interval
+        if not interval:
+            return False
+        return self._coalesced(definition.effective_name, key_of(ctx), now, interval)
+
     def _coalesced(self, name: str, key: str, now: datetime, interval: timedelta) -> bool:
         """Whether ``(name, key)`` was stored less than ``interval`` before ``now``; if not, its
         store time becomes ``now``."""
@@ -90,11 +102,7 @@ class DefaultHandler:
         if found is None:
             return Miss.MISS
         if definition.expiry.is_expired(found, self.clock()):
-            # A concurrent success may have stored a fresh entry since: delete only if the
-            # entry is still the expired one (the window left is one find long).
-            again = self.store_.find(definition.effective_name, key)
-            if again is not None and again.as_of == found.as_of:
-                self.store_.delete(definition.effective_name, key)
+            drop_expired(self.store_, found)
             return Miss.EXPIRED
         return envelope(found.name, found.key, found.payload, found.as_of, found.expire_on, False)
 
@@ -111,6 +119,10 @@ class DefaultHandler:
         """Delete the stored entry (the next success stores again, whatever the interval)."""
         name, key = ctx.definition.effective_name, key_of(ctx)
         self.store_.delete(name, key)
+        self.forget(name, key)
+
+    def forget(self, name: str, key: str) -> None:
+        """Forget the last store time of ``(name, key)``: its next success is stored."""
         slot = (name, key) if self.tenant is None else (self.tenant(), name, key)
         with self._last_lock:
             self._last.pop(slot, None)

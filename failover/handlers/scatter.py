@@ -1,41 +1,209 @@
 """Scatter / gather: a collection result stored and recovered per entity (slice).
 
 Only failovers with a ``splitter=`` get this layer (the chain is chosen per failover), so the
-others pay nothing for it.
+others pay nothing for it; for a failover without one it passes every call through.
+
+With a splitter: a live result is split (``split_on_store``) and its slices written in one
+``store_many``; a failed call's slices (``split_on_recover``) are read in one ``find_many``,
+expired ones dropped, and the rest merged (``merge``). A call that recovers every slice
+(``recover_all=True``, or no arguments) reads them with one ``find_all``.
 """
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Iterable
+from datetime import datetime
 from typing import Any
 
-from ..context import CallContext, Miss
+from ..context import CallContext, Miss, RecoverContext
+from ..definition import FailoverDefinition
+from ..errors import SplitterError
+from ..metrics import Metrics
+from ..payload import enrich, envelope
+from ..scatter import CallArguments, StoreContext, slice_context
 from ..stores.base import Payload
-from .base import Handler
+from .base import drop_all_expired, expire_on, key_of, slice_key
+from .default import DefaultHandler
 
 __all__ = ["ScatterGatherHandler"]
 
+log = logging.getLogger("failover")
+
+
+def _failed(definition: FailoverDefinition, operation: str, exc: Exception) -> SplitterError:
+    return SplitterError(
+        f"failover {definition.name!r}: {operation} of splitter {definition.splitter!r} "
+        f"raised {exc!r}"
+    )
+
 
 class ScatterGatherHandler:
-    """Splits a live result into slices on store and merges the slices found on recover."""
+    """Splits a live result into slices on store and merges the slices found on recover.
 
-    def __init__(self, inner: Handler) -> None:
+    Args:
+        inner: the default handler: failovers without a splitter go there; slices use its
+            store chain, clock and write coalescing.
+        metrics: where partial recoveries are counted.
+    """
+
+    def __init__(self, inner: DefaultHandler, metrics: Metrics) -> None:
         self.inner = inner
+        self.store_ = inner.store_
+        self.clock = inner.clock
+        self.metrics = metrics
 
     def __repr__(self) -> str:
         return f"ScatterGatherHandler({self.inner!r})"
 
+    # -- store ------------------------------------------------------------------------------
+
     def store(self, ctx: CallContext, result: Any) -> None:
-        """Store the result (per slice once splitters land)."""
-        self.inner.store(ctx, result)
+        """Store each slice of the live result, in one batch.
+
+        Raises:
+            SplitterError: the splitter raised (the core logs and counts it as a failed store;
+                the live result still returns).
+        """
+        d = ctx.definition
+        splitter = d.splitter
+        if splitter is None:
+            self.inner.store(ctx, result)
+            return
+        now = ctx.now
+        if now is None:
+            ctx.now = now = self.clock()
+        if self.inner.coalesced(ctx, now):
+            return
+        name, expires = d.effective_name, expire_on(d, now)
+        try:
+            slices = splitter.split_on_store(
+                StoreContext(d, CallArguments(ctx.arguments, ctx.args, ctx.kwargs), result)
+            )
+            payloads = [
+                envelope(name, slice_key(d, s.arguments), s.payload, now, expires, True)
+                for s in slices
+            ]
+        except Exception as exc:
+            raise _failed(d, "split_on_store", exc) from exc
+        if payloads:
+            self.store_.store_many(payloads)
+
+    # -- recover ----------------------------------------------------------------------------
 
     def recover(self, ctx: CallContext, cause: Exception) -> Payload | Miss:
-        """Recover the result (per slice once splitters land)."""
-        return self.inner.recover(ctx, cause)
+        """The merged slices, stale, or why there are none.
+
+        Raises:
+            SplitterError: the splitter raised (the core treats it as a recover error).
+        """
+        if ctx.definition.splitter is None:
+            return self.inner.recover(ctx, cause)
+        return self._gather(ctx, cause, True)
 
     def peek(self, ctx: CallContext) -> Payload | None:
-        """The stored, unexpired entry."""
-        return self.inner.peek(ctx)
+        """The merged unexpired slices the call would recover, or ``None``."""
+        if ctx.definition.splitter is None:
+            return self.inner.peek(ctx)
+        found = self._gather(ctx, None, False)
+        return None if isinstance(found, Miss) else found
 
     def invalidate(self, ctx: CallContext) -> None:
-        """Delete the stored entry."""
-        self.inner.invalidate(ctx)
+        """Delete the slices the call would recover (every slice of the effective name for a
+        call that recovers them all); the call's next success is stored, whatever the
+        store interval."""
+        d = ctx.definition
+        if d.splitter is None:
+            self.inner.invalidate(ctx)
+            return
+        store, name = self.store_, d.effective_name
+        if _everything(ctx):
+            keys = [p.key for p in store.find_all(name)]
+        else:
+            keys = [key for key, _ in self._requested(d, _whole(ctx, None))]
+        for key in dict.fromkeys(keys):
+            store.delete(name, key)
+        self.inner.forget(name, _key(ctx))  # the call's next success is stored
+
+    def _requested(
+        self, d: FailoverDefinition, whole: RecoverContext[Any]
+    ) -> list[tuple[str, RecoverContext[Any]]]:
+        """The key and context of each slice a call asks for, in request order."""
+        try:
+            return [(slice_key(d, s.arguments), s) for s in d.splitter.split_on_recover(whole)]
+        except Exception as exc:
+            raise _failed(d, "split_on_recover", exc) from exc
+
+    def _gather(self, ctx: CallContext, cause: Exception | None, report: bool) -> Payload | Miss:
+        d = ctx.definition
+        store, name = self.store_, d.effective_name
+        whole = _whole(ctx, cause)
+        requested: list[tuple[str, RecoverContext[Any]]] | None = None
+        if _everything(ctx):
+            found = {p.key: p for p in store.find_all(name)}
+        else:
+            requested = self._requested(d, whole)
+            found = store.find_many(name, [key for key, _ in requested]) if requested else {}
+        now, is_expired = self.clock(), d.expiry.is_expired
+        expired = [p for p in found.values() if is_expired(p, now)]
+        if expired:
+            for payload in expired:
+                del found[payload.key]
+            drop_all_expired(store, name, expired)
+        if not found:
+            return Miss.EXPIRED if expired else Miss.MISS
+        if requested is None:  # no request: every live slice, without arguments
+            blank: RecoverContext[Any] = slice_context(d, {}, cause, None, None)
+            requested = [(key, blank) for key in sorted(found)]
+        slices = []
+        for key, asked in requested:
+            p = found.get(key)
+            if p is not None:  # stale, and so is its value
+                value = enrich(p.payload, False, p.as_of)
+                p = envelope(p.name, p.key, value, p.as_of, p.expire_on, False, cause)
+            slices.append(slice_context(d, asked.arguments, cause, p, asked.return_type))
+        try:
+            merged = d.splitter.merge(whole, slices)
+        except Exception as exc:
+            raise _failed(d, "merge", exc) from exc
+        if merged is None:
+            return Miss.MISS
+        missing = sum(1 for key, _ in requested if key not in found)
+        if missing and report:
+            log.warning(
+                "failover %r: partial recovery, %d of %d slices missing",
+                d.name,
+                missing,
+                len(requested),
+            )
+            self.metrics.partial(d.name)
+        as_of, expires = _oldest(found.values())
+        return envelope(name, _key(ctx), merged, as_of, expires, False, cause)
+
+
+def _everything(ctx: CallContext) -> bool:
+    """Whether the call recovers every slice: ``recover_all=True``, or a call without
+    arguments."""
+    return ctx.definition.recover_all or not (ctx.args or ctx.kwargs)
+
+
+def _whole(ctx: CallContext, cause: Exception | None) -> RecoverContext[Any]:
+    """The whole call's context, for the splitter."""
+    d = ctx.definition
+    arguments = CallArguments(ctx.arguments, ctx.args, ctx.kwargs)
+    return RecoverContext(d, arguments, cause, None, d.return_annotation)
+
+
+def _key(ctx: CallContext) -> str:
+    """The whole call's key, for the merged envelope."""
+    try:
+        return key_of(ctx)
+    except Exception:  # a failing key= callable: the slices are found all the same
+        return ""
+
+
+def _oldest(found: Iterable[Payload]) -> tuple[datetime | None, datetime | None]:
+    """The oldest ``as_of`` and the earliest ``expire_on`` of the slices found."""
+    times = [p.as_of for p in found if p.as_of is not None]
+    ends = [p.expire_on for p in found if p.expire_on is not None]
+    return min(times, default=None), min(ends, default=None)

@@ -1,0 +1,114 @@
+"""Which failover calls of one unit of work (a web request, a job) answered with a value that
+is not live.
+
+`collect` opens a `StaleReport` in a context variable for the code it wraps; every failover call
+made in that context (in asyncio tasks it starts, and in worker threads that copy the context,
+such as Starlette's threadpool) and served stale, or given a value made by an exception policy,
+adds its name to the report. `failover.asgi.StaleHeaders` turns the report into response headers.
+
+Outside `collect` the core pays one context-variable read per failed call, and nothing on a call
+whose upstream answered.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from contextlib import AbstractContextManager
+from contextvars import ContextVar
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .payload import ReferentialPayload
+
+__all__ = ["StaleReport", "collect", "record"]
+
+
+class StaleReport:
+    """The failover calls that were not answered live within one `collect` block.
+
+    Thread-safe: calls made on worker threads add to the same report.
+
+    Attributes:
+        age: the age in seconds, when it was served, of the oldest stored value served stale;
+            ``None`` when only policy-made values (which have no time) were served, or none.
+    """
+
+    __slots__ = ("_lock", "_names", "_parent", "age")
+
+    def __init__(self, parent: StaleReport | None = None) -> None:
+        self._lock = threading.Lock()
+        self._names: dict[str, None] = {}  # an ordered set: first served first
+        self._parent = parent
+        self.age: float | None = None
+
+    def __repr__(self) -> str:
+        return f"StaleReport(names={self.names!r}, age={self.age!r})"
+
+    def __bool__(self) -> bool:
+        """Whether any call was not answered live."""
+        return bool(self._names)
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        """The effective names of the failovers not answered live, in the order first seen."""
+        with self._lock:
+            return tuple(self._names)
+
+    def add(self, name: str, age: float | None) -> None:
+        """Count one call of failover ``name`` that was not answered live; ``age`` is the
+        served value's age in seconds (``None`` for a policy-made value)."""
+        with self._lock:
+            self._names[name] = None
+            if age is not None and (self.age is None or age > self.age):
+                self.age = age
+        if self._parent is not None:  # an enclosing block (an outer app's middleware) sees it too
+            self._parent.add(name, age)
+
+
+_current: ContextVar[StaleReport | None] = ContextVar("failover_stale_report", default=None)
+
+
+class _Collecting:
+    """`collect`'s context manager (a class: cheaper than a generator, once per request)."""
+
+    __slots__ = ("report", "token")
+
+    def __enter__(self) -> StaleReport:
+        self.report = StaleReport(_current.get())
+        self.token = _current.set(self.report)
+        return self.report
+
+    def __exit__(self, *exc: object) -> None:
+        _current.reset(self.token)
+
+
+def collect() -> AbstractContextManager[StaleReport]:
+    """Collect, for the block, the failover calls not answered live.
+
+    Blocks nest: a call counts in every enclosing report.
+
+    Example::
+
+        with failover.served.collect() as report:
+            find_country("FR")
+        if report:
+            print("stale:", report.names, report.age)
+    """
+    return _Collecting()
+
+
+def record(served: ReferentialPayload[Any], clock: Callable[[], datetime]) -> None:
+    """Add a call's not-live envelope to the report being collected, if any (the core calls
+    this; it never raises). The age is measured on ``clock``, the engine's."""
+    report = _current.get()
+    if report is None:
+        return
+    age = None
+    if served.as_of is not None:
+        try:
+            age = max(0.0, (clock() - served.as_of).total_seconds())
+        except Exception:  # a failing clock costs the Age header, never the call
+            age = None
+    report.add(served.name, age)

@@ -1,0 +1,472 @@
+"""The execution layer as a whole: the strategies combined in the documented order (bulkhead
+outside breaker outside timeout), what ``.definition`` shows, the settings refused at
+decoration, and a load test through a flapping upstream."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import pybreaker
+import pytest
+
+import failover
+from failover import BulkheadFull, ConfigurationError, Failover
+from failover.errors import SoftTimeoutError
+from failover.execution import Execution
+
+from .conftest import FakeClock
+from .execution_support import WAIT, ABlocking, Blocking, auntil
+
+FAST = 0.02
+OPEN = pybreaker.STATE_OPEN
+
+
+class Causes(list[BaseException | None]):
+    """An ``on_recovered`` hook that keeps each recovery's cause."""
+
+    def __call__(self, ctx: failover.RecoverContext[Any], value: Any) -> Any:
+        self.append(ctx.cause)
+        return value
+
+
+def execution_of(engine: Failover, fn: Any) -> Execution:
+    execution = engine.runtime(fn._failover_state).execution
+    assert execution is not None
+    return execution
+
+
+# -- each pair, in the documented order -----------------------------------------------------------
+
+
+def test_bulkhead_outside_breaker_a_full_bulkhead_is_no_breaker_failure(engine: Failover) -> None:
+    cb = pybreaker.CircuitBreaker(fail_max=1, reset_timeout=60)
+    up, causes = Blocking(), Causes()
+    up.release.set()
+
+    @failover.failover("pair-bb", engine=engine, max_concurrency=1, breaker=cb, on_recovered=causes)
+    def f(x: str) -> object:
+        return up(x)
+
+    f("a")
+    up.wait_entered()
+    up.release.clear()
+    bulkhead = engine.bulkhead(f.definition)
+    with ThreadPoolExecutor(1) as pool:
+        held = pool.submit(f, "a")
+        up.wait_entered()
+        for _ in range(3):
+            assert f.referential("a").up_to_date is False
+        assert [type(c) for c in causes] == [BulkheadFull] * 3
+        assert (cb.current_state, cb.fail_counter) == (pybreaker.STATE_CLOSED, 0)
+        up.release.set()
+        held.result()
+    up.error = ConnectionError("down")
+    f("a")  # trips the breaker
+    up.wait_entered()
+    for _ in range(3):  # refused by the breaker, inside the bulkhead: each permit comes back
+        assert f.referential("a").up_to_date is False
+        assert bulkhead.free == 1
+    assert isinstance(causes[-1], pybreaker.CircuitBreakerError)
+    assert up.calls == 3
+
+
+def test_bulkhead_outside_timeout_a_caller_that_gives_up_gives_its_permit_back(
+    engine: Failover,
+) -> None:
+    up, causes = Blocking(), Causes()
+
+    @failover.failover(
+        "pair-bt",
+        engine=engine,
+        max_concurrency=1,
+        timeout=FAST,
+        policy="never_throw",
+        on_recovered=causes,
+    )
+    def f(x: str) -> object:
+        return up(x)
+
+    assert f("a") is None
+    assert isinstance(causes[-1], SoftTimeoutError)
+    up.wait_entered()
+    execution = execution_of(engine, f)
+    assert execution.timeout is not None
+    assert (engine.bulkhead(f.definition).free, execution.timeout.in_flight) == (1, 1)
+    assert f("b") is None  # a permit was free: "b" started its own call, and timed out
+    assert isinstance(causes[-1], SoftTimeoutError)
+    up.wait_entered()
+    up.release.set()
+    assert engine.refreshes.wait(WAIT)
+    assert f.peek("a") is not None
+    assert f.peek("b") is not None
+
+
+def test_breaker_outside_timeout_a_soft_timeout_is_a_breaker_failure(engine: Failover) -> None:
+    cb = pybreaker.CircuitBreaker(fail_max=1, reset_timeout=60)
+    up, causes = Blocking(), Causes()
+
+    @failover.failover(
+        "pair-rt",
+        engine=engine,
+        breaker=cb,
+        timeout=FAST,
+        policy="never_throw",
+        on_recovered=causes,
+    )
+    def f(x: str) -> object:
+        return up(x)
+
+    assert f("a") is None
+    assert isinstance(causes[-1], SoftTimeoutError)  # the tripping call: the timeout itself
+    assert cb.current_state == OPEN
+    assert f("a") is None
+    assert isinstance(causes[-1], pybreaker.CircuitBreakerError)
+    up.wait_entered()
+    assert up.calls == 1
+    up.release.set()
+    assert engine.refreshes.wait(WAIT)
+    assert f.peek("a") is not None  # the late result is stored, the breaker open or not
+
+
+def test_breaker_outside_timeout_with_exceptions_that_exclude_timeouts(engine: Failover) -> None:
+    """``exceptions=`` says what the upstream's failures are; a soft timeout always counts."""
+    cb = pybreaker.CircuitBreaker(fail_max=1, reset_timeout=60)
+    up = Blocking()
+
+    @failover.failover(
+        "pair-rt-filter",
+        engine=engine,
+        breaker=cb,
+        timeout=FAST,
+        exceptions=(ConnectionError,),
+        policy="never_throw",
+    )
+    def f(x: str) -> object:
+        return up(x)
+
+    assert f("a") is None
+    assert cb.current_state == OPEN
+    up.release.set()
+    assert engine.refreshes.wait(WAIT)
+
+
+async def test_all_three_async_in_order(engine: Failover) -> None:
+    cb = pybreaker.CircuitBreaker(fail_max=2, reset_timeout=60)
+    up, causes = ABlocking(), Causes()
+    up.release.set()
+
+    @failover.failover(
+        "all-three",
+        engine=engine,
+        max_concurrency=1,
+        breaker=cb,
+        timeout=FAST,
+        policy="never_throw",
+        on_recovered=causes,
+    )
+    async def f(x: str) -> object:
+        return await up(x)
+
+    assert await f("a") == "a"
+    await up.wait_entered()
+    up.release.clear()
+    slow = asyncio.create_task(f("a"))  # holds the permit until it times out
+    await up.wait_entered()
+    assert await f("a") == "a"  # no permit: stale
+    assert isinstance(causes[-1], BulkheadFull)
+    assert await slow == "a"  # timed out: stale
+    assert isinstance(causes[-1], SoftTimeoutError)
+    assert cb.fail_counter == 1  # the timeout counted, the bulkhead's refusal did not
+    assert await f("b") is None  # joins nothing ("b" is another key): times out, trips it
+    await up.wait_entered()
+    assert cb.current_state == OPEN
+    assert await f("a") == "a"
+    assert isinstance(causes[-1], pybreaker.CircuitBreakerError)
+    assert engine.bulkhead(f.definition).free == 1
+    up.release.set()
+    await auntil(lambda: engine.refreshes.running == 0, "the late calls")
+    assert up.calls == 3
+    assert f.peek("b") is not None
+
+
+# -- what the definition shows --------------------------------------------------------------------
+
+
+def test_definition_and_repr_show_the_execution(engine: Failover) -> None:
+    def fn() -> None: ...
+
+    cases = [
+        ({}, "basic"),
+        ({"breaker": True}, "breaker"),
+        ({"breaker": pybreaker.CircuitBreaker()}, "breaker"),
+        ({"breaker": False}, "basic"),
+        ({"max_concurrency": 4}, "bulkhead(4)"),
+        ({"max_concurrency": 4, "acquire_timeout": 0.5}, "bulkhead(4, wait 0.5s)"),
+        ({"timeout": 2}, "timeout(2s)"),
+        (
+            {"timeout": 1.5, "breaker": True, "max_concurrency": 8},
+            "bulkhead(8) > breaker > timeout(1.5s)",
+        ),
+    ]
+    for i, (options, shown) in enumerate(cases):
+        f = failover.failover(f"shown-{i}", engine=engine, **options)(fn)
+        assert f.definition.execution == shown
+        assert f"execution={shown!r}" in repr(f.definition)
+
+
+def test_the_runtime_chain_is_built_once_in_order(engine: Failover) -> None:
+    @failover.failover("chain", engine=engine, timeout=1, breaker=True, max_concurrency=2)
+    def f() -> None: ...
+
+    @failover.failover("plain", engine=engine)
+    def g() -> None: ...
+
+    f()
+    g()
+    execution = execution_of(engine, f)
+    assert execution is execution_of(engine, f)
+    assert repr(execution) == (
+        "Execution(Bulkhead('chain', limit=2, free=2) > BreakerGuard('chain', state=closed) > "
+        "SoftTimeout('chain', 1s))"
+    )
+    assert set(execution.refusals) == {
+        BulkheadFull,
+        pybreaker.CircuitBreakerError,
+        SoftTimeoutError,
+    }
+    assert engine.runtime(g._failover_state).execution is None  # basic: the function itself
+
+
+# -- refused at decoration / construction ---------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("options", "match"),
+    [
+        ({"max_concurrency": 0}, "max_concurrency= must be a positive int"),
+        ({"max_concurrency": -1}, "max_concurrency= must be a positive int"),
+        ({"max_concurrency": True}, "max_concurrency= must be a positive int"),
+        ({"max_concurrency": 1.5}, "max_concurrency= must be a positive int"),
+        ({"max_concurrency": "2"}, "max_concurrency= must be a positive int"),
+        ({"timeout": -1}, "timeout= must be a finite number of seconds > 0"),
+        ({"timeout": 0}, "timeout= must be a finite number of seconds > 0"),
+        ({"timeout": math.nan}, "timeout= must be a finite number of seconds > 0"),
+        ({"timeout": math.inf}, "timeout= must be a finite number of seconds > 0"),
+        ({"timeout": "1s"}, "timeout= must be a finite number of seconds > 0"),
+        ({"timeout": True}, "timeout= must be a finite number of seconds > 0"),
+        ({"acquire_timeout": -0.5}, "acquire_timeout= must be a finite number of seconds >= 0"),
+        ({"acquire_timeout": math.nan}, "acquire_timeout= must be a finite number"),
+        ({"breaker": "yes"}, "breaker= must be a pybreaker.CircuitBreaker"),
+        ({"breaker": object()}, "breaker= must be a pybreaker.CircuitBreaker"),
+        ({"breaker": 1}, "breaker= must be a pybreaker.CircuitBreaker"),
+    ],
+)
+def test_bad_execution_settings_fail_at_decoration(options: dict[str, Any], match: str) -> None:
+    with pytest.raises(ConfigurationError, match=match) as info:
+
+        @failover.failover("bad-exec", **options)
+        def f() -> None: ...
+
+    assert "'bad-exec'" in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("defaults", "match"),
+    [
+        ("fail_max=3", "breaker_defaults must be a dict"),
+        ({"fail_maxx": 3}, "unknown setting 'fail_maxx'"),
+        ({"fail_max": 0}, r"\['fail_max'\] must be an int >= 1"),
+        ({"fail_max": "3"}, r"\['fail_max'\] must be an int >= 1"),
+        ({"fail_max": True}, r"\['fail_max'\] must be an int >= 1"),
+        ({"success_threshold": 0}, r"\['success_threshold'\] must be an int >= 1"),
+        ({"reset_timeout": -1}, r"\['reset_timeout'\] must be a finite number"),
+        ({"reset_timeout": "60"}, r"\['reset_timeout'\] must be a finite number"),
+        ({"reset_timeout": math.inf}, r"\['reset_timeout'\] must be a finite number"),
+        ({"exclude": ["KeyError"]}, r"\['exclude'\] must be exception types"),
+        ({"exclude": [KeyError("x")]}, r"\['exclude'\] must be exception types"),
+        ({"exclude": [int]}, r"\['exclude'\] must be exception types"),
+        ({"state_storage": "redis://"}, r"\['state_storage'\] must be a callable"),
+    ],
+)
+def test_bad_breaker_defaults_fail_at_construction(defaults: Any, match: str) -> None:
+    with pytest.raises(ConfigurationError, match=match) as info:
+        Failover(metrics=False, breaker_defaults=defaults)
+    assert str(info.value).startswith("Failover: breaker_defaults")
+
+
+def test_good_breaker_defaults_are_taken(clock: FakeClock) -> None:
+    eng = Failover(
+        clock=clock,
+        metrics=False,
+        breaker_defaults={
+            "fail_max": 3,
+            "reset_timeout": 0.5,
+            "success_threshold": 2,
+            "exclude": [KeyError, lambda e: "business" in str(e)],
+        },
+    )
+
+    @failover.failover("good-defaults", engine=eng, breaker=True)
+    def f() -> None: ...
+
+    f()
+    cb = eng.breaker(f.definition)
+    assert (cb.fail_max, cb.reset_timeout, cb.success_threshold) == (3, 0.5, 2)
+    assert not cb.is_system_error(KeyError("x"))
+    assert not cb.is_system_error(RuntimeError("a business error"))
+    assert cb.is_system_error(RuntimeError("down"))
+    eng.close()
+
+
+@pytest.mark.parametrize("workers", [0, -1, True, "4", 2.0])
+def test_bad_timeout_workers_fail_at_construction(workers: Any) -> None:
+    with pytest.raises(ConfigurationError, match="timeout_workers"):
+        Failover(metrics=False, timeout_workers=workers)
+
+
+# -- load: 32 threads x 1,000 calls through a flapping upstream -----------------------------------
+
+
+def until_up(call: Any) -> Any:
+    """Call until the flapping upstream answers live (it is up half the time)."""
+    end = time.monotonic() + WAIT
+    while True:
+        env = call()
+        if env.up_to_date or time.monotonic() > end:
+            return env
+        time.sleep(0.005)
+
+
+def test_load_through_breaker_and_bulkhead_against_a_flapping_upstream(clock: FakeClock) -> None:
+    threads, calls, keys, permits = 32, 1_000, [f"k{i}" for i in range(10)], 8
+    began = time.monotonic()
+
+    def up_now() -> bool:
+        """Down 50 ms, up 50 ms, and so on."""
+        return int((time.monotonic() - began) / 0.05) % 2 == 0
+
+    upstream_calls = 0
+    count_lock = threading.Lock()
+
+    def fetch(key: str) -> str:
+        nonlocal upstream_calls
+        with count_lock:
+            upstream_calls += 1
+        if not up_now():
+            raise ConnectionError("flapping: down")
+        time.sleep(0)  # a little work, so that calls overlap and the bulkhead matters
+        return key
+
+    causes: dict[type[BaseException], int] = {}
+
+    def count(ctx: failover.RecoverContext[Any], value: Any) -> Any:
+        with count_lock:
+            kind = type(ctx.cause)
+            causes[kind] = causes.get(kind, 0) + 1
+        return value
+
+    eng = Failover(clock=clock, metrics=False)
+    cb = pybreaker.CircuitBreaker(fail_max=5, reset_timeout=0.01)
+    f = failover.failover(
+        "flapping",
+        engine=eng,
+        breaker=cb,
+        max_concurrency=permits,
+        acquire_timeout=0.002,
+        policy=lambda ctx: "policy",
+        on_recovered=count,
+    )(fetch)
+    for key in keys:
+        assert until_up(lambda key=key: f.referential(key)).up_to_date  # type: ignore[misc]
+    outcomes = {"live": 0, "stale": 0, "policy": 0}
+    escaped: list[BaseException] = []
+    wrong: list[object] = []
+    start = threading.Barrier(threads)
+
+    def worker(n: int) -> dict[str, int]:
+        mine = dict.fromkeys(outcomes, 0)
+        start.wait(WAIT)
+        for i in range(calls):
+            key = keys[(n + i) % len(keys)]
+            try:
+                env = f.referential(key)
+            except BaseException as exc:  # the test: nothing may escape
+                escaped.append(exc)
+                continue
+            if env.payload == "policy":
+                mine["policy"] += 1
+            elif env.payload != key:
+                wrong.append(env.payload)
+            else:
+                mine["live" if env.up_to_date else "stale"] += 1
+        return mine
+
+    with ThreadPoolExecutor(threads) as pool:
+        for mine in pool.map(worker, range(threads)):
+            for outcome, n in mine.items():
+                outcomes[outcome] += n
+    elapsed = time.monotonic() - began
+    bulkhead = eng.bulkhead(f.definition)
+    eng.close()
+    assert escaped == []
+    assert wrong == []
+    assert sum(outcomes.values()) == threads * calls
+    assert outcomes["policy"] == 0  # every key was stored first
+    assert outcomes["live"] > 0
+    assert outcomes["stale"] > 0
+    assert upstream_calls < threads * calls  # the breaker and the bulkhead spared the upstream
+    assert set(causes) == {ConnectionError, pybreaker.CircuitBreakerError, BulkheadFull}
+    assert (bulkhead.free, len(bulkhead._waiters)) == (permits, 0)
+    assert elapsed < 5, f"the load test took {elapsed:.1f}s"
+
+
+async def test_async_load_through_all_three_against_a_flapping_upstream(clock: FakeClock) -> None:
+    tasks, calls, keys, permits = 32, 200, [f"k{i}" for i in range(10)], 4
+    began = time.monotonic()
+
+    async def fetch(key: str) -> str:
+        await asyncio.sleep(0)
+        if int((time.monotonic() - began) / 0.05) % 2:
+            raise ConnectionError("flapping: down")
+        return key
+
+    eng = Failover(clock=clock, metrics=False)
+    f = failover.failover(
+        "aflapping",
+        engine=eng,
+        breaker=pybreaker.CircuitBreaker(fail_max=5, reset_timeout=0.01),
+        max_concurrency=permits,
+        acquire_timeout=0.001,
+        timeout=1,
+        policy=lambda ctx: "policy",
+    )(fetch)
+    escaped: list[BaseException] = []
+    outcomes = {"live": 0, "stale": 0, "policy": 0}
+
+    async def worker(n: int) -> None:
+        for i in range(calls):
+            key = keys[(n + i) % len(keys)]
+            try:
+                env = await f.referential(key)
+            except BaseException as exc:  # the test: nothing may escape
+                escaped.append(exc)
+                continue
+            if env.payload == "policy":
+                outcomes["policy"] += 1
+            else:
+                assert env.payload == key
+                outcomes["live" if env.up_to_date else "stale"] += 1
+
+    await asyncio.gather(*(worker(n) for n in range(tasks)))
+    bulkhead = eng.bulkhead(f.definition)
+    eng.close()
+    assert escaped == []
+    assert sum(outcomes.values()) == tasks * calls
+    assert outcomes["live"] > 0
+    assert (bulkhead.free, len(bulkhead._waiters)) == (permits, 0)
+    assert time.monotonic() - began < 5
