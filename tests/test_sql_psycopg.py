@@ -64,7 +64,9 @@ def test_the_fast_path_is_taken_on_psycopg_only(engine: sa.Engine, clock: FakeCl
     store = SqlStore(engine, table_prefix=postgres.unique_prefix())
     assert supported(engine)
     assert isinstance(store._fast, PsycopgStatements)
-    assert not supported(make_engine("sqlite://"))
+    sqlite = make_engine("sqlite://")
+    assert not supported(sqlite)
+    sqlite.dispose()
 
 
 def test_a_point_find_is_one_prepared_statement_in_autocommit(
