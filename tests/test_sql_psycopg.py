@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import multiprocessing
 import threading
+import time
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -39,7 +40,8 @@ def engine(postgres_url: str, app: str) -> Iterator[sa.Engine]:
 
 
 def end_sessions(app: str) -> int:
-    """End, from the server's side, every session of ``app`` (as a restart or a proxy would)."""
+    """End, from the server's side, every session of ``app`` (as a restart or a proxy would),
+    and wait (5 s at most) until the server has let them go."""
     with postgres.engine().connect() as conn:
         ended = conn.execute(
             sa.text(
@@ -48,6 +50,10 @@ def end_sessions(app: str) -> int:
             ),
             {"app": app},
         ).scalar_one()
+    deadline = time.monotonic() + 5
+    while sessions(app) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert sessions(app) == 0
     return int(ended)
 
 
@@ -164,9 +170,10 @@ def test_connections_go_back_to_the_pool_as_it_handed_them_out(
 def test_dispose_closes_the_spares(engine: sa.Engine, app: str, clock: FakeClock) -> None:
     store = SqlStore(engine, table_prefix=postgres.unique_prefix())
     store.store(entry(clock, "k"))
-    assert len(spares(engine)) == 1
+    ((kept, _),) = spares(engine)._idle
+    conn = kept.driver_connection
     engine.dispose()
-    assert sessions(app) == 0
+    assert conn.closed
     assert store.find("n", "k") is not None  # a new pool, a new spare
 
 
