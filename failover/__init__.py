@@ -8,6 +8,7 @@ Quick start::
     def find_country(code: str) -> dict: ...
 """
 
+import logging
 import typing
 
 from . import asgi as asgi  # submodules, reached as failover.asgi, failover.http...
@@ -84,6 +85,10 @@ __all__ = [
     "make_store",
     "tenant",
 ]
+
+# The library's loggers ("failover", "failover.core", ...) print nothing unless the
+# application configures logging (the convention for libraries).
+logging.getLogger(__name__).addHandler(logging.NullHandler())
 
 if typing.TYPE_CHECKING:
     from .stores.sql import SqlStore

@@ -22,7 +22,7 @@ from .metrics import NULL_METRICS, Metrics
 
 __all__ = ["CleanupScheduler"]
 
-log = logging.getLogger("failover")
+log = logging.getLogger(__name__)
 
 
 def _period(every: timedelta | float | str) -> timedelta:

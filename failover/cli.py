@@ -1,6 +1,7 @@
 """The ``failover`` command line (also ``python -m failover``).
 
-Commands: ``demo``, ``inspect``, ``clean`` and ``scheduler``; ``failover COMMAND --help`` for each.
+Commands: ``demo``, ``inspect``, ``clean``, ``scheduler``, ``dashboard`` and ``ops``;
+``failover COMMAND --help`` for each.
 Errors a user can fix (a bad URL, an unreachable database, a port in use) are one line on stderr
 and exit status 1, never a traceback.
 """
@@ -11,6 +12,7 @@ import argparse
 import contextlib
 import logging
 import signal
+import socketserver
 import sys
 import threading
 from collections.abc import Callable, Iterable, Sequence
@@ -161,6 +163,48 @@ def _parser() -> argparse.ArgumentParser:
         help="serve Prometheus metrics on http://127.0.0.1:PORT/metrics",
     )
     scheduler.set_defaults(command=_scheduler)
+
+    dashboard = commands.add_parser(
+        "dashboard",
+        help="serve the read-only dashboard of a store",
+        description=(
+            "Serve the dashboard of a store shared by your services: its names (entries, live "
+            "and expired, oldest and newest as_of, size) and each name's entries. Per-call "
+            "counts are per process: they come from each service's Prometheus metrics."
+        ),
+    )
+    _store_argument(dashboard)
+    _table_prefix_argument(dashboard)
+    dashboard.add_argument(
+        "--host",
+        default="127.0.0.1",
+        help="the address to listen on (default: 127.0.0.1, this machine only)",
+    )
+    dashboard.add_argument(
+        "--port", type=_port, default=8050, help="the port to listen on (default: 8050)"
+    )
+    dashboard.add_argument(
+        "--auth-token",
+        metavar="TOKEN",
+        help="require this bearer token (open /?token=TOKEN once in a browser)",
+    )
+    dashboard.add_argument(
+        "--show-payloads",
+        action="store_true",
+        help="show a preview of each stored payload (they may hold personal data)",
+    )
+    dashboard.set_defaults(command=_dashboard)
+
+    ops = commands.add_parser(
+        "ops",
+        help="where the shipped alert rules and Grafana dashboard are",
+        description=(
+            "Print the directory holding alerts.yml (Prometheus alerting rules), "
+            "alerts_test.yml (their promtool tests) and grafana-dashboard.json."
+        ),
+    )
+    ops.add_argument("what", choices=["path"], help="path: print the directory")
+    ops.set_defaults(command=_ops)
     return parser
 
 
@@ -475,4 +519,79 @@ def _serve(scheduler: CleanupScheduler, args: argparse.Namespace, out: TextIO) -
             signal.signal(sig, handler)
         scheduler.stop()
     print(f"{PROG} scheduler stopped ({signal_name})", file=out, flush=True)
+    return 0
+
+
+# -- dashboard ------------------------------------------------------------------------------------
+
+
+def _loopback(host: str) -> bool:
+    import ipaddress
+
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _dashboard(args: argparse.Namespace) -> int:
+    from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
+
+    from .dashboard import make_store_app
+
+    out = sys.stdout
+    logging.basicConfig(format=f"{PROG}: %(levelname)s: %(message)s")
+    if not _loopback(args.host) and not args.auth_token:
+        print(
+            f"{PROG}: warning: listening on {args.host} without --auth-token: anyone who can "
+            "reach it can read the stored keys and times",
+            file=sys.stderr,
+        )
+    store = _open(args.store, "dashboard", create=False, table_prefix=args.table_prefix)
+    app = make_store_app(
+        store, utcnow, show_payloads=args.show_payloads, token=args.auth_token or None
+    )
+
+    class Server(socketserver.ThreadingMixIn, WSGIServer):
+        daemon_threads = True
+
+    class Quiet(WSGIRequestHandler):
+        def log_message(self, format: str, *values: object) -> None:
+            return None  # no access log on stderr: the page refreshes every few seconds
+
+    try:
+        server = make_server(args.host, args.port, app, server_class=Server, handler_class=Quiet)
+    except OSError as exc:
+        store.close()
+        raise _CliError(f"cannot listen on {args.host}:{args.port}: {exc.strerror}") from exc
+    host = f"[{args.host}]" if ":" in args.host else args.host
+    previous = {sig: signal.signal(sig, _shutdown) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        print(
+            f"{PROG} dashboard of {_display(args.store)} on http://{host}:{args.port}/ "
+            "(SIGINT or SIGTERM stops it)",
+            file=out,
+            flush=True,
+        )
+        server.serve_forever()
+    except _Shutdown as received:
+        signal_name = str(received)
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        server.server_close()
+        store.close()
+    print(f"{PROG} dashboard stopped ({signal_name})", file=out, flush=True)
+    return 0
+
+
+# -- ops ------------------------------------------------------------------------------------------
+
+
+def _ops(args: argparse.Namespace) -> int:
+    from importlib.resources import files
+
+    print(files("failover") / "ops")
     return 0

@@ -60,7 +60,7 @@ __all__ = [
     "type_name",
 ]
 
-log = logging.getLogger("failover")
+log = logging.getLogger(__name__)
 
 
 @runtime_checkable
@@ -685,8 +685,8 @@ def unencodable(annotation: Any) -> Any:
             if arg is not Ellipsis and (bad := unencodable(arg)) is not None:
                 return bad
         return None
-    if not isinstance(annotation, type) or annotation is object:
-        return None
+    if not isinstance(annotation, type) or annotation in (object, inspect.Signature.empty):
+        return None  # unknown (no annotation at all included): nothing to say
     if issubclass(annotation, _JSON_LIKE) or annotation in _STANDARD:
         return None
     if _kind(annotation) is not None or getattr(annotation, "_is_protocol", False):

@@ -19,6 +19,7 @@ from .definition import FailoverDefinition
 from .errors import StoreError
 from .execution import Execution
 from .handlers import Handler, key_of
+from .health import FailoverStats
 from .payload import ReferentialPayload, enrich, envelope, plain_kind
 from .policy import ExceptionPolicy, default_for
 from .served import record as record_served
@@ -29,7 +30,7 @@ if TYPE_CHECKING:
 
 __all__ = ["Binder", "Runtime"]
 
-log = logging.getLogger("failover")
+log = logging.getLogger(__name__)
 T = TypeVar("T")
 _new = object.__new__
 
@@ -89,6 +90,7 @@ class Runtime:
         "policy",
         "refusals",
         "router",
+        "stats",
         "unstorable",
     )
 
@@ -103,6 +105,7 @@ class Runtime:
         blocking: bool,
         blocking_writes: bool,
         router: MultiTenantStore | None = None,
+        stats: FailoverStats | None = None,
     ) -> None:
         self.definition = definition
         self.binder = binder
@@ -123,6 +126,8 @@ class Runtime:
         # A new tenant's store is made on its first use, and may connect to a database then.
         self.new_tenants_block = blocking and router is not None
         self._return_type: Any = _UNRESOLVED
+        # What the callers got, for health and metrics: one report per call.
+        self.stats = stats if stats is not None else FailoverStats(definition.name, clock)
 
     def context(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> CallContext:
         """The call's context (``args`` as the wrapper got them, ``self``/``cls`` included)."""
@@ -167,8 +172,9 @@ class Runtime:
             "failover %r: storing the live result failed", self.definition.name, exc_info=True
         )
 
-    def succeeded(self, ctx: CallContext, result: Any) -> Any:
-        """Store ``result`` and return it enriched as live.
+    def succeeded(self, ctx: CallContext, result: Any, seconds: float | None = None) -> Any:
+        """Store ``result`` and return it enriched as live; ``seconds`` (the time the upstream
+        took) reports the call as live (a late result after a soft timeout is not a call).
 
         Nothing here may break the call: a failing clock, ``store_if``, key function, store or
         metrics object is store trouble, logged and counted, and the live result returns.
@@ -181,6 +187,8 @@ class Runtime:
                 ctx.now = self.clock()
         except Exception:
             self._store_failed()
+        if seconds is not None:
+            self.stats.live(ctx.now, seconds)
         if plain_kind(type(result)):
             return result
         return enrich(result, True, ctx.now)
@@ -219,10 +227,21 @@ class Runtime:
             return Miss.ERROR
 
     def resolve(
-        self, ctx: CallContext, cause: Exception, found: ReferentialPayload[Any] | Miss
+        self,
+        ctx: CallContext,
+        cause: Exception,
+        found: ReferentialPayload[Any] | Miss,
+        seconds: float = 0.0,
     ) -> ReferentialPayload[Any] | None:
-        """What the caller gets after recovery: an envelope, or ``None`` to re-raise ``cause``."""
+        """What the caller gets after recovery: an envelope, or ``None`` to re-raise ``cause``.
+
+        ``seconds`` is the time the failed upstream took (reported with the outcome).
+        """
         d = self.definition
+        if isinstance(found, ReferentialPayload):
+            self.stats.recovered(seconds, cause, found.as_of)
+        else:
+            self.stats.not_recovered(seconds, cause)
         hook = d.on_recovered
         recovered: ReferentialPayload[Any] | None = None
         if isinstance(found, ReferentialPayload):
@@ -243,6 +262,7 @@ class Runtime:
             try:
                 value = hook(self.recover_context(ctx, cause, recovered), value)
             except Exception:  # the hook's bug must not cost the caller a good value
+                self.stats.hook_failed()
                 log.warning(
                     "failover %r: on_recovered raised; the caller gets the value it was given",
                     d.name,
@@ -277,11 +297,14 @@ class Runtime:
         else:
             self.succeeded(ctx, result)
 
-    def failed(self, ctx: CallContext, cause: Exception) -> ReferentialPayload[Any] | None:
+    def failed(
+        self, ctx: CallContext, cause: Exception, seconds: float = 0.0
+    ) -> ReferentialPayload[Any] | None:
         """Recover and resolve a failed call: an envelope, or ``None`` to re-raise ``cause``."""
         if not self.accepts(cause):
+            self.stats.raised(seconds, cause)
             return None
-        return self.resolve(ctx, cause, self.recover(ctx, cause))
+        return self.resolve(ctx, cause, self.recover(ctx, cause), seconds)
 
     def made_envelope(
         self, ctx: CallContext, value: Any, cause: BaseException | None = None

@@ -6,6 +6,7 @@ from __future__ import annotations
 import functools
 import inspect
 from collections.abc import Callable, Coroutine
+from time import perf_counter
 from typing import TYPE_CHECKING, Any, Generic, ParamSpec, Protocol, TypeVar, Unpack, overload
 
 from . import engine as _engine
@@ -154,14 +155,15 @@ def _sync_shell(state: State, envelope: bool) -> Callable[..., Any]:
             return state.passthrough(args, kwargs, result) if envelope else result
         ctx = rt.context(args, kwargs)
         ex = rt.execution
+        start = perf_counter()
         try:
             result = fn(*args, **kwargs) if ex is None else ex.call(ctx, fn, args, kwargs)
         except Exception as exc:
-            out = rt.failed(ctx, exc)
+            out = rt.failed(ctx, exc, perf_counter() - start)
             if out is None:
                 raise
             return out if envelope else out.payload
-        value = rt.succeeded(ctx, result)
+        value = rt.succeeded(ctx, result, perf_counter() - start)
         return rt.live_envelope(ctx, value) if envelope else value
 
     return shell
@@ -182,26 +184,30 @@ def _async_shell(state: State, envelope: bool) -> Callable[..., Any]:
             return state.passthrough(args, kwargs, result) if envelope else result
         ctx = rt.context(args, kwargs)
         ex = rt.execution
+        start = perf_counter()
         try:
             if ex is None:
                 result = await fn(*args, **kwargs)
             else:
                 result = await ex.acall(ctx, fn, args, kwargs)
         except Exception as exc:
+            seconds = perf_counter() - start
             if not rt.accepts(exc):
+                rt.stats.raised(seconds, exc)
                 raise
             if rt.blocking:
                 found = await rt.on_worker(rt.recover, ctx, exc)
             else:
                 found = rt.recover(ctx, exc)
-            out = rt.resolve(ctx, exc, found)
+            out = rt.resolve(ctx, exc, found, seconds)
             if out is None:
                 raise
             return out if envelope else out.payload
+        seconds = perf_counter() - start
         if rt.blocking_writes or (rt.new_tenants_block and rt.tenant_unmade()):
-            value = await rt.on_worker(rt.succeeded, ctx, result)
+            value = await rt.on_worker(rt.succeeded, ctx, result, seconds)
         else:
-            value = rt.succeeded(ctx, result)
+            value = rt.succeeded(ctx, result, seconds)
         return rt.live_envelope(ctx, value) if envelope else value
 
     return shell

@@ -33,6 +33,7 @@ from .execution import (
 )
 from .expiry import parse_ttl
 from .handlers import Handler, key_of
+from .health import FailoverStats, HealthReport, settings_of
 from .metrics import Metrics, resolve_metrics
 from .policy import resolve_policy
 from .scatter import slice_type
@@ -42,7 +43,7 @@ from .stores.tenant import MultiTenantStore, TenantStoreFactory
 
 __all__ = ["Failover", "configure", "get_engine", "utcnow"]
 
-log = logging.getLogger("failover")
+log = logging.getLogger(__name__)
 
 
 utcnow: Callable[[], datetime] = functools.partial(datetime.now, UTC)
@@ -135,6 +136,7 @@ class Failover:
         self._lock = threading.RLock()
         self._registered: dict[str, Decorated] = {}
         self._runtimes: dict[Decorated, Runtime] = {}
+        self._stats: dict[str, FailoverStats] = {}  # per name, kept when a name is re-registered
         self._closed = False
         self._clean_lock = threading.Lock()  # one cleanup at a time: scheduled or by hand
         self._schedulers: list[CleanupScheduler] = []
@@ -165,6 +167,14 @@ class Failover:
                 _warn_replaced(previous, decorated)
                 self._runtimes.pop(previous, None)
             self._registered[definition.name] = decorated
+            stats = self._stats.get(definition.name)
+            if stats is None:
+                stats = self._stats[definition.name] = FailoverStats(
+                    definition.name, self.clock, self.metrics
+                )
+                self.metrics.track(stats)
+            policy = definition.policy if definition.policy is not None else self.policy
+            stats.info = settings_of(definition, policy, self.raw_store)
             self._warn_domain_mismatch(decorated)
 
     def _check_encodable(self, decorated: Decorated) -> None:
@@ -216,6 +226,18 @@ class Failover:
         with self._lock:
             return [d.definition for _, d in sorted(self._registered.items())]
 
+    def health(self) -> HealthReport:
+        """Each registered failover's health over the last minute, worst first.
+
+        ``down``: a call got nothing usable (not recovered); ``degraded``: calls were served
+        stale, or the breaker is open; ``up``: calls were answered live; ``idle``: no call. The
+        engine's status is the worst of them (``idle`` when none is registered).
+        """
+        now = self.clock()
+        with self._lock:
+            stats = [self._stats[name] for name in self._registered]
+        return HealthReport.of((s.health(now) for s in stats), now)
+
     def runtime(self, decorated: Decorated) -> Runtime:
         """The runtime of ``decorated`` on this engine, made on first use."""
         rt = self._runtimes.get(decorated)
@@ -238,6 +260,7 @@ class Failover:
                     self.blocking,
                     self.blocking_writes,
                     self.store if isinstance(self.store, MultiTenantStore) else None,
+                    self._stats[d.name],
                 )
                 rt.bind(self._execution(d, rt))
                 rt.unstorable = self._unstorable.get(d.name)
@@ -282,7 +305,7 @@ class Failover:
                             )
                         settings["state_storage"] = made
                     cb = self._breakers[d.name] = pybreaker.CircuitBreaker(name=d.name, **settings)
-            report = self.metrics.circuit_state
+            report = self._stats[d.name].circuit_state  # health, then the metrics
             if not any(
                 isinstance(x, StateListener) and x.name == d.name and x.report == report
                 for x in cb.listeners
@@ -301,12 +324,11 @@ class Failover:
                 or bulkhead.acquire_timeout != d.acquire_timeout
             ):
                 assert d.max_concurrency is not None
-                metrics, name = self.metrics, d.name
                 bulkhead = self._bulkheads[d.name] = Bulkhead(
-                    name,
+                    d.name,
                     d.max_concurrency,
                     d.acquire_timeout,
-                    lambda: metrics.bulkhead_rejected(name),
+                    self._stats[d.name].bulkhead_rejected,
                 )
             return bulkhead
 

@@ -186,6 +186,6 @@ def test_an_encrypted_row_without_the_key_is_a_miss(
         fetch("FR")
     assert "the store failed while recovering" in str(raised.value.__notes__)
     errors = registry.get_sample_value(
-        "failover_recover_total", {"name": "secrets", "outcome": "error"}
+        "failover_recoveries_total", {"name": "secrets", "outcome": "error"}
     )
     assert errors == 1

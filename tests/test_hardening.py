@@ -78,7 +78,7 @@ def test_trouble_after_the_upstream_answered_never_breaks_a_sync_call(
     assert envelope.up_to_date
     if kind != "metrics":
         assert "storing the live result failed" in caplog.text
-        assert value(registry, "failover_store_total", name=f"live-{kind}", result="failed") == 2
+        assert value(registry, "failover_writes_total", name=f"live-{kind}", result="error") == 2
     engine.close()
 
 
@@ -98,7 +98,7 @@ async def test_trouble_after_the_upstream_answered_never_breaks_an_async_call(
         assert (await get.referential(2)).up_to_date
     if kind != "metrics":
         assert "storing the live result failed" in caplog.text
-        assert value(registry, "failover_store_total", name=f"alive-{kind}", result="failed") == 2
+        assert value(registry, "failover_writes_total", name=f"alive-{kind}", result="error") == 2
     engine.close()
 
 
@@ -175,5 +175,7 @@ def test_storable_return_types_are_not_warned(tmp_path: Any) -> None:
     @failover.failover("ok-types", engine=eng)
     def get(code: str) -> list[Country] | dict[str, Any] | None:
         return None
+
+    failover.failover("no-annotation", engine=eng)(lambda code: code)
 
     eng.close()

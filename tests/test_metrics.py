@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 import failover
-from failover import Failover
+from failover import CleanupScheduler, Failover
 from failover.metrics import PrometheusMetrics
 
 from .conftest import BrokenStore, FakeClock, Upstream
@@ -46,12 +48,14 @@ def test_store_and_recover_outcomes(
     upstream.fail()
     f("a")
     f("never-stored")
-    assert value(registry, "failover_store_total", name="countries", result="stored") == 2
-    assert value(registry, "failover_recover_total", name="countries", outcome="recovered") == 1
-    assert value(registry, "failover_recover_total", name="countries", outcome="not_recovered") == 1
+    assert value(registry, "failover_writes_total", name="countries", result="ok") == 2
+    assert value(registry, "failover_recoveries_total", name="countries", outcome="recovered") == 1
+    assert (
+        value(registry, "failover_recoveries_total", name="countries", outcome="not_recovered") == 1
+    )
     assert value(registry, "failover_stale_age_seconds_sum", name="countries") == 90
-    assert value(registry, "failover_store_seconds_count", name="countries") == 2
-    assert value(registry, "failover_recover_seconds_count", name="countries") == 2
+    assert value(registry, "failover_write_seconds_count", name="countries") == 2
+    assert value(registry, "failover_recovery_seconds_count", name="countries") == 2
 
 
 def test_store_and_recover_errors_are_counted(
@@ -66,8 +70,8 @@ def test_store_and_recover_errors_are_counted(
     assert f("a") == "a"
     upstream.fail()
     assert f("a") is None
-    assert value(registry, "failover_store_total", name="broken", result="failed") == 1
-    assert value(registry, "failover_recover_total", name="broken", outcome="error") == 1
+    assert value(registry, "failover_writes_total", name="broken", result="error") == 1
+    assert value(registry, "failover_recoveries_total", name="broken", outcome="error") == 1
 
 
 def test_cardinality_guard_folds_names(registry: CollectorRegistry, clock: FakeClock) -> None:
@@ -79,12 +83,12 @@ def test_cardinality_guard_folds_names(registry: CollectorRegistry, clock: FakeC
     stored = {
         labels: v
         for (name, labels), v in samples(registry).items()
-        if name == "failover_store_total"
+        if name == "failover_writes_total"
     }
     assert stored == {
-        (("name", "n0"), ("result", "stored")): 1,
-        (("name", "n1"), ("result", "stored")): 1,
-        (("name", "__other__"), ("result", "stored")): 2,
+        (("name", "n0"), ("result", "ok")): 1,
+        (("name", "n1"), ("result", "ok")): 1,
+        (("name", "__other__"), ("result", "ok")): 2,
     }
 
 
@@ -92,7 +96,7 @@ def test_metrics_never_raise_into_a_call(
     registry: CollectorRegistry, clock: FakeClock, caplog: pytest.LogCaptureFixture
 ) -> None:
     metrics = PrometheusMetrics(registry)
-    metrics._store = None  # type: ignore[assignment]  # any update now fails inside the metric
+    metrics._names = None  # type: ignore[assignment]  # any update now fails inside the metric
     eng = Failover(clock=clock, metrics=metrics)
     fn = failover.failover("safe", engine=eng)(lambda: 7)
     assert fn() == 7
@@ -163,3 +167,176 @@ def test_a_failing_custom_metrics_object_never_breaks_a_call(
     assert len(eng.raw_store.find_all("failing-metrics")) == 1  # stored, whatever the metric
     upstream.fail()
     assert f("a") == "a"  # the hit is served: a failing metric does not turn it into a miss
+
+
+# -- the user-impact metrics (read from each failover's call statistics) -------------------------
+
+
+def test_calls_upstream_time_and_errors(
+    registry: CollectorRegistry, clock: FakeClock, upstream: Upstream
+) -> None:
+    eng = Failover(clock=clock, metrics=registry)
+
+    @failover.failover("countries", engine=eng, policy="never_throw", ttl="2h")
+    def f(x: str) -> object:
+        return upstream(x)
+
+    f("a")
+    f("b")
+    upstream.fail()
+    f("a")
+    f("never-stored")
+    upstream.fail(TimeoutError("slow"))
+    f("a")
+    calls = {
+        o: value(registry, "failover_calls_total", name="countries", outcome=o)
+        for o in ("live", "recovered", "not_recovered")
+    }
+    assert calls == {"live": 2, "recovered": 2, "not_recovered": 1}
+    assert value(registry, "failover_upstream_seconds_count", name="countries", result="ok") == 2
+    assert value(registry, "failover_upstream_seconds_count", name="countries", result="error") == 3
+    assert (
+        value(
+            registry, "failover_upstream_seconds_bucket", name="countries", result="ok", le="+Inf"
+        )
+        == 2
+    )
+    errors = {
+        e: value(registry, "failover_upstream_errors_total", name="countries", exception=e)
+        for e in ("ConnectionError", "TimeoutError")
+    }
+    assert errors == {"ConnectionError": 2, "TimeoutError": 1}
+    assert value(registry, "failover_ttl_seconds", name="countries") == 7200
+    info = {
+        labels: v for (metric, labels), v in samples(registry).items() if metric == "failover_info"
+    }
+    assert info == {
+        (
+            ("effective_name", "countries"),
+            ("execution", "basic"),
+            ("name", "countries"),
+            ("policy", "never_throw"),
+            ("store", "InMemoryStore"),
+            ("ttl_seconds", "7200"),
+        ): 1.0
+    }
+
+
+def test_exception_kinds_are_bounded_per_failover(
+    registry: CollectorRegistry, clock: FakeClock
+) -> None:
+    from failover.health import MAX_ERROR_KINDS
+
+    eng = Failover(clock=clock, metrics=registry)
+    kinds = [type(f"Error{i}", (Exception,), {}) for i in range(MAX_ERROR_KINDS + 5)]
+
+    @failover.failover("many", engine=eng, policy="never_throw")
+    def f(i: int) -> None:
+        raise kinds[i]()
+
+    for i in range(len(kinds)):
+        f(i)
+    errors = {
+        dict(labels)["exception"]: v
+        for (metric, labels), v in samples(registry).items()
+        if metric == "failover_upstream_errors_total"
+    }
+    assert len(errors) == MAX_ERROR_KINDS + 1
+    assert errors["__other__"] == 5
+
+
+def test_engines_on_one_registry_add_up(registry: CollectorRegistry, clock: FakeClock) -> None:
+    for _ in range(2):
+        eng = Failover(clock=clock, metrics=registry)
+        failover.failover("shared", engine=eng)(lambda: 1)()
+    assert value(registry, "failover_calls_total", name="shared", outcome="live") == 2
+
+
+def test_breaker_bulkhead_and_hook_metrics(
+    registry: CollectorRegistry, clock: FakeClock, upstream: Upstream
+) -> None:
+    import threading
+
+    eng = Failover(clock=clock, metrics=registry, breaker_defaults={"fail_max": 1})
+
+    @failover.failover("guarded", engine=eng, breaker=True, policy="never_throw")
+    def guarded(x: str) -> object:
+        return upstream(x)
+
+    guarded("a")
+    assert value(registry, "failover_circuit_state", name="guarded") == 0
+    upstream.fail()
+    guarded("a")
+    assert value(registry, "failover_circuit_state", name="guarded") == 2
+    assert eng.health().failovers["guarded"].breaker == "open"
+
+    entered, release = threading.Event(), threading.Event()
+
+    @failover.failover("narrow", engine=eng, max_concurrency=1, policy="never_throw")
+    def narrow(wait: bool) -> int:
+        if wait:
+            entered.set()
+            release.wait(5)
+        return 1
+
+    worker = threading.Thread(target=narrow, args=(True,))
+    worker.start()
+    assert entered.wait(5)
+    assert narrow(False) is None  # no permit: refused, nothing stored
+    release.set()
+    worker.join(5)
+    assert value(registry, "failover_bulkhead_rejected_total", name="narrow") == 1
+    assert value(
+        registry, "failover_upstream_errors_total", name="narrow", exception="BulkheadFull"
+    )
+
+    eng.metrics.hook_failed("guarded")
+    assert value(registry, "failover_hook_errors_total", name="guarded", hook="on_recovered") == 1
+    eng.close()
+
+
+def test_cleanup_and_async_writes_metrics(registry: CollectorRegistry, tmp_path: Path) -> None:
+    eng = Failover(f"sqlite:///{tmp_path / 'm.db'}", metrics=registry)
+
+    @failover.failover("stored", engine=eng, ttl=1)
+    def one() -> int:
+        return 1
+
+    one()
+    assert eng.flush(5)
+    CleanupScheduler(eng, 3600, metrics=eng.metrics).run_once()
+    assert value(registry, "failover_async_writes_queued") == 0
+    assert value(registry, "failover_cleanup_seconds_count") == 1
+    assert value(registry, "failover_cleanup_last_run_timestamp_seconds") > 0
+    eng.close()
+
+
+CONTRACT = {
+    "failover_calls_total": "counter",
+    "failover_upstream_seconds": "histogram",
+    "failover_upstream_errors_total": "counter",
+    "failover_info": "gauge",
+    "failover_ttl_seconds": "gauge",
+    "failover_writes_total": "counter",
+    "failover_write_seconds": "histogram",
+    "failover_recoveries_total": "counter",
+    "failover_recoveries_partial_total": "counter",
+    "failover_recovery_seconds": "histogram",
+    "failover_stale_age_seconds": "histogram",
+    "failover_circuit_state": "gauge",
+    "failover_bulkhead_rejected_total": "counter",
+    "failover_hook_errors_total": "counter",
+    "failover_async_writes_queued": "gauge",
+    "failover_async_writes_dropped_total": "counter",
+    "failover_async_writes_failed_total": "counter",
+    "failover_cleanup_removed_total": "counter",
+    "failover_cleanup_seconds": "histogram",
+    "failover_cleanup_last_run_timestamp_seconds": "gauge",
+}
+
+
+def test_every_family_of_the_table_is_exported(registry: CollectorRegistry) -> None:
+    PrometheusMetrics.for_registry(registry)
+    text = generate_latest(registry).decode()
+    types = dict(line.split()[2:4] for line in text.splitlines() if line.startswith("# TYPE "))
+    assert types == CONTRACT

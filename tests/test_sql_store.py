@@ -589,8 +589,8 @@ def test_an_unencodable_result_is_returned_and_not_stored(
         assert fetch.peek() is None
     assert store.find_all("opaque") == []
     assert "storing the live result failed" in caplog.text
-    stored = {"name": "opaque", "result": "failed"}
-    assert registry.get_sample_value("failover_store_total", stored) == 1
+    stored = {"name": "opaque", "result": "error"}
+    assert registry.get_sample_value("failover_writes_total", stored) == 1
     with pytest.raises(SerializationError, match="cannot store"):
         store.store(envelope("n", "k", 1 + 2j, clock(), clock(), True))
 
@@ -670,7 +670,7 @@ def test_a_row_that_cannot_be_decoded_is_a_miss_never_code(
     assert not (tmp_path / "pwned").exists()
     for name in ("billing.invoice", "lenient"):
         outcome = {"name": name, "outcome": "error"}
-        assert registry.get_sample_value("failover_recover_total", outcome) == 1
+        assert registry.get_sample_value("failover_recoveries_total", outcome) == 1
 
 
 def test_a_pickle_store_still_reads_json_rows(

@@ -349,7 +349,7 @@ def test_metrics_route_answers_without_a_redirect(clock: FakeClock) -> None:
         response = client.get("/metrics", follow_redirects=False)
     assert response.status_code == 200
     assert response.headers["content-type"].startswith("text/plain")
-    assert 'failover_recover_total{name="rates",outcome="recovered"} 1.0' in response.text
+    assert 'failover_recoveries_total{name="rates",outcome="recovered"} 1.0' in response.text
     service.engine.close()
 
 

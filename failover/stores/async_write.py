@@ -39,7 +39,7 @@ from .base import FailoverStore, Payload
 
 __all__ = ["REJECTIONS", "AsyncWriteStore", "flush_chain"]
 
-log = logging.getLogger("failover")
+log = logging.getLogger(__name__)
 
 REJECTIONS: Final = ("discard", "caller_runs", "abort")
 """What `AsyncWriteStore` does with writes that find the queue full."""

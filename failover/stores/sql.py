@@ -36,7 +36,7 @@ from .sql_psycopg import PsycopgStatements, ping_when_idle, supported
 
 __all__ = ["RowSerializer", "SqlStore", "entry_binding", "make_engine"]
 
-log = logging.getLogger("failover")
+log = logging.getLogger(__name__)
 
 # A schema part, then the table prefix; lengths keep every identifier (the index name is the
 # longest) within PostgreSQL's 63 characters, past which it would silently truncate them.

@@ -43,7 +43,7 @@ __all__ = [
     "safe_tenant_id",
 ]
 
-log = logging.getLogger("failover")
+log = logging.getLogger(__name__)
 
 TenantStoreFactory = Callable[[str], FailoverStore]
 """Makes the store of one tenant. It may carry a ``does_io`` attribute (assumed ``True``

@@ -1,0 +1,169 @@
+"""What the dashboard shows, gathered from an engine or from a store alone."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from ..health import OUTCOMES, WINDOW, FailoverHealth, Status, settings_of
+from .entries import NameSummary, Page, page, summary
+
+if TYPE_CHECKING:
+    from ..engine import Failover
+    from ..stores.base import FailoverStore
+
+__all__ = ["EngineView", "FailoverRow", "Overview", "StoreView"]
+
+
+@dataclass(frozen=True, slots=True)
+class FailoverRow:
+    """One registered failover: its health and its settings."""
+
+    health: FailoverHealth
+    settings: dict[str, str]
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dictionary."""
+        return {"name": self.health.name, **self.settings, **self.health.to_dict()}
+
+
+@dataclass(frozen=True, slots=True)
+class Overview:
+    """The top of the page: status, KPIs over the window, and the table's rows.
+
+    An engine's view fills ``failovers``; a store's view (``failover dashboard``) fills
+    ``names``, and has no per-call counts (those are per process: see Prometheus).
+    """
+
+    status: Status | str
+    at: datetime
+    store: str
+    failovers: list[FailoverRow] = field(default_factory=list)
+    names: list[NameSummary] = field(default_factory=list)
+    window: int = WINDOW
+
+    def totals(self) -> dict[str, int]:
+        """Calls per outcome over the window, every failover together."""
+        totals = dict.fromkeys(OUTCOMES, 0)
+        for row in self.failovers:
+            for outcome, n in row.health.counts.items():
+                totals[outcome] += n
+        return totals
+
+    def kpis(self) -> dict[str, Any]:
+        """Calls in the window and the share of each outcome (``None`` without calls)."""
+        totals = self.totals()
+        calls = sum(totals.values())
+
+        def share(n: int) -> float | None:
+            return None if not calls else round(100.0 * n / calls, 1)
+
+        return {
+            "calls": calls,
+            "live_percent": share(totals["live"]),
+            "stale_percent": share(totals["recovered"]),
+            "not_recovered_percent": share(totals["not_recovered"]),
+        }
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dictionary: what ``/api/failovers`` serves."""
+        data: dict[str, Any] = {
+            "status": self.status,
+            "at": self.at.isoformat(),
+            "store": self.store,
+            "window_seconds": self.window,
+        }
+        if self.names:
+            data["names"] = [n.to_dict() for n in self.names]
+        else:
+            data["kpis"] = self.kpis()
+            data["failovers"] = [row.to_dict() for row in self.failovers]
+        return data
+
+
+class EngineView:
+    """An engine's failovers, their health and their entries.
+
+    Args:
+        engine: the engine, or ``None`` for the default engine (looked up on each request, so
+            that ``failover.configure()`` may run after the app is made).
+    """
+
+    per_call = True
+
+    def __init__(self, engine: Failover | None = None) -> None:
+        self._engine = engine
+
+    @property
+    def engine(self) -> Failover:
+        """The engine shown."""
+        if self._engine is not None:
+            return self._engine
+        from ..engine import get_engine
+
+        return get_engine()
+
+    def overview(self) -> Overview:
+        """The engine's health and settings, worst first."""
+        engine = self.engine
+        report = engine.health()
+        definitions = {d.name: d for d in engine.definitions()}
+        rows = []
+        for name, health in report.failovers.items():
+            d = definitions.get(name)
+            if d is None:  # replaced between the two reads
+                continue
+            policy = d.policy if d.policy is not None else engine.policy
+            rows.append(FailoverRow(health, settings_of(d, policy, engine.raw_store)))
+        return Overview(report.status, report.at or engine.clock(), repr(engine.raw_store), rows)
+
+    def now(self) -> datetime:
+        """The engine's time."""
+        return self.engine.clock()
+
+    def entries(self, name: str, after: str | None, limit: int, payloads: bool) -> Page:
+        """A page of entries stored under ``name`` (a failover's effective name)."""
+        return page(self.engine.store, name, after=after, limit=limit, payloads=payloads)
+
+    def health(self) -> dict[str, Any]:
+        """What ``/health`` serves."""
+        return self.engine.health().to_dict()
+
+
+class StoreView:
+    """A store alone: the names it holds and their entries (``failover dashboard``).
+
+    Args:
+        store: the store.
+        clock: the time source for ages and expiry.
+    """
+
+    per_call = False
+
+    def __init__(self, store: FailoverStore, clock: Callable[[], datetime]) -> None:
+        self.store = store
+        self.clock = clock
+
+    def overview(self) -> Overview:
+        """What the store holds, per name."""
+        now = self.clock()
+        names = summary(self.store, now)
+        return Overview("up", now, repr(self.store), names=names)
+
+    def now(self) -> datetime:
+        """The time of ages and expiry."""
+        return self.clock()
+
+    def entries(self, name: str, after: str | None, limit: int, payloads: bool) -> Page:
+        """A page of entries stored under ``name``."""
+        return page(self.store, name, after=after, limit=limit, payloads=payloads)
+
+    def health(self) -> dict[str, Any]:
+        """``up`` when the store answers (a failing read is ``down``, 503)."""
+        try:
+            self.store.find("", "")  # one indexed lookup: the store answers
+        except Exception as exc:
+            return {"status": "down", "error": type(exc).__name__}
+        return {"status": "up"}
