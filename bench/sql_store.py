@@ -5,6 +5,14 @@ Run with ``.venv/bin/python bench/sql_store.py`` (SQLite: a WAL file in a tempor
 binaries must be installed), or ``--url URL`` for a database of your own (a table with a fresh
 prefix is created and left there). Prints a markdown table. Every payload is a small dict, the
 typical reference-data entry, encoded by the default `JsonCodec` (its time is included).
+
+On PostgreSQL through psycopg it also prints the store next to raw psycopg in the same run: a
+point `find` against a prepared select of the same row on one connection, `find_many` of 1,000
+keys against the same prepared statement, and batched writes against ``executemany`` (pipeline
+mode) of the same upsert and against the store's own one-statement upsert sent by hand. The raw
+writes get their rows already encoded: the store's figure includes its codec. The cases are
+interleaved, round after round, and the ratio is the median of the rounds' ratios, so that load
+elsewhere on the host moves both sides alike.
 """
 
 from __future__ import annotations
@@ -28,6 +36,7 @@ sys.path.insert(0, str(ROOT))  # tests/postgres.py starts the --postgres server
 
 from failover.payload import ReferentialPayload, envelope  # noqa: E402
 from failover.stores.sql import SqlStore  # noqa: E402
+from failover.stores.sql_psycopg import supported  # noqa: E402
 
 BATCH = 1_000
 
@@ -85,6 +94,124 @@ def measure(store: SqlStore) -> list[tuple[str, str]]:
     return rows
 
 
+# -- against raw psycopg --------------------------------------------------------------------------
+
+ROUNDS = 15
+
+
+def interleaved(cases: dict[str, Callable[[], object]], calls: int) -> dict[str, list[float]]:
+    """Seconds per call of each case, one median per round; the cases take turns every round."""
+    per_round: dict[str, list[float]] = {name: [] for name in cases}
+    for _ in range(ROUNDS):
+        for name, fn in cases.items():
+            per_round[name].append(statistics.median(timed(fn, calls)))
+    return per_round
+
+
+def ratio(store: list[float], raw: list[float]) -> float:
+    return statistics.median(s / r for s, r in zip(store, raw, strict=True))
+
+
+def against_raw(store: SqlStore) -> list[tuple[str, str, str, str]]:
+    """(measure, store, raw psycopg, ratio) rows, measured in turns."""
+    import psycopg
+
+    url = store.engine.url.set(drivername="postgresql").render_as_string(hide_password=False)
+    raw = psycopg.connect(url, autocommit=True)
+    cursor = raw.cursor()
+    fast = store._fast
+    assert fast is not None
+    prefix = f"raw{uuid.uuid4().hex[:6]}-"
+    store.store_many(payloads(prefix, BATCH))
+    keys = [f"{prefix}{i:06d}" for i in range(BATCH)]
+    key = keys[BATCH // 2]
+    name = "bench.rates"
+
+    def raw_find() -> object:
+        cursor.execute(fast._find, (name, key), prepare=True)
+        return cursor.fetchone()
+
+    def raw_find_many() -> object:
+        cursor.execute(fast._find_many, (keys, name), prepare=True)
+        return cursor.fetchall()
+
+    rows: list[tuple[str, str, str, str]] = []
+    point = interleaved({"store": lambda: store.find(name, key), "raw": raw_find}, calls=300)
+    rows.append(
+        (
+            "point find",
+            f"{statistics.median(point['store']) * 1e6:.0f} µs",
+            f"{statistics.median(point['raw']) * 1e6:.0f} µs",
+            f"{ratio(point['store'], point['raw']):.2f}",
+        )
+    )
+    many = interleaved(
+        {"store": lambda: store.find_many(name, keys), "raw": raw_find_many}, calls=5
+    )
+    rows.append(
+        (
+            "find_many, 1,000 keys",
+            f"{statistics.median(many['store']) * 1e3:.2f} ms",
+            f"{statistics.median(many['raw']) * 1e3:.2f} ms",
+            f"{ratio(many['store'], many['raw']):.2f}",
+        )
+    )
+
+    # Writes: each round writes fresh keys (inserts) and then the same keys again (upserts).
+    upsert = (
+        f"INSERT INTO {store.table.fullname} (name, key, as_of, expire_on, payload, payload_type) "
+        "VALUES (%s, %s, %s, %s, %s, %s) ON CONFLICT (name, key) DO UPDATE SET "
+        "as_of = excluded.as_of, expire_on = excluded.expire_on, payload = excluded.payload, "
+        "payload_type = excluded.payload_type"
+    )
+    batches = iter(range(10**9))
+
+    def encoded(tag: str) -> list[dict[str, Any]]:
+        return [store._row(p) for p in payloads(f"{tag}{next(batches)}-", BATCH)]
+
+    def raw_executemany(batch: list[dict[str, Any]]) -> None:
+        with raw.transaction(), raw.cursor() as c:
+            c.executemany(upsert, [tuple(r.values()) for r in batch])
+
+    def raw_unnest(batch: list[dict[str, Any]]) -> None:
+        columns = [[r[c] for r in batch] for c in ("name", "key", "as_of", "expire_on")]
+        columns += [[r[c] for r in batch] for c in ("payload", "payload_type")]
+        cursor.execute(fast._upsert, columns, prepare=True)
+
+    writes: dict[str, list[float]] = {"store": [], "executemany": [], "unnest": []}
+    for _ in range(ROUNDS):
+        fresh = payloads(f"w{next(batches)}-", BATCH)
+        start = time.perf_counter()
+        store.store_many(fresh)
+        writes["store"].append(time.perf_counter() - start)
+        for label, send in (("executemany", raw_executemany), ("unnest", raw_unnest)):
+            batch = encoded(label)
+            start = time.perf_counter()
+            send(batch)
+            writes[label].append(time.perf_counter() - start)
+    rate = {k: BATCH / statistics.median(v) for k, v in writes.items()}
+    for label in ("executemany", "unnest"):
+        rows.append(
+            (
+                f"batched writes of 1,000 vs raw {label}",
+                f"{rate['store']:,.0f} /s",
+                f"{rate[label]:,.0f} /s",
+                f"{ratio(writes['store'], writes[label]):.2f}",
+            )
+        )
+    raw.close()
+    return rows
+
+
+def raw_table(label: str, rows: list[tuple[str, str, str, str]]) -> str:
+    lines = [
+        f"| {label} | store | raw psycopg | store time / raw time |",
+        "|---|---:|---:|---:|",
+    ]
+    lines += [f"| {m} | {s} | {r} | {x} |" for m, s, r, x in rows]
+    return "\n".join(lines)
+
+
 def table(results: dict[str, list[tuple[str, str]]]) -> str:
     names = list(results)
     lines = [
@@ -102,6 +229,7 @@ def main() -> int:
     parser.add_argument("--url", help="also this database (a SQLAlchemy URL)")
     args = parser.parse_args()
     results: dict[str, list[tuple[str, str]]] = {}
+    raw_results: dict[str, list[tuple[str, str, str, str]]] = {}
     with tempfile.TemporaryDirectory() as tmp:
         store = SqlStore(f"sqlite:///{Path(tmp) / 'bench.db'}")
         results["SQLite (WAL file)"] = measure(store)
@@ -109,6 +237,8 @@ def main() -> int:
     if args.url:
         store = SqlStore(args.url, table_prefix=f"bench{uuid.uuid4().hex[:8]}_")
         results[store.engine.dialect.name] = measure(store)
+        if supported(store.engine):
+            raw_results[store.engine.dialect.name] = against_raw(store)
         store.close()
     if args.postgres:
         from tests import postgres
@@ -121,6 +251,7 @@ def main() -> int:
             try:
                 store = SqlStore(server.url)
                 results["PostgreSQL (local)"] = measure(store)
+                raw_results["PostgreSQL (local)"] = against_raw(store)
                 store.close()
             finally:
                 postgres.stop()
@@ -129,6 +260,9 @@ def main() -> int:
         f"SQLite {__import__('sqlite3').sqlite_version}; median of repeated runs\n"
     )
     print(table(results))
+    for label, rows in raw_results.items():
+        print(f"\n{label}, against raw psycopg in the same run ({ROUNDS} interleaved rounds):\n")
+        print(raw_table(label, rows))
     return 0
 
 

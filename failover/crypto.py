@@ -5,6 +5,11 @@ Reading honours that marker whether or not the store encrypts its own writes: a 
 is read as it is, so turning encryption on (or off, while the key is still configured) keeps
 existing rows readable. `FernetCipher` is the one shipped; it needs ``cryptography``
 (``pip install failover[encryption]``).
+
+What is encrypted is ``@<binding>:<text>``, where ``binding`` (hex) is a digest of the entry's
+name and key: ciphers have no associated data, so the binding travels inside the ciphertext, and
+a row moved under another entry's key decrypts to the wrong binding and is refused. Rows
+encrypted by earlier versions carry no binding and are refused too (a miss until stored again).
 """
 
 from __future__ import annotations
@@ -14,9 +19,10 @@ from typing import Any, Protocol, runtime_checkable
 
 from .errors import ConfigurationError, SerializationError
 
-__all__ = ["Cipher", "FernetCipher", "seal", "unseal"]
+__all__ = ["Cipher", "FernetCipher", "is_sealed", "seal", "unseal"]
 
 _OPEN, _CLOSE = "ENC(", ")"
+_BOUND = "@"  # starts the plain text of a bound row; an unbound one starts with a codec marker
 
 
 @runtime_checkable
@@ -42,18 +48,28 @@ class Cipher(Protocol):
         ...
 
 
-def seal(cipher: Cipher, text: str) -> str:
-    """``text`` encrypted, in its ``ENC(scheme:token)`` marker."""
-    return f"{_OPEN}{cipher.scheme}:{cipher.encrypt(text)}{_CLOSE}"
-
-
-def unseal(cipher: Cipher | None, text: str) -> str:
-    """The plain text of a stored payload: decrypted if it carries the ``ENC(...)`` marker,
-    as it is otherwise.
+def is_sealed(text: str) -> bool:
+    """Whether a stored payload carries the ``ENC(...)`` marker.
 
     Raises:
-        SerializationError: an encrypted row and no cipher, a cipher of another scheme, or a
-            token that does not decrypt.
+        AttributeError: ``text`` is not text (a corrupt row).
+    """
+    return text.startswith(_OPEN)
+
+
+def seal(cipher: Cipher, text: str, binding: bytes) -> str:
+    """``text`` encrypted together with the entry's ``binding``, in its ``ENC(scheme:token)``
+    marker."""
+    return f"{_OPEN}{cipher.scheme}:{cipher.encrypt(f'{_BOUND}{binding.hex()}:{text}')}{_CLOSE}"
+
+
+def unseal(cipher: Cipher | None, text: str, binding: bytes) -> str:
+    """The plain text of a stored payload: decrypted if it carries the ``ENC(...)`` marker
+    (and checked to be ``binding``'s), as it is otherwise.
+
+    Raises:
+        SerializationError: an encrypted row and no cipher, a cipher of another scheme, a
+            token that does not decrypt, or one encrypted for another entry or without a binding.
     """
     if not text.startswith(_OPEN):
         return text
@@ -70,7 +86,18 @@ def unseal(cipher: Cipher | None, text: str) -> str:
         raise SerializationError(
             f"row is encrypted with {scheme!r}; this store's cipher is {cipher.scheme!r}"
         )
-    return cipher.decrypt(token)
+    plain = cipher.decrypt(token)
+    prefix = f"{_BOUND}{binding.hex()}:"
+    if plain.startswith(prefix):
+        return plain[len(prefix) :]
+    if plain.startswith(_BOUND):
+        raise SerializationError(
+            "encrypted row belongs to another entry: it was moved or copied under this key"
+        )
+    raise SerializationError(
+        "encrypted row carries no entry binding (an earlier version wrote it): a miss until the "
+        "entry is stored again"
+    )
 
 
 class FernetCipher:

@@ -20,8 +20,25 @@ if TYPE_CHECKING:
 
 __all__ = ["ExpiryPolicy", "FixedTtl", "parse_ttl"]
 
-_UNITS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d|w)\s*$")
+# Largest first: a compound duration names its units in this order, each at most once.
+_UNITS = {"w": 604800, "d": 86400, "h": 3600, "m": 60, "s": 1, "ms": 0.001}
+_PART = r"(\d+(?:\.\d+)?)\s*(ms|s|m|h|d|w)"  # "ms" before "m": "5ms" is not 5 minutes
+_DURATION = re.compile(rf"\s*(?:{_PART}\s*)+")
+_PARTS = re.compile(_PART)
+
+
+def _duration(text: str) -> float | None:
+    """Seconds in ``"1h30m"``-style text, or ``None`` when it is not one."""
+    if _DURATION.fullmatch(text) is None:
+        return None
+    seconds, rank = 0.0, -1
+    order = list(_UNITS)
+    for number, unit in _PARTS.findall(text):
+        if order.index(unit) <= rank:  # "30m1h", "1h1h": most likely a typo
+            return None
+        rank = order.index(unit)
+        seconds += float(number) * _UNITS[unit]
+    return seconds
 
 
 def _seconds(seconds: float, value: object, owner: str) -> timedelta:
@@ -35,7 +52,11 @@ def _seconds(seconds: float, value: object, owner: str) -> timedelta:
 
 
 def parse_ttl(value: timedelta | float | str, owner: str = "ttl") -> timedelta:
-    """Turn ``timedelta``, seconds, or ``"30s"``/``"15m"``/``"24h"``/``"7d"`` into a timedelta.
+    """Turn ``timedelta``, seconds, or a text duration into a timedelta.
+
+    Text durations are a number and a unit (``ms``, ``s``, ``m``, ``h``, ``d``, ``w``):
+    ``"30s"``, ``"15m"``, ``"1.5h"``, ``"7d"``; or several, largest unit first, each once:
+    ``"1h30m"``, ``"1d 12h"``, ``"2m30.5s"``.
 
     Raises:
         ConfigurationError: zero, negative or unparsable; the message names ``owner``.
@@ -47,13 +68,13 @@ def parse_ttl(value: timedelta | float | str, owner: str = "ttl") -> timedelta:
     elif isinstance(value, int | float):
         ttl = _seconds(value, value, owner)
     elif isinstance(value, str):
-        match = _DURATION.match(value)
-        if match is None:
+        seconds = _duration(value)
+        if seconds is None:
             raise ConfigurationError(
                 f"{owner}: ttl {value!r} is not a duration; use seconds or e.g. '30s', '15m', "
-                "'24h', '7d'"
+                "'24h', '7d', or units largest first, each once: '1h30m'"
             )
-        ttl = _seconds(float(match[1]) * _UNITS[match[2]], value, owner)
+        ttl = _seconds(seconds, value, owner)
     else:
         raise ConfigurationError(f"{owner}: ttl must be a duration, got {type(value).__name__}")
     if ttl <= timedelta(0):

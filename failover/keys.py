@@ -53,11 +53,18 @@ def _other(v: Any) -> str:
     if isinstance(v, tuple) and hasattr(tp, "_fields"):  # NamedTuple
         return f"n{_type_name(tp)}:{_seq('t', v)}"
     if dataclasses.is_dataclass(v) and not isinstance(v, type):
-        fields = {f.name: getattr(v, f.name) for f in dataclasses.fields(v)}
-        return f"D{_type_name(tp)}:{_mapping(fields)}"
-    dump = getattr(v, "model_dump", None)
-    if callable(dump) and hasattr(tp, "model_fields"):  # pydantic v2
-        return f"P{_type_name(tp)}:{_mapping(dump())}"
+        values = {f.name: getattr(v, f.name) for f in dataclasses.fields(v)}
+        return f"D{_type_name(tp)}:{_mapping(values)}"
+    model_fields = getattr(tp, "__pydantic_fields__", None)
+    if isinstance(model_fields, dict) and hasattr(v, "__pydantic_extra__"):  # pydantic v2
+        # The field values themselves, as for dataclasses: model_dump() would turn a nested
+        # model into a dict, and give Outer(a=Inner(x=1)) the key of Outer(a={"x": 1}).
+        state = v.__dict__
+        values = {name: state[name] for name in model_fields if name in state}
+        extra = v.__pydantic_extra__
+        if extra:
+            values.update(extra)
+        return f"P{_type_name(tp)}:{_mapping(values)}"
     if isinstance(v, dt.datetime | dt.date | dt.time):
         return f"t{tp.__name__}:{v.isoformat()};"
     if isinstance(v, Decimal | uuid.UUID):

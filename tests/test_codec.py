@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import dataclasses
 import enum
 import hashlib
 import hmac
@@ -578,6 +579,27 @@ def test_unsigned_tampered_or_foreign_pickle_rows_never_run(exploit: Any, tmp_pa
     assert codec.decode(honest, "builtins.str") == "honest value"
 
 
+def test_a_pickle_row_is_bound_to_its_entry(tmp_path: Path) -> None:
+    marker = tmp_path / "pwned"
+    codec = PickleCodec(b"right key")
+    here, there = b"h" * 16, b"t" * 16
+    text, _ = codec.encode(Exploit(marker), there)  # signed with the key, for another entry
+    with pytest.raises(SerializationError, match="moved from another entry"):
+        codec.decode(text, "x", here)
+    with pytest.raises(SerializationError, match="does not verify"):
+        codec.decode(text, "x")  # nor for no entry at all
+    assert not marker.exists()
+    honest, _ = codec.encode([1], here)
+    assert codec.decode(honest, "builtins.list", here) == [1]
+
+
+def test_a_pickle_row_signed_before_binding_is_refused_saying_so() -> None:
+    codec = PickleCodec(b"key")
+    unbound, _ = codec.encode({"v": 1})  # as earlier versions signed: over the pickle alone
+    with pytest.raises(SerializationError, match="without an entry binding"):
+        codec.decode(unbound, "builtins.dict", b"h" * 16)
+
+
 def test_pickle_key_rotation() -> None:
     old = PickleCodec("old")
     text, _ = old.encode([1, 2])
@@ -598,3 +620,124 @@ def test_codecs_are_codecs() -> None:
     assert isinstance(PickleCodec("k"), Codec)
     assert "Country" in repr(JsonCodec([Country]))
     assert "s3cr3t" not in repr(PickleCodec("s3cr3t"))
+
+
+# -- property: arbitrary JSON, registered types, and rows that are noise --------------------------
+
+any_text = st.text(st.characters(exclude_categories=()) | st.characters(categories=["Cs"]))
+json_values = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.floats(allow_nan=False)  # infinities included: written as JSON's Infinity
+    | any_text,  # lone surrogates included
+    lambda inner: (
+        st.lists(inner, max_size=4)
+        | st.dictionaries(any_text | st.sampled_from(["__t", "v", "z", "f"]), inner, max_size=4)
+    ),
+    max_leaves=25,
+)
+
+
+@given(json_values)
+def test_arbitrary_json_round_trips_exactly(value: Any) -> None:
+    assert _typed(round_trip(value)) == _typed(value)
+
+
+def registered() -> tuple[Country, Quote, Point, Continent, Level]:
+    """A failover's function whose return annotation allows the types below."""
+    raise NotImplementedError
+
+
+allow_annotation(registered)
+
+aware = st.datetimes(timezones=st.sampled_from(ZONES))
+cities = st.builds(City, name=any_text, founded=st.none() | st.dates())
+countries = st.builds(
+    Country,
+    code=st.text(max_size=3),
+    continent=st.sampled_from(Continent),
+    capital=cities,
+    cities=st.lists(cities, max_size=3),
+    tags=st.lists(any_text, max_size=3).map(tuple),
+)
+rates = st.builds(
+    Rate,
+    ccy=st.text(max_size=3),
+    value=st.decimals(allow_nan=False, allow_infinity=False),
+    at=aware,
+)
+quotes = st.builds(
+    lambda rates, level, extra: Quote(rates=rates, level=level, **extra),
+    st.dictionaries(st.text(max_size=3), rates, max_size=3),
+    st.sampled_from(Level),
+    st.dictionaries(st.sampled_from(["note", "source"]), json_values, max_size=2),
+)
+points = st.builds(Point, x=st.integers(), y=st.integers(), label=st.none() | any_text)
+objects = countries | quotes | points | st.sampled_from([*Continent, *Level])
+registered_values = objects | st.lists(objects, max_size=3) | st.dictionaries(any_text, objects)
+
+
+@given(registered_values)
+def test_registered_types_round_trip_exactly(value: Any) -> None:
+    back = JsonCodec().decode(*JsonCodec().encode(value))
+    assert _typed_deep(back) == _typed_deep(value)
+
+
+def _typed_deep(value: Any) -> Any:
+    """`_typed`, through dataclasses, models and enums: equal only if restored exactly."""
+    if isinstance(value, pydantic.BaseModel) or (
+        hasattr(value, "__dataclass_fields__") and not isinstance(value, type)
+    ):
+        return ("object", _fields_deep(value))
+    if isinstance(value, enum.Enum):
+        return ("enum", type_name(type(value)), value.name)
+    if isinstance(value, dict):
+        return ("dict", sorted((repr(k), _typed_deep(v)) for k, v in value.items()))
+    if isinstance(value, list | tuple):
+        return (type_name(type(value)), [_typed_deep(v) for v in value])
+    return _typed(value)
+
+
+def _fields_deep(value: Any) -> Any:
+    if isinstance(value, pydantic.BaseModel):
+        extra = value.__pydantic_extra__ or {}
+        return (type_name(type(value)), _typed_deep(value.__dict__), _typed_deep(extra))
+    held = {f.name: getattr(value, f.name) for f in dataclasses.fields(value)}
+    return (type_name(type(value)), _typed_deep(held))
+
+
+@given(any_text, any_text)
+def test_noise_never_decodes_to_anything_but_json_or_an_error(text: str, payload_type: str) -> None:
+    try:
+        JsonCodec().decode(text, payload_type)
+    except SerializationError:
+        pass
+    else:
+        json.loads(text)  # only well-formed JSON text decodes
+    with pytest.raises(SerializationError):
+        PickleCodec(b"key").decode(text, payload_type, b"b" * 16)
+
+
+@given(registered_values, st.data())
+def test_edited_rows_decode_to_an_error_or_a_value(value: Any, data: st.DataObject) -> None:
+    """A row with characters replaced, inserted, removed or cut off never raises anything but
+    `SerializationError`; a signed row decodes to nothing but the value signed."""
+    binding = b"b" * 16
+    for codec in (JsonCodec(), PickleCodec(b"key")):
+        text, payload_type = codec.encode(value, binding)
+        at = data.draw(st.integers(0, len(text)))
+        edit = data.draw(st.sampled_from(["replace", "insert", "remove", "cut"]))
+        noise = data.draw(any_text.filter(bool))
+        edited = {
+            "replace": text[:at] + noise + text[at + len(noise) :],
+            "insert": text[:at] + noise + text[at:],
+            "remove": text[:at] + text[at + len(noise) :],
+            "cut": text[:at],
+        }[edit]
+        try:
+            back = codec.decode(edited, payload_type, binding)
+        except SerializationError:
+            continue
+        if isinstance(codec, PickleCodec):
+            assert _typed_deep(back) == _typed_deep(value)

@@ -13,26 +13,43 @@ from prometheus_client import CollectorRegistry
 import failover
 from failover.crypto import Cipher, FernetCipher, seal, unseal
 from failover.errors import ConfigurationError, SerializationError
+from failover.stores.serializer import entry_binding
 from failover.stores.sql import SqlStore
 
 from .conftest import FakeClock, Upstream
 
 KEY_A = FernetCipher.generate_key()
 KEY_B = FernetCipher.generate_key()
+HERE = entry_binding("n", "k")
 
 
 def test_seal_writes_the_marker_and_unseal_reads_it() -> None:
     cipher = FernetCipher(KEY_A)
-    sealed = seal(cipher, 'json:{"secret":"value"}')
+    sealed = seal(cipher, 'json:{"secret":"value"}', HERE)
     assert sealed.startswith("ENC(fernet:")
     assert sealed.endswith(")")
     assert "secret" not in sealed
-    assert unseal(cipher, sealed) == 'json:{"secret":"value"}'
+    assert unseal(cipher, sealed, HERE) == 'json:{"secret":"value"}'
 
 
 def test_plain_text_passes_through_with_or_without_a_cipher() -> None:
-    assert unseal(None, "json:1") == "json:1"
-    assert unseal(FernetCipher(KEY_A), "json:1") == "json:1"
+    assert unseal(None, "json:1", HERE) == "json:1"
+    assert unseal(FernetCipher(KEY_A), "json:1", HERE) == "json:1"
+
+
+def test_a_sealed_row_is_bound_to_its_entry() -> None:
+    cipher = FernetCipher(KEY_A)
+    sealed = seal(cipher, "json:1", entry_binding("n", "k"))
+    for name, key in [("n", "other"), ("other", "k"), ("n:k", ""), ("", "n:k")]:
+        with pytest.raises(SerializationError, match="belongs to another entry"):
+            unseal(cipher, sealed, entry_binding(name, key))
+
+
+def test_a_row_sealed_before_binding_is_refused() -> None:
+    cipher = FernetCipher(KEY_A)
+    unbound = f"ENC(fernet:{cipher.encrypt('json:1')})"  # as earlier versions wrote
+    with pytest.raises(SerializationError, match="no entry binding"):
+        unseal(cipher, unbound, HERE)
 
 
 @pytest.mark.parametrize(
@@ -48,21 +65,21 @@ def test_plain_text_passes_through_with_or_without_a_cipher() -> None:
 )
 def test_rows_that_do_not_decrypt(cipher: str | None, row: str, message: str) -> None:
     if row == "sealed with a":
-        row = seal(FernetCipher(KEY_A), "json:1")
+        row = seal(FernetCipher(KEY_A), "json:1", HERE)
     ciphers = {None: None, "a": FernetCipher(KEY_A), "b": FernetCipher(KEY_B)}
     with pytest.raises(SerializationError, match=message):
-        unseal(ciphers[cipher], row)
+        unseal(ciphers[cipher], row, HERE)
 
 
 def test_key_rotation_first_key_encrypts_every_key_decrypts() -> None:
     old = FernetCipher(KEY_A)
     rotated = FernetCipher([KEY_B, KEY_A])
-    written_before = seal(old, "json:1")
-    assert unseal(rotated, written_before) == "json:1"
-    written_after = seal(rotated, "json:2")
-    assert unseal(FernetCipher(KEY_B), written_after) == "json:2"
+    written_before = seal(old, "json:1", HERE)
+    assert unseal(rotated, written_before, HERE) == "json:1"
+    written_after = seal(rotated, "json:2", HERE)
+    assert unseal(FernetCipher(KEY_B), written_after, HERE) == "json:2"
     with pytest.raises(SerializationError):
-        unseal(old, written_after)
+        unseal(old, written_after, HERE)
 
 
 @pytest.mark.parametrize(

@@ -6,12 +6,29 @@ from datetime import datetime, timedelta
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 import failover
 from failover import ConfigurationError, Failover, FixedTtl, ReferentialPayload
 from failover.expiry import parse_ttl
 
 from .conftest import FakeClock, Upstream
+
+UNITS = {"w": timedelta(weeks=1), "d": timedelta(days=1), "h": timedelta(hours=1)}
+UNITS |= {"m": timedelta(minutes=1), "s": timedelta(seconds=1), "ms": timedelta(milliseconds=1)}
+
+
+@given(st.lists(st.integers(0, 10_000), min_size=6, max_size=6), st.sampled_from(["", " "]))
+def test_compound_durations_add_up(counts: list[int], sep: str) -> None:
+    parts = [(n, unit) for n, unit in zip(counts, UNITS, strict=True) if n]
+    text = sep.join(f"{n}{unit}" for n, unit in parts)
+    expected = sum((n * UNITS[unit] for n, unit in parts), timedelta())
+    if expected:
+        assert parse_ttl(text) == expected
+    else:
+        with pytest.raises(ConfigurationError):
+            parse_ttl(text)
 
 
 @pytest.mark.parametrize(
@@ -27,13 +44,21 @@ from .conftest import FakeClock, Upstream
         ("1.5h", timedelta(minutes=90)),
         (" 2w ", timedelta(weeks=2)),
         ("250ms", timedelta(milliseconds=250)),
+        ("1h30m", timedelta(minutes=90)),
+        ("1d 12h", timedelta(hours=36)),
+        ("2m30.5s", timedelta(seconds=150.5)),
+        (" 1w2d3h4m5s6ms ", timedelta(7 + 2, hours=3, minutes=4, seconds=5, milliseconds=6)),
+        ("1m5ms", timedelta(minutes=1, milliseconds=5)),
     ],
 )
 def test_parse_ttl(value: Any, expected: timedelta) -> None:
     assert parse_ttl(value) == expected
 
 
-@pytest.mark.parametrize("value", [0, -1, "0s", "-5m", "5 minutes", "m", "", True, None, [1]])
+@pytest.mark.parametrize(
+    "value",
+    [0, -1, "0s", "-5m", "5 minutes", "m", "", True, None, [1], "30m1h", "1h1h", "1h-30m", "1h 30"],
+)
 def test_parse_ttl_rejects(value: Any) -> None:
     with pytest.raises(ConfigurationError, match="failover 'x'"):
         parse_ttl(value, "failover 'x'")

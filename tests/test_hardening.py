@@ -176,4 +176,6 @@ def test_storable_return_types_are_not_warned(tmp_path: Any) -> None:
     def get(code: str) -> list[Country] | dict[str, Any] | None:
         return None
 
+    failover.failover("no-annotation", engine=eng)(lambda code: code)
+
     eng.close()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import subprocess
 import sys
@@ -10,6 +11,7 @@ from dataclasses import dataclass
 from datetime import UTC, date, datetime
 from typing import Any, NamedTuple
 
+import pydantic
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -20,6 +22,39 @@ from failover.keys import canonical, make_key
 
 from .conftest import Upstream
 
+
+class Shade(enum.Enum):
+    LIGHT = 1
+    DARK = "1"
+
+
+class Level(enum.IntEnum):
+    ONE = 1  # equal to 1, and to True: only its type tells it apart
+
+
+@dataclass(frozen=True)
+class Box:
+    a: Any
+    b: Any = None
+
+
+@dataclass(frozen=True)
+class Crate:  # the same shape as Box, another type
+    a: Any
+    b: Any = None
+
+
+class Inner(pydantic.BaseModel):
+    x: Any = None
+
+
+class Outer(pydantic.BaseModel):
+    model_config = pydantic.ConfigDict(extra="allow")
+
+    a: Any = None
+    b: Any = None
+
+
 scalars = (
     st.none()
     | st.booleans()
@@ -27,6 +62,7 @@ scalars = (
     | st.floats(allow_nan=False)
     | st.text(max_size=8)
     | st.binary(max_size=4)
+    | st.sampled_from([*Shade, *Level])
 )
 values = st.recursive(
     scalars,
@@ -35,16 +71,37 @@ values = st.recursive(
         | st.tuples(inner, inner)
         | st.dictionaries(st.text(max_size=4), inner, max_size=3)
         | st.frozensets(st.integers() | st.text(max_size=3), max_size=3)
+        | st.builds(Box, inner, inner)
+        | st.builds(Crate, inner, inner)
+        | st.builds(Inner, x=inner)
+        | st.builds(Outer, a=inner, b=inner)
+        | st.builds(
+            lambda a, extra: Outer(a=a, **extra), inner, st.dictionaries(st.just("c"), inner)
+        )
     ),
     max_leaves=8,
 )
 arg_tuples = st.lists(values, max_size=3).map(tuple)
 
 
+def fields(value: Any) -> dict[str, Any] | None:
+    """The field values of a dataclass or a pydantic model (extras included), else ``None``."""
+    if dataclasses.is_dataclass(value):
+        return {f.name: getattr(value, f.name) for f in dataclasses.fields(value)}
+    if isinstance(value, pydantic.BaseModel):
+        return {**value.__dict__, **(value.__pydantic_extra__ or {})}
+    return None
+
+
 def same(a: Any, b: Any) -> bool:
-    """Python equality that also tells apart types Python equates (1 == 1.0 == True)."""
+    """Python equality that also tells apart types Python equates (1 == 1.0 == True), at every
+    depth (a model's fields included)."""
     if type(a) is not type(b):
         return False
+    if isinstance(a, enum.Enum):
+        return a is b
+    if (fa := fields(a)) is not None:
+        return same(fa, fields(b))
     if isinstance(a, dict):
         return a.keys() == b.keys() and all(same(a[k], b[k]) for k in a)
     if isinstance(a, list | tuple):
@@ -56,6 +113,36 @@ def same(a: Any, b: Any) -> bool:
 
 @given(arg_tuples, arg_tuples)
 def test_distinct_arguments_never_collide_equal_ones_match(a: tuple[Any], b: tuple[Any]) -> None:
+    assert (make_key("n", a) == make_key("n", b)) == same(a, b)
+
+
+def lookalike(data: st.DataObject, value: Any) -> Any:
+    """``value`` with some parts swapped for their look-alikes: a model or dataclass for the
+    dict of its fields (what ``model_dump`` gives) or for another type of the same shape, an enum
+    for its value, a tuple for a list, an int for a float."""
+    change = data.draw(st.booleans())
+    if (found := fields(value)) is not None:
+        inner = {k: lookalike(data, v) for k, v in found.items()}
+        if change:
+            return data.draw(st.sampled_from([inner, Box(**inner) if len(inner) == 2 else inner]))
+        return type(value)(**inner)
+    if isinstance(value, enum.Enum):
+        return value.value if change else value
+    if isinstance(value, tuple):
+        items = [lookalike(data, v) for v in value]
+        return items if change else tuple(items)
+    if isinstance(value, list):
+        return [lookalike(data, v) for v in value]
+    if isinstance(value, dict):
+        return {k: lookalike(data, v) for k, v in value.items()}
+    if type(value) is int and change and abs(value) < 2**53:
+        return float(value)
+    return value
+
+
+@given(arg_tuples, st.data())
+def test_look_alike_arguments_never_collide(a: tuple[Any, ...], data: st.DataObject) -> None:
+    b = tuple(lookalike(data, v) for v in a)
     assert (make_key("n", a) == make_key("n", b)) == same(a, b)
 
 
@@ -80,6 +167,36 @@ def test_classic_ambiguities_are_told_apart() -> None:
     ]
     for a, b in pairs:
         assert make_key("n", a) != make_key("n", b), (a, b)
+
+
+class Amount(pydantic.BaseModel):
+    value: int
+
+
+class Order(pydantic.BaseModel):
+    amount: Amount | dict[str, int]
+
+
+@dataclass(frozen=True)
+class Line:
+    amount: Any
+
+
+def test_nested_models_keep_their_type_in_the_key() -> None:
+    pairs: list[tuple[Any, Any]] = [
+        (Order(amount=Amount(value=1)), Order(amount={"value": 1})),
+        (Outer(a=Inner(x=1)), Outer(a={"x": 1})),
+        (Outer(a=Inner(x=1)), Outer(a=Box(1))),
+        (Outer(a=[Inner(x=1)]), Outer(a=[{"x": 1}])),
+        (Line(Amount(value=1)), Line({"value": 1})),
+        (Outer(a=1), Outer(a=1, c=None)),  # an extra field is part of the value
+        (Outer(a=Level.ONE), Outer(a=1)),
+    ]
+    for a, b in pairs:
+        assert make_key("n", (a,)) != make_key("n", (b,)), (a, b)
+    assert make_key("n", (Order(amount=Amount(value=1)),)) == make_key(
+        "n", (Order(amount=Amount(value=1)),)
+    )
 
 
 def test_names_separate_keys() -> None:

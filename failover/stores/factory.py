@@ -7,6 +7,7 @@ factory (`per_tenant_stores` here for the in-process stores, `failover.stores.sq
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Callable
 from datetime import datetime
 from typing import Any
@@ -21,6 +22,59 @@ __all__ = ["make_store", "per_tenant", "per_tenant_stores"]
 _IN_PROCESS = ("memory", "cachetools")
 _REDIS = ("redis", "rediss", "unix")
 _TIERED = "tiered+"
+
+# The schemes make_store handles itself (and tiered+ before any URL); any other is a SQLAlchemy
+# URL.
+_NATIVE = (*_IN_PROCESS, *_REDIS)
+_SUPPORTED = (
+    "memory://, cachetools://, redis://, rediss://, unix://, tiered+<url>, or a SQLAlchemy URL "
+    "such as sqlite:///path.db or postgresql+psycopg://user@host/db"
+)
+# SQLAlchemy's own dialects, and what people write for them: suggested by nearest spelling.
+_SQL_SCHEMES = ("sqlite", "postgresql+psycopg", "mysql", "mariadb", "mssql", "oracle")
+_ALIASES = {
+    "postgres": "postgresql+psycopg",  # Heroku's and libpq's spelling, gone from SQLAlchemy 1.4
+    "postgresql+psycopg3": "postgresql+psycopg",
+    "pg": "postgresql+psycopg",
+    "psql": "postgresql+psycopg",
+    "sqlite3": "sqlite",
+    "mem": "memory",
+    "inmemory": "memory",
+    "in-memory": "memory",
+    "ttl": "cachetools",
+}
+
+
+def _nearest(scheme: str) -> str | None:
+    """The supported scheme ``scheme`` most likely misspells, or ``None``."""
+    candidates = [*_NATIVE, *_SQL_SCHEMES, *_ALIASES]
+    close = difflib.get_close_matches(scheme, candidates, n=1, cutoff=0.6)
+    return _ALIASES.get(close[0], close[0]) if close else None
+
+
+def _check_sql_scheme(url: str, scheme: str) -> None:
+    """Refuse a scheme SQLAlchemy has no dialect for, naming the supported ones and the nearest.
+
+    Raises:
+        ConfigurationError: an unknown scheme.
+    """
+    import sqlalchemy as sa
+    from sqlalchemy.exc import ArgumentError, NoSuchModuleError
+
+    try:
+        sa.make_url(url).get_dialect()  # loads the dialect's module, not its driver
+        return
+    except NoSuchModuleError:
+        pass
+    except (ArgumentError, ValueError):
+        return  # not a URL SQLAlchemy can parse: SqlStore says so, naming it
+    from .sql import _masked
+
+    nearest = _nearest(scheme)
+    hint = f" (did you mean {nearest}://?)" if nearest else ""
+    raise ConfigurationError(
+        f"store URL {_masked(url)!r}: unknown scheme {scheme!r}{hint}; supported: {_SUPPORTED}"
+    )
 
 
 def _int_options(url: str, allowed: set[str]) -> dict[str, Any]:
@@ -71,9 +125,10 @@ def make_store(url: str, *, clock: Callable[[], datetime] | None = None) -> Fail
         clock: the engine's time source (cachetools and Redis stores measure expiry on it).
 
     Raises:
-        ConfigurationError: an unknown scheme or option; a URL its store cannot parse; a driver
-            or client library that is not installed (named in a one-line message, the password
-            masked).
+        ConfigurationError: an unknown scheme (the message lists the supported ones and suggests
+            the nearest: ``memroy://`` → ``memory://``, ``postgres://`` →
+            ``postgresql+psycopg://``) or option; a URL its store cannot parse; a driver or client
+            library that is not installed (named in a one-line message, the password masked).
     """
     scheme = _scheme(url)
     if scheme == "memory":
@@ -94,10 +149,9 @@ def make_store(url: str, *, clock: Callable[[], datetime] | None = None) -> Fail
         return TieredStore(
             CachetoolsStore(clock=clock), make_store(url[len(_TIERED) :], clock=clock)
         )
-    try:
-        from .sql import SqlStore
-    except ImportError as exc:  # pragma: no cover - sqlalchemy is a dependency
-        raise ConfigurationError(f"SQL stores need SQLAlchemy ({exc})") from exc
+    _check_sql_scheme(url, scheme)
+    from .sql import SqlStore
+
     return SqlStore(url)  # SqlStore turns a bad URL into a ConfigurationError naming it
 
 

@@ -39,9 +39,9 @@ except ImportError as exc:  # pragma: no cover - exercised where redis-py is not
 
 from ..codec import Codec
 from ..crypto import Cipher
-from ..errors import ConfigurationError, SerializationError, StoreError
+from ..errors import ConfigurationError, StoreError
 from .base import Capabilities, FailoverStore, Payload
-from .serializer import Serializer, datetime_of, micros
+from .serializer import Serializer, datetime_of
 from .tenant import TenantStores, safe_tenant_id
 
 __all__ = ["RedisStore", "StoredEntry"]
@@ -249,7 +249,7 @@ class RedisStore(Capabilities):
             raise ConfigurationError(f"RedisStore: clock must be callable, got {clock!r}")
         self.prefix = prefix
         self._where = f"RedisStore({shown}, prefix={prefix!r})"
-        self.serializer = Serializer(self._where, codec, cipher, allowed_types)
+        self.serializer = Serializer(codec, cipher, allowed_types, owner=self._where)
         self._clock = clock
         self._names_key = f"{prefix}names"
         self._entry_prefixes: dict[str, str] = {}  # name -> "{prefix}e:{N}:"
@@ -310,62 +310,39 @@ class RedisStore(Capabilities):
     def _value(self, payload: Payload) -> tuple[str, int]:
         """The stored string of an envelope, and when Redis expires it (ms since the epoch,
         before the clock's offset)."""
-        text, payload_type = self.serializer.dump(payload)
-        expire_on = micros(payload.expire_on)
-        as_of = micros(payload.as_of)
-        if expire_on is None or as_of is None:
-            raise SerializationError(
-                f"{self._where}: cannot store ({payload.name!r}, {payload.key!r}): "
-                "an entry needs as_of and expire_on"
-            )
+        text, payload_type, as_of, expire_on = self.serializer.stored(payload)
         if "\n" in payload_type:  # the header is one line
             payload_type = payload_type.replace("\n", " ")
         return f"{as_of} {expire_on} {payload_type}\n{text}", expire_on // 1000
 
-    def _load(self, name: str, key: str, raw: bytes | str) -> Payload:
-        """The envelope of a stored value (`_decoded` does the same for many, inlined).
+    def _parts(self, name: str, pair: tuple[str, Any]) -> tuple[str, str, str, int, int]:
+        """A stored value split into ``(key, payload, payload_type, as_of, expire_on)``.
 
         Raises:
-            SerializationError: the value cannot be decoded.
+            SerializationError: not a failover entry (no header, or not UTF-8).
         """
+        key, raw = pair
         try:
             data = raw if isinstance(raw, bytes) else raw.encode()
             header, _, body = data.partition(b"\n")
             as_of, expire_on, payload_type = header.split(b" ", 2)
-            times = int(as_of), int(expire_on)
-            text = body.decode()
-            type_name = payload_type.decode()
+            return key, body.decode(), payload_type.decode(), int(as_of), int(expire_on)
         except ValueError as exc:  # UnicodeDecodeError included
-            raise self._not_an_entry(name, key, exc) from exc
-        return self.serializer.load(name, key, text, type_name, *times)
+            raise self.serializer.corrupt(name, key, f"not a failover entry ({exc})") from exc
 
-    def _not_an_entry(self, name: str, key: str, exc: Exception) -> SerializationError:
-        return SerializationError(
-            f"{self._where}: entry ({name!r}, {key!r}) cannot be decoded: not a failover entry "
-            f"({exc})"
-        )
+    def _load(self, name: str, key: str, raw: bytes | str) -> Payload:
+        """The envelope of a stored value.
+
+        Raises:
+            SerializationError: the value cannot be trusted or decoded.
+        """
+        return self.serializer.envelope(name, *self._parts(name, (key, raw)))
 
     def _decoded(self, name: str, pairs: Iterable[tuple[str, Any]]) -> dict[str, Payload]:
         """The envelopes of ``(key, stored value or None)`` pairs; a value that cannot be
-        decoded is skipped with a warning."""
-        found: dict[str, Payload] = {}
-        load = self.serializer.load
-        for key, raw in pairs:
-            if raw is None:
-                continue
-            try:
-                try:  # _load, inlined: this runs for every entry of a batch read
-                    data = raw if isinstance(raw, bytes) else raw.encode()
-                    header, _, body = data.partition(b"\n")
-                    as_of, expire_on, payload_type = header.split(b" ", 2)
-                    found[key] = load(
-                        name, key, body.decode(), payload_type.decode(), int(as_of), int(expire_on)
-                    )
-                except ValueError as exc:  # UnicodeDecodeError included
-                    raise self._not_an_entry(name, key, exc) from exc
-            except SerializationError as exc:
-                log.warning("%s; skipped", exc)
-        return found
+        trusted or decoded is skipped with a warning."""
+        found = ((k, raw) for k, raw in pairs if raw is not None)
+        return dict(self.serializer.each(name, found, self._parts))
 
     # -- FailoverStore ----------------------------------------------------------------------------
 
@@ -603,6 +580,8 @@ def _describe(name: str, key: str, raw: bytes | str) -> StoredEntry:
     data = raw if isinstance(raw, bytes) else raw.encode()
     head, _, body = data.partition(b"\n")
     header = head.decode(errors="replace").split(" ", 2)
+    as_of: datetime | None
+    expire_on: datetime | None
     try:
         as_of, expire_on = datetime_of(int(header[0])), datetime_of(int(header[1]))
         payload_type = header[2]

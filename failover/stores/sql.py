@@ -18,7 +18,7 @@ import re
 import threading
 import zlib
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from datetime import UTC, datetime, timedelta
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -26,11 +26,12 @@ import sqlalchemy as sa
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine import Engine
 
-from ..codec import Codec, JsonCodec
-from ..crypto import Cipher, seal, unseal
-from ..errors import ConfigurationError, SerializationError, StoreError
-from ..payload import envelope
+from ..codec import Codec
+from ..crypto import Cipher
+from ..errors import ConfigurationError, StoreError
 from .base import Capabilities, FailoverStore, Payload
+from .serializer import Serializer, micros
+from .sql_psycopg import PsycopgStatements, ping_when_idle, supported
 from .tenant import SHOWN, TenantStores, safe_tenant_id
 
 __all__ = ["SqlStore", "make_engine", "per_tenant_databases", "per_tenant_tables"]
@@ -41,8 +42,6 @@ log = logging.getLogger(__name__)
 # longest) within PostgreSQL's 63 characters, past which it would silently truncate them.
 _PREFIX = re.compile(r"(?:([A-Za-z_][A-Za-z0-9_]{0,62})\.)?([A-Za-z0-9_]{0,32})")
 _TABLE = "failover_store"
-_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-_MICROSECOND = timedelta(microseconds=1)
 _BUSY_TIMEOUT_MS = 5_000
 _CONNECT_TIMEOUT_S = 10
 _SQLITE_POOL = {"pool_size": 8, "max_overflow": 8}
@@ -60,19 +59,6 @@ def _masked(url: object) -> str:
 def _first_line(exc: BaseException) -> str:
     # SQLAlchemy's messages go on with the SQL and a documentation link.
     return str(exc).split("\n", 1)[0]
-
-
-def _micros(value: datetime | None) -> int | None:
-    if value is None:
-        return None
-    try:
-        return (value - _EPOCH) // _MICROSECOND
-    except TypeError:
-        raise StoreError(f"SqlStore: datetimes must be timezone-aware, got {value!r}") from None
-
-
-def _datetime(micros: int | None) -> datetime | None:
-    return None if micros is None else _EPOCH + timedelta(microseconds=micros)
 
 
 # -- engines --------------------------------------------------------------------------------------
@@ -138,6 +124,12 @@ def make_engine(url: str | sa.URL, **engine_kwargs: Any) -> Engine:
             # An unreachable server fails in seconds, not after the system's TCP timeout.
             kwargs["connect_args"] = {"connect_timeout": _CONNECT_TIMEOUT_S}
     kwargs.update(engine_kwargs)
+    fast = not sqlite and _is_psycopg(parsed)
+    if fast and "pool_pre_ping" not in engine_kwargs:
+        # A ping per checkout costs as much as a point read: idle connections only, below.
+        kwargs["pool_pre_ping"] = False
+    if fast and "pool_use_lifo" not in engine_kwargs:
+        kwargs["pool_use_lifo"] = True  # busy connections stay busy, with their prepared plans
     shown = _masked(parsed)
     try:
         engine = sa.create_engine(parsed, **kwargs)
@@ -146,7 +138,11 @@ def make_engine(url: str | sa.URL, **engine_kwargs: Any) -> Engine:
             f"store URL {shown!r}: unknown database or driver {parsed.drivername!r}"
         ) from None
     except ImportError as exc:
-        hint = " (pip install failover[postgresql])" if "psycopg" in str(exc) else ""
+        hint = ""
+        if parsed.get_backend_name() == "postgresql":
+            hint = " (pip install failover[postgresql])"
+            if parsed.get_driver_name() != "psycopg":  # psycopg2, the default of postgresql://
+                hint = " (use postgresql+psycopg://, with pip install failover[postgresql])"
         raise ConfigurationError(
             f"store URL {shown!r}: the driver of {parsed.drivername!r} is not installed: "
             f"{exc}{hint}"
@@ -155,7 +151,16 @@ def make_engine(url: str | sa.URL, **engine_kwargs: Any) -> Engine:
         raise ConfigurationError(f"store URL {shown!r}: {exc}") from None
     if sqlite:
         sa.event.listen(engine, "connect", _sqlite_pragmas)
+    if fast:
+        sa.event.listen(engine, "checkout", ping_when_idle)
     return engine
+
+
+def _is_psycopg(url: sa.URL) -> bool:
+    try:
+        return url.get_backend_name() == "postgresql" and url.get_driver_name() == "psycopg"
+    except (sa_exc.NoSuchModuleError, sa_exc.ArgumentError):
+        return False  # create_engine says what is wrong with it
 
 
 # -- the table ------------------------------------------------------------------------------------
@@ -178,8 +183,10 @@ def _table(schema: str | None, prefix: str) -> sa.Table:
         sa.MetaData(),
         sa.Column("name", sa.String(255), primary_key=True),
         sa.Column("key", sa.String(255), primary_key=True),
-        sa.Column("as_of", sa.BigInteger),
-        sa.Column("expire_on", sa.BigInteger),
+        # NOT NULL since rows are bound to their times; a table made before (NULL allowed) is
+        # read as it is, a NULL time being a corrupt row.
+        sa.Column("as_of", sa.BigInteger, nullable=False),
+        sa.Column("expire_on", sa.BigInteger, nullable=False),
         sa.Column("payload", sa.Text, nullable=False),
         sa.Column("payload_type", sa.String(255), nullable=False),
         sa.Index(f"{name}_expire_on", "expire_on"),
@@ -251,18 +258,8 @@ class SqlStore(Capabilities):
         create_table: bool = True,
     ) -> None:
         schema, prefix = _split_prefix(table_prefix)
-        self.codec = _resolve_codec(codec, allowed_types)
-        if cipher is not None and not all(
-            hasattr(cipher, a) for a in ("scheme", "encrypt", "decrypt")
-        ):
-            raise ConfigurationError(f"SqlStore: cipher must be a Cipher, got {cipher!r}")
-        self.cipher = cipher
-        json_codec = self.codec if isinstance(self.codec, JsonCodec) else None
-        # Rows written as JSON are safe to read whatever this store writes now.
-        self._readers: dict[str, Codec] = {
-            "json": json_codec or JsonCodec(allowed_types),
-            self.codec.marker: self.codec,
-        }
+        self._rows = Serializer(codec, cipher, allowed_types, owner="SqlStore")
+        self.codec, self.cipher = self._rows.codec, self._rows.cipher
         self._owns_engine = not isinstance(url_or_engine, Engine)
         self.engine: Engine = (
             url_or_engine if isinstance(url_or_engine, Engine) else make_engine(url_or_engine)
@@ -270,6 +267,7 @@ class SqlStore(Capabilities):
         self.table = table = _table(schema, prefix)
         self._create_table = create_table
         self._where = f"SqlStore({_masked(self.engine.url)}, table={table.fullname!r})"
+        self._rows.where = self._where
         dialect = self.engine.dialect.name
         c = table.c
         self._upsert = _upsert(table, dialect)
@@ -283,6 +281,9 @@ class SqlStore(Capabilities):
         self._names = sa.select(c.name).distinct().order_by(c.name)
         self._delete = table.delete().where(by_name, c.key == sa.bindparam("k"))
         self._clean = table.delete().where(c.expire_on <= sa.bindparam("now"))
+        # A NULL expiry (possible only in a table of an earlier version) is a corrupt row. Its
+        # own statement: OR-ed into the range, SQLite scans the table instead of the index.
+        self._clean_null = table.delete().where(c.expire_on.is_(None))
         self._single = self.engine  # for operations that are one statement
         if dialect == "postgresql":
             from sqlalchemy.dialects.postgresql import ARRAY
@@ -307,6 +308,8 @@ class SqlStore(Capabilities):
             keys = sa.bindparam("keys", expanding=True)
             self._find_many = sa.select(c.key, *columns).where(by_name, c.key.in_(keys))
             self._chunk = _IN_CHUNK
+        # postgresql+psycopg: the statements past SQLAlchemy's execution layer (sql_psycopg).
+        self._fast = PsycopgStatements(self.engine, table) if supported(self.engine) else None
         self._ready = False
         self._ready_lock = threading.Lock()
         try:
@@ -369,66 +372,26 @@ class SqlStore(Capabilities):
         except sa_exc.SQLAlchemyError as exc:
             raise StoreError(f"{self._where}: cannot connect: {_first_line(exc)}") from exc
 
-    # -- encoding -------------------------------------------------------------------------------
+    # -- rows -----------------------------------------------------------------------------------
 
     def _row(self, payload: Payload) -> dict[str, Any]:
-        try:
-            text, payload_type = self.codec.encode(payload.payload)
-        except SerializationError as exc:
-            raise SerializationError(
-                f"{self._where}: cannot store ({payload.name!r}, {payload.key!r}): {exc}"
-            ) from exc
-        except Exception as exc:  # a codec of the user's that raises its own errors
-            raise SerializationError(
-                f"{self._where}: cannot store ({payload.name!r}, {payload.key!r}): {exc!r}"
-            ) from exc
-        text = f"{self.codec.marker}:{text}"
-        if self.cipher is not None:
-            text = seal(self.cipher, text)
+        text, payload_type, as_of, expire_on = self._rows.stored(payload)
         return {
             "name": payload.name,
             "key": payload.key,
-            "as_of": _micros(payload.as_of),
-            "expire_on": _micros(payload.expire_on),
+            "as_of": as_of,
+            "expire_on": expire_on,
             "payload": text,
-            "payload_type": payload_type[:255],  # informative only: never too long to store
+            "payload_type": payload_type,
         }
 
-    def _decode(self, name: str, key: str, raw: str, payload_type: str) -> Any:
-        try:
-            text = unseal(self.cipher, raw)
-            marker, sep, body = text.partition(":")
-            codec = self._readers.get(marker) if sep else None
-            if codec is None:
-                raise SerializationError(
-                    f"unknown codec marker {marker[:20]!r} (this store reads "
-                    f"{', '.join(sorted(self._readers))})"
-                )
-            return codec.decode(body, payload_type)
-        except Exception as exc:
-            raise SerializationError(
-                f"{self._where}: entry ({name!r}, {key!r}) cannot be decoded: {exc}"
-            ) from exc
-
     def _payload(self, name: str, key: str, row: Any) -> Payload:
-        raw, payload_type, as_of, expire_on = row
-        value = self._decode(name, key, raw, payload_type)
-        try:
-            times = _datetime(as_of), _datetime(expire_on)
-        except (TypeError, ValueError, OverflowError) as exc:
-            # A row written by hand (out of range, or text in SQLite's untyped column) is as
-            # corrupt as a bad payload: a miss from find, skipped by find_many and find_all.
-            raise SerializationError(
-                f"{self._where}: entry ({name!r}, {key!r}) has corrupt times: {exc}"
-            ) from exc
-        return envelope(name, key, value, *times, True)
+        # A row written by hand (NULL, out of range, or text in SQLite's untyped column) is as
+        # corrupt as a bad payload: a miss from find, skipped by find_many and find_all.
+        return self._rows.envelope(name, key, *row)
 
     def _decoded(self, name: str, rows: Iterable[Any]) -> Iterable[tuple[str, Payload]]:
-        for key, *row in rows:
-            try:
-                yield key, self._payload(name, key, row)
-            except SerializationError as exc:
-                log.warning("%s; skipped", exc)
+        return self._rows.each(name, rows)
 
     # -- FailoverStore --------------------------------------------------------------------------
 
@@ -455,6 +418,9 @@ class SqlStore(Capabilities):
     def _write(self, rows: dict[str, Any] | list[dict[str, Any]]) -> None:
         if not self._ready:
             self._prepare()
+        if self._fast is not None:
+            self._fast.upsert(rows if isinstance(rows, list) else [rows])
+            return
         if self._upsert is not None:
             # A batch is many statements on some drivers: one transaction.
             with (self.engine if isinstance(rows, list) else self._single).begin() as conn:
@@ -488,8 +454,11 @@ class SqlStore(Capabilities):
         """
         if not self._ready:
             self._prepare()
-        with self._single.connect() as conn:
-            row = conn.execute(self._find, {"n": name, "k": key}).first()
+        if self._fast is not None:
+            row = self._fast.find(name, key)
+        else:
+            with self._single.connect() as conn:
+                row = conn.execute(self._find, {"n": name, "k": key}).first()
         return None if row is None else self._payload(name, key, row)
 
     def find_many(self, name: str, keys: Iterable[str]) -> dict[str, Payload]:
@@ -500,6 +469,8 @@ class SqlStore(Capabilities):
             return {}
         if not self._ready:
             self._prepare()
+        if self._fast is not None:
+            return dict(self._decoded(name, self._fast.find_many(name, wanted)))
         size = self._chunk or len(wanted)
         with self._single.connect() as conn:
             rows = [
@@ -514,8 +485,12 @@ class SqlStore(Capabilities):
         with a warning."""
         if not self._ready:
             self._prepare()
-        with self._single.connect() as conn:
-            rows = conn.execute(self._find_all, {"n": name}).all()
+        rows: Sequence[Any]
+        if self._fast is not None:
+            rows = self._fast.find_all(name)
+        else:
+            with self._single.connect() as conn:
+                rows = conn.execute(self._find_all, {"n": name}).all()
         return [payload for _, payload in self._decoded(name, rows)]
 
     @classmethod
@@ -542,20 +517,26 @@ class SqlStore(Capabilities):
         """Remove the entry if present."""
         if not self._ready:
             self._prepare()
+        if self._fast is not None:
+            self._fast.delete(name, key)
+            return
         with self._single.begin() as conn:
             conn.execute(self._delete, {"n": name, "k": key})
 
     def clean_by_expiry(self, now: datetime) -> int:
-        """Remove every entry whose ``expire_on`` is at or before ``now`` (one indexed range
-        delete); return the count."""
+        """Remove every entry whose ``expire_on`` is at or before ``now``, or NULL (two indexed
+        deletes, one transaction); return the count."""
         if not self._ready:
             self._prepare()
-        with self._single.begin() as conn:
-            return conn.execute(self._clean, {"now": _micros(now)}).rowcount
+        with self.engine.begin() as conn:
+            removed = conn.execute(self._clean, {"now": micros(now)}).rowcount
+            return int(removed + conn.execute(self._clean_null).rowcount)
 
     def close(self) -> None:
         """Dispose the engine's connections, when the store made the engine."""
         if self._owns_engine:
+            if self._fast is not None:
+                self._fast.close()
             self.engine.dispose()
 
 
@@ -650,14 +631,3 @@ def per_tenant_databases(url_template: str, **store_kwargs: Any) -> TenantStores
         True,
         f"per_tenant_databases({_masked(url_template)!r})",
     )
-
-
-def _resolve_codec(codec: Codec | None, allowed_types: Iterable[Any]) -> Codec:
-    allowed = tuple(allowed_types)
-    if codec is None:
-        return JsonCodec(allowed)
-    if not all(hasattr(codec, a) for a in ("marker", "encode", "decode")):
-        raise ConfigurationError(f"SqlStore: codec must be a Codec, got {codec!r}")
-    if allowed and isinstance(codec, JsonCodec):
-        return JsonCodec((*codec.allowed_types, *allowed))
-    return codec
