@@ -335,6 +335,25 @@ def test_an_entry_that_cannot_be_decoded_is_a_miss_never_code(
     assert registry.get_sample_value("failover_recoveries_total", outcome) == 1
 
 
+@pytest.mark.parametrize("sealing", ["pickle", "fernet"])
+def test_an_entry_moved_under_another_key_is_refused(
+    sealing: str, make: Callable[..., RedisStore], raw: Any, clock: FakeClock
+) -> None:
+    options: dict[str, Any] = (
+        {"codec": PickleCodec(PICKLE_KEY)}
+        if sealing == "pickle"
+        else {"cipher": FernetCipher(FernetCipher.generate_key())}
+    )
+    store = make(**options)
+    store.store(entry(clock, "mine", {"owner": "mine"}))
+    raw.copy(f"{store.prefix}e:n:mine", f"{store.prefix}e:n:theirs")  # signed for "mine" only
+    with pytest.raises(SerializationError, match="cannot be decoded"):
+        store.find("n", "theirs")
+    found = store.find("n", "mine")
+    assert found is not None
+    assert found.payload == {"owner": "mine"}
+
+
 def test_a_key_of_another_type_is_a_store_error_and_a_miss(
     make: Callable[..., RedisStore], raw: Any
 ) -> None:
