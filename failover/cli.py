@@ -315,13 +315,14 @@ def _demo(args: argparse.Namespace) -> int:
     store = args.store or demo.default_store()
     out = sys.stdout
     print(f"failover demo: store {_display(store)}", file=out)
-    in_process = _in_process(store)
+    shared = _shared(store)  # the far store of a tiered URL
+    in_process = _in_process(shared)
     if in_process:
         result = demo.run(store)
-    elif _is_redis(store):
+    elif _is_redis(shared) or shared != store:
         # Reached once here; the engine then makes the store from the URL on the demo's clock,
         # which Redis must know to expire the entries when that clock says, not hours early.
-        _open(store, "demo", create=True).close()
+        _open(shared, "demo", create=True).close()
         result = demo.run(store)
     else:
         result = demo.run(_open(store, "demo", create=True))
@@ -350,7 +351,7 @@ def _demo(args: argparse.Namespace) -> int:
         if s.note:
             print(f"        re-raised with the note: {s.note}", file=out)
     if not in_process:
-        print(f"\nthe entries are kept: {PROG} inspect --store {_display(store)}", file=out)
+        print(f"\nthe entries are kept: {PROG} inspect --store {_display(shared)}", file=out)
     return 0
 
 
@@ -369,6 +370,11 @@ def _open(url: str, command: str, *, create: bool, table_prefix: str = "") -> Sq
         raise _CliError(
             f"{url} is a store inside one process, a new empty one here: {PROG} {command} "
             "needs a durable store, e.g. sqlite:///failover.db"
+        )
+    if _shared(url) != url:
+        raise _CliError(
+            f"{PROG} {command} reads the shared store of a tiered one: --store "
+            f"{_display(_shared(url))}"
         )
     if _is_redis(url):
         return _open_redis(url, table_prefix)
@@ -394,6 +400,11 @@ def _open(url: str, command: str, *, create: bool, table_prefix: str = "") -> Sq
     finally:
         probe.dispose()
     return SqlStore(url, table_prefix=table_prefix, create_table=create)
+
+
+def _shared(url: str) -> str:
+    """The far store's URL of a ``tiered+`` URL; any other URL as it is."""
+    return url[len("tiered+") :] if url.lower().startswith("tiered+") else url
 
 
 def _is_redis(url: str) -> bool:

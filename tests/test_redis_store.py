@@ -718,12 +718,18 @@ def test_the_command_line_on_an_unreachable_redis(capsys: pytest.CaptureFixture[
     assert len(err.splitlines()) == 1
     assert main(["clean", "--store", "redis://127.0.0.1:1/0", "--table-prefix", "x_"]) == 1
     assert "prefix option" in capsys.readouterr().err
+    assert main(["inspect", "--store", "tiered+redis://127.0.0.1:1/0"]) == 1
+    assert "--store redis://127.0.0.1:1/0" in capsys.readouterr().err
 
 
-def test_the_demo_on_a_redis_store(server: RedisServer, capsys: pytest.CaptureFixture[str]) -> None:
+@pytest.mark.parametrize("tiered", ["", "tiered+"])
+def test_the_demo_on_a_redis_store(
+    tiered: str, server: RedisServer, capsys: pytest.CaptureFixture[str]
+) -> None:
     url = f"{server.url}?prefix={redis_server.unique_prefix()}"
-    assert main(["demo", "--store", url]) == 0
+    assert main(["demo", "--store", tiered + url]) == 0
     out = capsys.readouterr().out
+    assert f"failover inspect --store {url}" in out
     # Redis expires the entries on the demo's clock: served stale within the ttl, not after.
     assert re.findall(r"^\d+\s.*\s(live|stale|error)$", out, flags=re.MULTILINE) == [
         "live", "stale", "stale", "live", "error", "error", "live",
