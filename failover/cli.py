@@ -629,6 +629,7 @@ def _dashboard(args: argparse.Namespace) -> int:
         store.close()
         raise _CliError(f"cannot listen on {args.host}:{args.port}: {exc.strerror}") from exc
     host = f"[{args.host}]" if ":" in args.host else args.host
+    serving = threading.Thread(target=server.serve_forever, name="failover-dashboard")
     previous = {sig: signal.signal(sig, _shutdown) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
         print(
@@ -637,12 +638,17 @@ def _dashboard(args: argparse.Namespace) -> int:
             file=out,
             flush=True,
         )
-        server.serve_forever()
+        # Served on a thread: the main thread only waits for the signal, so the handler's
+        # exception never lands inside the server's own request handling (which swallows it).
+        serving.start()
+        threading.Event().wait()  # until a signal handler raises _Shutdown
     except _Shutdown as received:
         signal_name = str(received)
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+        if serving.is_alive():  # shutdown() would wait forever for a loop that never ran
+            server.shutdown()
         server.server_close()
         store.close()
     print(f"{PROG} dashboard stopped ({signal_name})", file=out, flush=True)
