@@ -87,8 +87,11 @@ class DefaultHandler:
         last = self._last
         when = last.get(slot)
         if when is not None and now - when < interval:
-            return True
+            return True  # the common case when coalescing pays: no lock
         with self._last_lock:
+            when = last.get(slot)  # again, under the lock: one thread stores, not every racer
+            if when is not None and now - when < interval:
+                return True
             last.pop(slot, None)
             last[slot] = now  # re-inserted last: the dict's order is the store order
             if len(last) > self.max_coalesced:
