@@ -16,13 +16,13 @@ from bisect import bisect_left
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from .policy import ExceptionPolicy
 
 if TYPE_CHECKING:
     from .definition import FailoverDefinition
-    from .metrics import Metrics
+
 
 __all__ = [
     "UPSTREAM_BUCKETS",
@@ -31,9 +31,24 @@ __all__ = [
     "FailoverStats",
     "Failure",
     "HealthReport",
+    "RareEvents",
     "Status",
     "settings_of",
 ]
+
+
+class RareEvents(Protocol):
+    """What the statistics pass on to the metrics (a `failover.metrics.Metrics` has these)."""
+
+    def circuit_state(self, name: str, state: int) -> None:
+        """A breaker changed state (0 closed, 1 half-open, 2 open)."""
+
+    def bulkhead_rejected(self, name: str) -> None:
+        """A call found no bulkhead permit."""
+
+    def hook_failed(self, name: str) -> None:
+        """An ``on_recovered`` hook raised."""
+
 
 log = logging.getLogger(__name__)
 
@@ -177,7 +192,7 @@ class FailoverStats:
     )
 
     def __init__(
-        self, name: str, clock: Callable[[], datetime], metrics: Metrics | None = None
+        self, name: str, clock: Callable[[], datetime], metrics: RareEvents | None = None
     ) -> None:
         self.name = name
         self.clock = clock
