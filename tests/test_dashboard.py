@@ -294,3 +294,20 @@ def test_the_command_warns_beyond_loopback_without_a_token(
     assert "cannot listen on 192.0.2.1:8050" in err
     assert main(["dashboard", "--store", "memory://"]) == 1
     assert "needs a durable store" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("path", "location"),
+    [
+        ("//evil.example/", "/evil.example/"),  # never a redirect to another host
+        ("/a b\r\nSet-Cookie: x=1", "/a%20b%0D%0ASet-Cookie%3A%20x%3D1"),
+    ],
+)
+def test_the_token_redirect_stays_on_the_dashboard(
+    engine: Failover, path: str, location: str
+) -> None:
+    client = Client(make_wsgi_app(engine, token="s3cret"))
+    response = client.get("/", query_string="token=s3cret", environ_overrides={"PATH_INFO": path})
+    assert response.status_code == 303
+    assert response.headers["Location"] == location
+    assert "x=1" not in response.headers.get("Set-Cookie", "")

@@ -760,3 +760,24 @@ def test_the_dashboard_of_a_redis_store(make: Callable[..., RedisStore], clock: 
     rest = json.loads(get(client, "/api/entries?name=rates&limit=50&after=k049")[2])
     assert [e["key"] for e in rest["entries"]] == [f"k{i:03d}" for i in range(50, 60)]
     assert rest["next_after"] is None
+
+
+def test_a_dashboard_page_reads_only_its_entries(
+    make: Callable[..., RedisStore], clock: FakeClock, raw: Any
+) -> None:
+    from werkzeug.test import Client
+
+    from failover.dashboard import make_store_app
+
+    from .test_dashboard import get
+
+    store = make()
+    big = "x" * 20_000
+    store.store_many([entry(clock, f"k{i:03d}", {"v": big}, name="rates") for i in range(200)])
+    client = Client(make_store_app(store, clock))
+    before = raw.info("stats")["total_net_output_bytes"]
+    page = json.loads(get(client, "/api/entries?name=rates&limit=10&after=k100")[2])
+    sent = raw.info("stats")["total_net_output_bytes"] - before
+    assert [e["key"] for e in page["entries"]] == [f"k{i:03d}" for i in range(101, 111)]
+    assert (page["total"], page["next_after"]) == (200, "k110")
+    assert sent < 11 * 20_000 + 50_000  # the page's values, not the 4 MB of the name

@@ -14,7 +14,7 @@ from collections.abc import Awaitable, Callable, Iterable, MutableMapping
 from dataclasses import dataclass
 from http import HTTPStatus
 from typing import Any
-from urllib.parse import parse_qs, urlencode
+from urllib.parse import parse_qs, quote, urlencode
 
 from . import page as _page
 from .views import EngineView, StoreView
@@ -105,7 +105,9 @@ class Dashboard:
         if given is not None and _same(given, self.token):
             # Once from a link: keep it in a cookie and take it out of the address bar.
             rest = urlencode({k: v for k, v in params.items() if k != "token"})
-            location = f"{base}{path}" + (f"?{rest}" if rest else "")
+            # The path quoted (no header injection), and never starting "//" (another host).
+            here = "/" + quote(path.lstrip("/"), safe="/")
+            location = f"{quote(base, safe='/')}{here}" + (f"?{rest}" if rest else "")
             cookie = f"{COOKIE}={self.token}; Path={base or '/'}; HttpOnly; SameSite=Strict"
             return Response(303, [("Location", location), ("Set-Cookie", cookie)], b"")
         auth = headers.get("authorization", "")

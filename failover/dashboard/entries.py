@@ -151,14 +151,13 @@ def _is_redis(store: FailoverStore) -> bool:
 
 
 def _redis_page(store: Any, name: str, after: str | None, limit: int, payloads: bool) -> Page:
-    listed = store.entries(name)  # by key
-    chosen = [e for e in listed if after is None or e.key > after][: limit + 1]
+    chosen, total = store.entries_page(name, after, limit + 1)  # only the page's values read
     entries = [
         Entry(e.key, e.as_of, e.expire_on, e.size, _preview(e.payload) if payloads else None)
         for e in chosen[:limit]
     ]
     more = len(chosen) > limit
-    return Page(name, entries, len(listed), entries[-1].key if more and entries else None)
+    return Page(name, entries, total, entries[-1].key if more and entries else None)
 
 
 def _redis_summary(store: Any, now: datetime) -> list[NameSummary]:

@@ -508,6 +508,22 @@ class RedisStore(Capabilities):
                     listed.append(_describe(each, key, raw))
         return listed
 
+    def entries_page(
+        self, name: str, after: str | None, limit: int
+    ) -> tuple[list[StoredEntry], int]:
+        """Up to ``limit`` entries of ``name`` with keys after ``after``, by key, as stored,
+        and how many keys the name's index holds. Only the page's values are read (the
+        index's keys are listed whole: they are small beside the values).
+
+        Raises:
+            StoreError: Redis cannot be reached.
+        """
+        keys = self._index(name)
+        chosen = [k for k in keys if after is None or k > after][:limit]
+        raws = self._read_all(name, chosen) if chosen else []
+        listed = [_describe(name, k, r) for k, r in zip(chosen, raws, strict=True) if r is not None]
+        return listed, len(keys)
+
     @classmethod
     def per_tenant(
         cls,
