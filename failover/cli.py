@@ -380,8 +380,10 @@ def _open(url: str, command: str, *, create: bool, table_prefix: str = "") -> Sq
         return _open_redis(url, table_prefix)
     from sqlalchemy.exc import SQLAlchemyError
 
+    from .stores.factory import _check_sql_scheme
     from .stores.sql import SqlStore, make_engine
 
+    _check_sql_scheme(url, url.partition("://")[0].lower())  # names the nearest known scheme
     probe = make_engine(url)
     try:
         database = probe.url.database

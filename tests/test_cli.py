@@ -94,6 +94,16 @@ def test_bad_store_urls(command: str, url: str, capsys: pytest.CaptureFixture[st
     assert lines[0].startswith("failover: error: ")
 
 
+@pytest.mark.parametrize("command", ["inspect", "clean", "scheduler", "dashboard"])
+def test_a_misspelt_scheme_gets_the_nearest(
+    command: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main([command, "--store", "postgres://app:secret@127.0.0.1:1/db"]) == 1
+    line = single_error_line(capsys)
+    assert "did you mean postgresql+psycopg://?" in line
+    assert "secret" not in line
+
+
 @pytest.mark.parametrize("url", ["memory://", "cachetools://", "sqlite://", "sqlite:///:memory:"])
 @pytest.mark.parametrize("command", ["inspect", "clean", "scheduler"])
 def test_in_process_stores_cannot_be_inspected(
