@@ -18,7 +18,7 @@ from .context import CallContext, Miss, RecoverContext
 from .definition import FailoverDefinition
 from .errors import StoreError
 from .execution import Execution
-from .handlers import Handler, key_of
+from .handlers import Handler, envelope_key
 from .health import FailoverStats
 from .payload import ReferentialPayload, enrich, envelope, plain_kind
 from .policy import ExceptionPolicy, default_for
@@ -202,10 +202,7 @@ class Runtime:
         """The envelope of a live (already enriched) value."""
         d = self.definition
         now = ctx.now
-        try:
-            key = key_of(ctx)
-        except Exception:  # a failing key= callable already showed up as a store failure
-            key = ""
+        key = envelope_key(ctx)  # a failing key= callable already showed up as a store failure
         try:
             expire_on = None if now is None else d.expiry.compute_expiry(d, now)
         except Exception:  # so did a failing expiry policy
@@ -310,11 +307,10 @@ class Runtime:
         self, ctx: CallContext, value: Any, cause: BaseException | None = None
     ) -> ReferentialPayload[Any]:
         """The envelope of a value made by a policy: not from the store, so no time."""
-        try:
-            key = key_of(ctx)
-        except Exception:  # a failing key= callable already showed up as a recover error
-            key = ""
-        return envelope(self.definition.effective_name, key, value, None, None, False, cause)
+        # A failing key= callable already showed up as a recover error.
+        return envelope(
+            self.definition.effective_name, envelope_key(ctx), value, None, None, False, cause
+        )
 
     def recover_context(
         self, ctx: CallContext, cause: BaseException | None, found: ReferentialPayload[Any] | None

@@ -66,7 +66,12 @@ class DefaultHandler:
             interval = self.store_interval
         if interval and self._coalesced(name, key, now, interval):
             return
-        self.store_.store(envelope(name, key, result, now, expire_on(definition, now), True))
+        try:
+            self.store_.store(envelope(name, key, result, now, expire_on(definition, now), True))
+        except BaseException:
+            if interval:
+                self.unmark(name, key, now)  # nothing stored: the next success tries again
+            raise
 
     def coalesced(self, ctx: CallContext, now: datetime) -> bool:
         """Whether a success of the call at ``now`` falls within the store interval of its
@@ -123,6 +128,14 @@ class DefaultHandler:
         name, key = ctx.definition.effective_name, key_of(ctx)
         self.store_.delete(name, key)
         self.forget(name, key)
+
+    def unmark(self, name: str, key: str, now: datetime) -> None:
+        """Undo `_coalesced`'s mark of ``(name, key)`` at ``now``: that store failed, so it was
+        not the key's last store (a newer mark is left alone)."""
+        slot = (name, key) if self.tenant is None else (self.tenant(), name, key)
+        with self._last_lock:
+            if self._last.get(slot) == now:
+                del self._last[slot]
 
     def forget(self, name: str, key: str) -> None:
         """Forget the last store time of ``(name, key)``: its next success is stored."""
