@@ -47,7 +47,9 @@ class DefaultHandler:
         self.store_interval = store_interval or None
         self.tenant = tenant
         self.max_coalesced = max_coalesced
-        self._last: dict[tuple[str, ...], datetime] = {}
+        # Key (its digest names the failover already), or (tenant, key) -> when the key may be
+        # stored again. The dict's order is the store order: oldest first.
+        self._until: dict[Any, datetime] = {}
         self._last_lock = threading.Lock()
 
     def __repr__(self) -> str:
@@ -64,8 +66,13 @@ class DefaultHandler:
         interval = definition.store_interval
         if interval is None:
             interval = self.store_interval
-        if interval and self._coalesced(name, key, now, interval):
-            return
+        if interval:
+            slot = self._slot(key) if self.tenant is not None else key
+            until = self._until.get(slot)
+            if until is not None and now < until:
+                return  # stored within the interval: the common case when coalescing pays
+            if self._coalesced(slot, now, interval):
+                return
         self.store_.store(envelope(name, key, result, now, expire_on(definition, now), True))
 
     def coalesced(self, ctx: CallContext, now: datetime) -> bool:
@@ -78,24 +85,23 @@ class DefaultHandler:
             interval = self.store_interval
         if not interval:
             return False
-        return self._coalesced(definition.effective_name, key_of(ctx), now, interval)
+        return self._coalesced(self._slot(key_of(ctx)), now, interval)
 
-    def _coalesced(self, name: str, key: str, now: datetime, interval: timedelta) -> bool:
-        """Whether ``(name, key)`` was stored less than ``interval`` before ``now``; if not, its
-        store time becomes ``now``."""
-        slot = (name, key) if self.tenant is None else (self.tenant(), name, key)
-        last = self._last
-        when = last.get(slot)
-        if when is not None and now - when < interval:
-            return True  # the common case when coalescing pays: no lock
-        with self._last_lock:
-            when = last.get(slot)  # again, under the lock: one thread stores, not every racer
-            if when is not None and now - when < interval:
+    def _slot(self, key: str) -> Any:
+        return key if self.tenant is None else (self.tenant(), key)
+
+    def _coalesced(self, slot: Any, now: datetime, interval: timedelta) -> bool:
+        """Whether ``slot`` was stored less than ``interval`` before ``now``; if not, it may
+        next be stored at ``now + interval``."""
+        until = self._until
+        with self._last_lock:  # checked again under the lock: one racer stores, not each
+            when = until.get(slot)
+            if when is not None and now < when:
                 return True
-            last.pop(slot, None)
-            last[slot] = now  # re-inserted last: the dict's order is the store order
-            if len(last) > self.max_coalesced:
-                del last[next(iter(last))]
+            until.pop(slot, None)
+            until[slot] = now + interval  # re-inserted last: the dict's order is the store order
+            if len(until) > self.max_coalesced:
+                del until[next(iter(until))]
         return False
 
     def _live(self, ctx: CallContext) -> Payload | Miss:
@@ -126,6 +132,5 @@ class DefaultHandler:
 
     def forget(self, name: str, key: str) -> None:
         """Forget the last store time of ``(name, key)``: its next success is stored."""
-        slot = (name, key) if self.tenant is None else (self.tenant(), name, key)
         with self._last_lock:
-            self._last.pop(slot, None)
+            self._until.pop(self._slot(key), None)
