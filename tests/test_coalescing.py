@@ -121,7 +121,7 @@ def test_the_bookkeeping_is_bounded(clock: FakeClock) -> None:
 
     for i in range(500):
         f(i)
-    assert len(handler._last) == 50
+    assert len(handler._until) == 50
     eng.close()
 
 

@@ -90,7 +90,7 @@ class ScatterGatherHandler:
             if payloads:
                 self.store_.store_many(payloads)
         except BaseException:  # nothing stored: the next success tries again
-            self.inner.unmark(name, envelope_key(ctx), now)
+            self.inner.uncoalesce(ctx, now)
             raise
 
     # -- recover ----------------------------------------------------------------------------
