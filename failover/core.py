@@ -91,6 +91,7 @@ class Runtime:
         "refusals",
         "router",
         "stats",
+        "unattempted",
         "unstorable",
     )
 
@@ -114,6 +115,8 @@ class Runtime:
         # The execution layer (guards, soft timeout), bound by the engine; None: call directly.
         self.execution: Execution | None = None
         self.refusals: tuple[type[Exception], ...] = ()
+        # Refusals raised instead of calling the upstream: no upstream time, no upstream error.
+        self.unattempted: tuple[type[Exception], ...] = ()
         # Why nothing of this failover can be stored (said in the rethrow note), if known.
         self.unstorable: str | None = None
         self.policy = policy
@@ -228,13 +231,15 @@ class Runtime:
         ctx: CallContext,
         cause: Exception,
         found: ReferentialPayload[Any] | Miss,
-        seconds: float = 0.0,
+        seconds: float | None = 0.0,
     ) -> ReferentialPayload[Any] | None:
         """What the caller gets after recovery: an envelope, or ``None`` to re-raise ``cause``.
 
         ``seconds`` is the time the failed upstream took (reported with the outcome).
         """
         d = self.definition
+        if isinstance(cause, self.unattempted):
+            seconds = None  # refused by a guard: the upstream was not called
         if isinstance(found, ReferentialPayload):
             self.stats.recovered(seconds, cause, found.as_of)
         else:
@@ -281,6 +286,7 @@ class Runtime:
         """Put the upstream behind ``execution`` (``None``: basic execution)."""
         self.execution = execution
         self.refusals = () if execution is None else execution.refusals
+        self.unattempted = () if execution is None else execution.unattempted
 
     def late(self, ctx: CallContext, result: Any) -> None:
         """Store a result that came after its callers stopped waiting (soft timeout, sync
