@@ -16,7 +16,7 @@ import socketserver
 import sys
 import threading
 from collections.abc import Callable, Iterable, Sequence
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from types import FrameType
@@ -38,7 +38,6 @@ if TYPE_CHECKING:
 __all__ = ["main", "render_table"]
 
 PROG = "failover"
-_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 class _CliError(Exception):
@@ -478,21 +477,26 @@ def _stored(store: SqlStore | RedisStore, name: str | None) -> Sequence[_Stored]
         ]
     import sqlalchemy as sa
 
+    from .stores.serializer import time_or_none
+
     c = store.table.c
     query = sa.select(c.name, c.key, c.as_of, c.expire_on, c.payload, c.payload_type)
     if name is not None:
         query = query.where(c.name == name)
     with store.engine.connect() as conn:
         rows = conn.execute(query.order_by(c.name, c.as_of, c.key)).all()
+    # Rows written by hand (times out of range or not numbers, a binary or NULL payload) are
+    # listed as they are, not a traceback: inspect is what one runs on a suspect table.
     return [
-        (n, key, _from_micros(as_of), _from_micros(expire_on), len(payload.encode()), type_)
+        (n, key, time_or_none(as_of), time_or_none(expire_on), _size(payload), str(type_))
         for n, key, as_of, expire_on, payload, type_ in rows
     ]
 
 
-def _from_micros(micros: int | None) -> datetime | None:
-    # The table keeps times as microseconds since the Unix epoch, UTC (see failover.stores.sql).
-    return None if micros is None else _EPOCH + timedelta(microseconds=micros)
+def _size(payload: object) -> int:
+    if isinstance(payload, str):
+        return len(payload.encode(errors="surrogatepass"))
+    return len(payload) if isinstance(payload, bytes) else 0
 
 
 def _plural(n: int, one: str, many: str) -> str:

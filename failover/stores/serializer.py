@@ -32,7 +32,7 @@ from ..errors import ConfigurationError, SerializationError, StoreError
 from ..payload import envelope
 from .base import Payload
 
-__all__ = ["Serializer", "datetime_of", "entry_binding", "micros"]
+__all__ = ["Serializer", "datetime_of", "entry_binding", "micros", "time_or_none"]
 
 log = logging.getLogger(__name__)
 
@@ -61,9 +61,21 @@ def micros(value: datetime) -> int:
         raise StoreError(f"datetimes must be timezone-aware, got {value!r}") from None
 
 
-def datetime_of(value: int) -> datetime:
+def datetime_of(value: float) -> datetime:
     """The aware UTC datetime of microseconds since the Unix epoch."""
     return _EPOCH + timedelta(0, 0, value)  # positional: three times faster than by keyword
+
+
+def time_or_none(value: object) -> datetime | None:
+    """The aware UTC datetime of a stored time (microseconds since the Unix epoch), or ``None``
+    when it is missing or not one (a row written by hand: text, a blob, out of range): for
+    listing entries as stored, where a corrupt time must not end the listing."""
+    if not isinstance(value, int | float) or isinstance(value, bool):
+        return None
+    try:
+        return datetime_of(value)
+    except (OverflowError, ValueError):  # out of datetime's range, NaN
+        return None
 
 
 class Serializer:
