@@ -566,26 +566,34 @@ def _serve(scheduler: CleanupScheduler, args: argparse.Namespace, out: TextIO) -
         if args.metrics_port is not None
         else ""
     )
+    # Printed before the first run's line: whoever waits for "started" can signal now.
+    started = (
+        f"{PROG} scheduler started: cleaning {_display(args.store)} every "
+        f"{_duration(scheduler.every)}{metrics} (SIGINT or SIGTERM stops it)"
+    )
+    signal_name = _until_signal(started, scheduler.start, scheduler.stop, out)
+    print(f"{PROG} scheduler stopped ({signal_name})", file=out, flush=True)
+    return 0
+
+
+def _until_signal(
+    started: str, start: Callable[[], object], stop: Callable[[], object], out: TextIO
+) -> str:
+    """Print ``started``, ``start()``, wait for SIGINT or SIGTERM, then ``stop()``; the
+    signal's name."""
     previous = {sig: signal.signal(sig, _shutdown) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
-        # Printed before the first run's line: whoever waits for "started" can signal now.
-        print(
-            f"{PROG} scheduler started: cleaning {_display(args.store)} every "
-            f"{_duration(scheduler.every)}{metrics} (SIGINT or SIGTERM stops it)",
-            file=out,
-            flush=True,
-        )
-        scheduler.start()
+        print(started, file=out, flush=True)
+        start()
         threading.Event().wait()  # until a signal handler raises _Shutdown
     except _Shutdown as received:
         signal_name = str(received)
     finally:
-        # A second signal while a run finishes takes the default way out (force).
+        # A second signal while stopping takes the default way out (force).
         for sig, handler in previous.items():
             signal.signal(sig, handler)
-        scheduler.stop()
-    print(f"{PROG} scheduler stopped ({signal_name})", file=out, flush=True)
-    return 0
+        stop()
+    return signal_name
 
 
 # -- dashboard ------------------------------------------------------------------------------------
@@ -633,28 +641,21 @@ def _dashboard(args: argparse.Namespace) -> int:
         store.close()
         raise _CliError(f"cannot listen on {args.host}:{args.port}: {exc.strerror}") from exc
     host = f"[{args.host}]" if ":" in args.host else args.host
+    # Served on a thread: the main thread only waits for the signal, so the handler's exception
+    # never lands inside the server's own request handling (which swallows it).
     serving = threading.Thread(target=server.serve_forever, name="failover-dashboard")
-    previous = {sig: signal.signal(sig, _shutdown) for sig in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        print(
-            f"{PROG} dashboard of {_display(args.store)} on http://{host}:{args.port}/ "
-            "(SIGINT or SIGTERM stops it)",
-            file=out,
-            flush=True,
-        )
-        # Served on a thread: the main thread only waits for the signal, so the handler's
-        # exception never lands inside the server's own request handling (which swallows it).
-        serving.start()
-        threading.Event().wait()  # until a signal handler raises _Shutdown
-    except _Shutdown as received:
-        signal_name = str(received)
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
+
+    def stop() -> None:
         if serving.is_alive():  # shutdown() would wait forever for a loop that never ran
             server.shutdown()
         server.server_close()
         store.close()
+
+    started = (
+        f"{PROG} dashboard of {_display(args.store)} on http://{host}:{args.port}/ "
+        "(SIGINT or SIGTERM stops it)"
+    )
+    signal_name = _until_signal(started, serving.start, stop, out)
     print(f"{PROG} dashboard stopped ({signal_name})", file=out, flush=True)
     return 0
 
