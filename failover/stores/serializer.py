@@ -26,7 +26,7 @@ from collections.abc import Callable, Iterable, Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from ..codec import Codec, JsonCodec, type_name
+from ..codec import Codec, JsonCodec, _checked_types, type_name
 from ..crypto import Cipher, is_sealed, seal, unseal
 from ..errors import ConfigurationError, SerializationError, StoreError
 from ..payload import envelope
@@ -250,7 +250,12 @@ class Serializer:
 
 
 def _resolve_codec(codec: Codec | None, allowed_types: Iterable[Any], owner: str) -> Codec:
-    allowed = tuple(allowed_types)
+    # A type or a name given alone (allowed_types=Country) is a list of one forgotten.
+    if isinstance(allowed_types, type | str) or not isinstance(allowed_types, Iterable):
+        raise ConfigurationError(
+            f"{owner}: allowed_types must be a list of types, got {allowed_types!r}"
+        )
+    allowed = tuple(_checked_types(allowed_types, f"{owner}: allowed_types"))
     if codec is None:
         return JsonCodec(allowed)
     if not all(hasattr(codec, a) for a in ("marker", "encode", "decode")):
