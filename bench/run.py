@@ -107,6 +107,7 @@ def cases() -> tuple[list[Case], list[Case], list[failover.Failover]]:
     cold = failover.Failover("memory://", metrics=False)  # its evictions stay its own
     metered = failover.Failover("memory://", metrics=True)
     recovering = failover.Failover("memory://", metrics=False)  # no eviction by other cases
+    coalescing = failover.Failover("memory://", metrics=False, store_interval="1h")
     decorated = failover.failover("bench.country", engine=engine)(country)
     filling = failover.failover("bench.fill", domain="bench", engine=recovering)(country)
     failing = failover.failover("bench.broken", domain="bench", engine=recovering)(broken)
@@ -137,6 +138,11 @@ def cases() -> tuple[list[Case], list[Case], list[failover.Failover]]:
             COLD,
         ),
         ("@failover recover (upstream raises, entry found)", failing, HOT),
+        (
+            "@failover success within store_interval (not stored again)",
+            failover.failover("bench.coalesced", engine=coalescing)(country),
+            HOT,
+        ),
     ]
     asyn: list[Case] = [
         ("plain await", acountry, HOT),
@@ -155,7 +161,7 @@ def cases() -> tuple[list[Case], list[Case], list[failover.Failover]]:
         asyn.append(
             ("cashews @cache.failover success (mem://)", cache.failover(ttl="1h")(acountry), HOT)
         )
-    return sync, asyn, [engine, cold, metered, recovering]
+    return sync, asyn, [engine, cold, metered, recovering, coalescing]
 
 
 def health_ms(failovers: int = 1_000, repeat: int = 20) -> float:
@@ -215,6 +221,12 @@ def main() -> None:
             "@failover recover (upstream raises, entry found)",
             miss,
             "<= 2",
+        ),
+        (
+            "success within store_interval / cachetools TTL miss",
+            "@failover success within store_interval (not stored again)",
+            miss,
+            "<= 0.5",
         ),
     ]
     ratios.append(

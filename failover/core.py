@@ -18,7 +18,7 @@ from .context import CallContext, Miss, RecoverContext
 from .definition import FailoverDefinition
 from .errors import StoreError
 from .execution import Execution
-from .handlers import Handler, key_of
+from .handlers import Handler, envelope_key
 from .health import FailoverStats
 from .payload import ReferentialPayload, enrich, envelope, plain_kind
 from .policy import ExceptionPolicy, default_for
@@ -91,6 +91,7 @@ class Runtime:
         "refusals",
         "router",
         "stats",
+        "unattempted",
         "unstorable",
     )
 
@@ -114,6 +115,8 @@ class Runtime:
         # The execution layer (guards, soft timeout), bound by the engine; None: call directly.
         self.execution: Execution | None = None
         self.refusals: tuple[type[Exception], ...] = ()
+        # Refusals raised instead of calling the upstream: no upstream time, no upstream error.
+        self.unattempted: tuple[type[Exception], ...] = ()
         # Why nothing of this failover can be stored (said in the rethrow note), if known.
         self.unstorable: str | None = None
         self.policy = policy
@@ -202,10 +205,7 @@ class Runtime:
         """The envelope of a live (already enriched) value."""
         d = self.definition
         now = ctx.now
-        try:
-            key = key_of(ctx)
-        except Exception:  # a failing key= callable already showed up as a store failure
-            key = ""
+        key = envelope_key(ctx)  # a failing key= callable already showed up as a store failure
         try:
             expire_on = None if now is None else d.expiry.compute_expiry(d, now)
         except Exception:  # so did a failing expiry policy
@@ -231,13 +231,15 @@ class Runtime:
         ctx: CallContext,
         cause: Exception,
         found: ReferentialPayload[Any] | Miss,
-        seconds: float = 0.0,
+        seconds: float | None = 0.0,
     ) -> ReferentialPayload[Any] | None:
         """What the caller gets after recovery: an envelope, or ``None`` to re-raise ``cause``.
 
         ``seconds`` is the time the failed upstream took (reported with the outcome).
         """
         d = self.definition
+        if isinstance(cause, self.unattempted):
+            seconds = None  # refused by a guard: the upstream was not called
         if isinstance(found, ReferentialPayload):
             self.stats.recovered(seconds, cause, found.as_of)
         else:
@@ -284,6 +286,7 @@ class Runtime:
         """Put the upstream behind ``execution`` (``None``: basic execution)."""
         self.execution = execution
         self.refusals = () if execution is None else execution.refusals
+        self.unattempted = () if execution is None else execution.unattempted
 
     def late(self, ctx: CallContext, result: Any) -> None:
         """Store a result that came after its callers stopped waiting (soft timeout, sync
@@ -310,11 +313,10 @@ class Runtime:
         self, ctx: CallContext, value: Any, cause: BaseException | None = None
     ) -> ReferentialPayload[Any]:
         """The envelope of a value made by a policy: not from the store, so no time."""
-        try:
-            key = key_of(ctx)
-        except Exception:  # a failing key= callable already showed up as a recover error
-            key = ""
-        return envelope(self.definition.effective_name, key, value, None, None, False, cause)
+        # A failing key= callable already showed up as a recover error.
+        return envelope(
+            self.definition.effective_name, envelope_key(ctx), value, None, None, False, cause
+        )
 
     def recover_context(
         self, ctx: CallContext, cause: BaseException | None, found: ReferentialPayload[Any] | None

@@ -6,6 +6,7 @@ from __future__ import annotations
 import functools
 import inspect
 from collections.abc import Callable, Coroutine
+from datetime import datetime
 from time import perf_counter
 from typing import TYPE_CHECKING, Any, Generic, ParamSpec, Protocol, TypeVar, Unpack, overload
 
@@ -14,7 +15,7 @@ from .context import CallContext
 from .core import Binder, Runtime
 from .definition import FailoverDefinition
 from .errors import ConfigurationError
-from .handlers import key_of
+from .handlers import envelope_key
 from .payload import ReferentialPayload
 from .settings import Options, check_names, resolve
 
@@ -118,12 +119,17 @@ class State:
         return rt
 
     def passthrough(self, args: tuple[Any, ...], kwargs: dict[str, Any], result: Any) -> Any:
-        """The envelope of a call made while the engine is disabled."""
+        """The envelope of a call made while the engine is disabled (a failing key function or
+        clock costs the envelope its key or time, never the call)."""
         d = self.definition
         engine = self.engine or _engine._default or _engine.get_engine()
         own = self.binder.own(args)
         ctx = CallContext(d, self.binder, own, kwargs, self.binder.values(own, kwargs))
-        return ReferentialPayload(d.effective_name, key_of(ctx), result, engine.clock(), None, True)
+        try:
+            now: datetime | None = engine.clock()
+        except Exception:
+            now = None
+        return ReferentialPayload(d.effective_name, envelope_key(ctx), result, now, None, True)
 
     def peek(self, *args: Any, **kwargs: Any) -> ReferentialPayload[Any] | None:
         """The stored, unexpired entry for the call."""

@@ -250,11 +250,16 @@ class FailoverStats:
         except Exception:
             _dropped()
 
-    def recovered(self, seconds: float, cause: BaseException, as_of: datetime | None) -> None:
-        """The upstream failed and the caller got the value stored at ``as_of``."""
+    def recovered(
+        self, seconds: float | None, cause: BaseException, as_of: datetime | None
+    ) -> None:
+        """The upstream failed and the caller got the value stored at ``as_of``.
+
+        ``seconds`` is ``None`` when the execution layer refused the call (an open breaker, a
+        full bulkhead): the call is counted, the upstream's time and errors are not."""
         self._failed(_RECOVERED, seconds, cause, as_of)
 
-    def not_recovered(self, seconds: float, cause: BaseException) -> None:
+    def not_recovered(self, seconds: float | None, cause: BaseException) -> None:
         """The upstream failed and nothing usable was recovered (the policy answered)."""
         self._failed(_NOT_RECOVERED, seconds, cause, None)
 
@@ -266,25 +271,29 @@ class FailoverStats:
         self._failed(_LIVE, seconds, cause)
 
     def _failed(
-        self, outcome: int, seconds: float, cause: BaseException, as_of: datetime | None = None
+        self,
+        outcome: int,
+        seconds: float | None,
+        cause: BaseException,
+        as_of: datetime | None = None,
     ) -> None:
         # Lock-free as `live` is (the same reasoning); only a state change takes the lock.
         try:
             now = self.clock()
             kind = cause.__class__.__name__  # an attribute: cheaper than calling type()
-            bucket = bisect_left(UPSTREAM_BUCKETS, seconds)
             if not self._start <= now < self._end:
                 self._advance(now)
             self._ring[self._slot + outcome] += 1
             self.calls[outcome] += 1
-            self.upstream_error[bucket] += 1
-            self.upstream_error_sum += seconds
-            errors = self.errors
-            n = errors.get(kind)
-            if n is None and len(errors) >= MAX_ERROR_KINDS:
-                kind = OTHER
+            if seconds is not None:  # None: refused before the upstream was called
+                self.upstream_error[bisect_left(UPSTREAM_BUCKETS, seconds)] += 1
+                self.upstream_error_sum += seconds
+                errors = self.errors
                 n = errors.get(kind)
-            errors[kind] = 1 if n is None else n + 1
+                if n is None and len(errors) >= MAX_ERROR_KINDS:
+                    kind = OTHER
+                    n = errors.get(kind)
+                errors[kind] = 1 if n is None else n + 1
             if outcome == _LIVE:
                 return
             self._failure = (kind, now)

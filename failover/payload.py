@@ -153,6 +153,15 @@ def _kind(value: object) -> int:
     return kind
 
 
+def _settle(value: object, kind: int) -> int:
+    """Correct the kind of ``value``'s type after enriching it the first way failed (only a
+    type that decides for all its instances: the others are decided per instance)."""
+    tp = type(value)
+    if _kinds.get(tp) != _INSTANCE:
+        _kinds[tp] = kind
+    return kind
+
+
 def plain_kind(tp: type) -> bool:
     """Whether values of type ``tp`` are known to carry no freshness (most results): a dict
     lookup, so callers on the hot path can skip `enrich`."""
@@ -175,15 +184,22 @@ def enrich(value: T, up_to_date: bool, as_of: datetime | None) -> T:
         return value
     if kind == _SETATTR:
         obj: Any = value
-        obj.up_to_date = up_to_date
-        obj.as_of = as_of
-        return value
+        try:
+            obj.up_to_date = up_to_date
+            obj.as_of = as_of
+            return value
+        except AttributeError:  # frozen another way (attrs, a refusing __setattr__): a copy
+            kind = _settle(value, _FROZEN)
     if kind == _DATACLASS:
         return dataclasses.replace(value, up_to_date=up_to_date, as_of=as_of)  # type: ignore[type-var]
     if kind == _FROZEN:
         frozen: Any = copy.copy(value)  # the caller's (or the store's) object stays as it is
-        object.__setattr__(frozen, "up_to_date", up_to_date)
-        object.__setattr__(frozen, "as_of", as_of)
+        try:
+            object.__setattr__(frozen, "up_to_date", up_to_date)
+            object.__setattr__(frozen, "as_of", as_of)
+        except AttributeError:  # read-only properties: it cannot carry the freshness
+            _settle(value, _PLAIN)
+            return value
         return cast(T, frozen)
     if kind == _NAMEDTUPLE:
         return cast(T, value._replace(up_to_date=up_to_date, as_of=as_of))  # type: ignore[attr-defined]

@@ -153,6 +153,10 @@ def resolve(
             f"{owner}: max_concurrency= must be a positive int or None, got {max_concurrency!r}"
         )
     acquire_timeout = _seconds(o["acquire_timeout"], owner, "acquire_timeout", zero_ok=True)
+    if acquire_timeout and max_concurrency is None:  # a wait for permits no bulkhead hands out
+        raise ConfigurationError(
+            f"{owner}: acquire_timeout= needs max_concurrency= (the bulkhead it waits on)"
+        )
     timeout = o["timeout"]
     if timeout is not None:
         timeout = _seconds(timeout, owner, "timeout", zero_ok=False)

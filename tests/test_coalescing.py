@@ -121,7 +121,7 @@ def test_the_bookkeeping_is_bounded(clock: FakeClock) -> None:
 
     for i in range(500):
         f(i)
-    assert len(handler._last) == 50
+    assert len(handler._until) == 50
     eng.close()
 
 
@@ -175,4 +175,55 @@ def test_a_fleet_of_threads_writes_at_most_keys_per_interval() -> None:
         t.join()
     assert sum(calls) > 2_000  # the clock moves per read: about one call per simulated ms
     assert store.writes <= 100 * 3 + 100
+    eng.close()
+
+
+class FlakyStore(CountingStore):
+    """A real in-memory store whose writes fail while ``down`` is set."""
+
+    down = False
+
+    def store(self, payload: Any) -> None:
+        if self.down:
+            raise OSError("store down")
+        super().store(payload)
+
+    def store_many(self, payloads: Any) -> None:
+        if self.down:
+            raise OSError("store down")
+        super().store_many(payloads)
+
+
+def test_a_failed_store_does_not_count_as_the_last_store(clock: FakeClock) -> None:
+    # The interval runs from a key's last store: a write that failed stored nothing, so the
+    # next success must try again, or an outage would find nothing for up to the interval.
+    store = FlakyStore()
+    eng = Failover(store, clock=clock, metrics=False, async_writes=False, store_interval="1h")
+
+    @failover.failover("flaky", engine=eng)
+    def f(x: int) -> int:
+        return x
+
+    store.down = True
+    assert f(1) == 1  # the live result returns; the write failed
+    store.down = False
+    f(1)
+    assert store.writes == 1
+    assert f.peek(1) is not None
+    eng.close()
+
+
+def test_a_failed_slice_store_does_not_count_as_the_last_store(clock: FakeClock) -> None:
+    store = FlakyStore()
+    eng = Failover(store, clock=clock, metrics=False, async_writes=False, store_interval="1h")
+
+    @failover.failover("flaky_list", engine=eng, splitter=failover.ListSplitter("id"))
+    def f(ids: str) -> list[dict[str, str]]:
+        return [{"id": i} for i in ids.split(",")]
+
+    store.down = True
+    f("1,2")
+    store.down = False
+    f("1,2")
+    assert f.peek("1,2") is not None
     eng.close()

@@ -156,3 +156,54 @@ def test_named_tuple_gets_a_copy(engine: Failover, clock: FakeClock, upstream: U
     original = NamedRate(1.5)
     run(engine, clock, upstream, original, "named-tuple")
     assert original.as_of is None
+
+
+class FrozenByHand(Referential):
+    """Immutable the way attrs' frozen classes are: ``__setattr__`` refuses."""
+
+    __slots__ = ("as_of", "code", "up_to_date")
+
+    def __init__(self, code: str) -> None:
+        object.__setattr__(self, "code", code)
+        object.__setattr__(self, "up_to_date", True)
+        object.__setattr__(self, "as_of", None)
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise AttributeError(f"{type(self).__name__} is frozen")
+
+    def __reduce__(self) -> tuple[object, ...]:  # copyable, as attrs makes its classes
+        return _rebuild, (self.code, self.up_to_date, self.as_of)
+
+
+def _rebuild(code: str, up_to_date: bool, as_of: datetime | None) -> FrozenByHand:
+    value = FrozenByHand(code)
+    object.__setattr__(value, "up_to_date", up_to_date)
+    object.__setattr__(value, "as_of", as_of)
+    return value
+
+
+class ReadOnly:
+    """Declares the fields as read-only properties: it cannot carry the call's freshness."""
+
+    up_to_date = property(lambda self: True)
+    as_of = property(lambda self: None)
+
+
+def test_a_value_refusing_setattr_gets_a_copy(
+    engine: Failover, clock: FakeClock, upstream: Upstream
+) -> None:
+    # Before: every live call of such a type raised, although the upstream answered.
+    original = FrozenByHand("FR")
+    run(engine, clock, upstream, original, "frozen-by-hand")
+    assert (original.up_to_date, original.as_of) == (True, None)
+
+
+def test_a_value_that_cannot_carry_freshness_passes_unchanged(engine: Failover) -> None:
+    value = ReadOnly()
+
+    @failover.failover("read-only", engine=engine)
+    def f() -> ReadOnly:
+        return value
+
+    assert f() is value
+    assert f.referential().up_to_date

@@ -261,6 +261,7 @@ def test_the_runtime_chain_is_built_once_in_order(engine: Failover) -> None:
         ({"timeout": True}, "timeout= must be a finite number of seconds > 0"),
         ({"acquire_timeout": -0.5}, "acquire_timeout= must be a finite number of seconds >= 0"),
         ({"acquire_timeout": math.nan}, "acquire_timeout= must be a finite number"),
+        ({"acquire_timeout": 2}, "acquire_timeout= needs max_concurrency="),
         ({"breaker": "yes"}, "breaker= must be a pybreaker.CircuitBreaker"),
         ({"breaker": object()}, "breaker= must be a pybreaker.CircuitBreaker"),
         ({"breaker": 1}, "breaker= must be a pybreaker.CircuitBreaker"),

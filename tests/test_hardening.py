@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
@@ -178,4 +179,29 @@ def test_storable_return_types_are_not_warned(tmp_path: Any) -> None:
 
     failover.failover("no-annotation", engine=eng)(lambda code: code)
 
+    eng.close()
+
+
+@pytest.mark.parametrize("kind", ["clock", "key"])
+def test_trouble_never_breaks_a_call_on_a_disabled_engine(kind: str) -> None:
+    # A disabled engine passes calls through; its envelope must not be the one thing that can
+    # turn an answered call into an exception.
+    clock = FailingClock()
+    clock.broken = kind == "clock"
+    eng = Failover(clock=clock, metrics=False, enabled=False)
+
+    def key(x: int) -> object:
+        raise ValueError("bad key function")
+
+    @failover.failover(f"off-{kind}", engine=eng, key=key if kind == "key" else None)
+    def get(x: int) -> int:
+        return x
+
+    @failover.failover(f"aoff-{kind}", engine=eng, key=key if kind == "key" else None)
+    async def aget(x: int) -> int:
+        return x
+
+    envelope = get.referential(1)
+    assert (envelope.payload, envelope.up_to_date) == (1, True)
+    assert asyncio.run(aget.referential(2)).payload == 2
     eng.close()

@@ -286,9 +286,15 @@ def test_breaker_bulkhead_and_hook_metrics(
     release.set()
     worker.join(5)
     assert value(registry, "failover_bulkhead_rejected_total", name="narrow") == 1
-    assert value(
-        registry, "failover_upstream_errors_total", name="narrow", exception="BulkheadFull"
+    # The refused call counts as a call the caller got nothing for; the upstream, never called,
+    # gets no error and no time for it.
+    assert value(registry, "failover_calls_total", name="narrow", outcome="not_recovered") == 1
+    assert (
+        value(registry, "failover_upstream_errors_total", name="narrow", exception="BulkheadFull")
+        == 0
     )
+    assert value(registry, "failover_upstream_seconds_count", name="narrow", result="error") == 0
+    assert eng.health().failovers["narrow"].last_failure.type == "BulkheadFull"  # type: ignore[union-attr]
 
     eng.metrics.hook_failed("guarded")
     assert value(registry, "failover_hook_errors_total", name="guarded", hook="on_recovered") == 1

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import threading
 import time
@@ -485,3 +486,28 @@ def test_close_with_nothing_in_the_background_returns_at_once(clock: FakeClock) 
     began = time.monotonic()
     eng.close(timeout=WAIT)
     assert time.monotonic() - began < 1
+
+
+async def test_an_abandoned_async_call_that_fails_is_not_logged_as_never_retrieved(
+    engine: Failover,
+) -> None:
+    # Its callers went to recovery; its failure is as quiet as the sync pool's (before, asyncio
+    # logged "Task exception was never retrieved" with a traceback for each one).
+    release = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    reported: list[dict[str, Any]] = []
+    loop.set_exception_handler(lambda _, context: reported.append(context))
+
+    @failover.failover("to-late-fail", engine=engine, timeout=FAST, policy="never_throw")
+    async def f(x: str) -> object:
+        await release.wait()
+        raise ConnectionError("late failure")  # a new one: nothing else keeps the task alive
+
+    assert await f("a") is None  # the caller gave up: served by the policy
+    tasks = set(engine.refreshes._tasks)
+    release.set()
+    await asyncio.wait(tasks)
+    del tasks
+    gc.collect()
+    loop.set_exception_handler(None)
+    assert reported == []

@@ -38,15 +38,17 @@ class Execution:
 
     Attributes:
         refusals: what the layer raises of its own; these always trigger recovery.
+        unattempted: the guards' refusals: raised instead of calling the upstream at all.
     """
 
-    __slots__ = ("guards", "n", "refusals", "timeout")
+    __slots__ = ("guards", "n", "refusals", "timeout", "unattempted")
 
     def __init__(self, guards: tuple[Guard, ...], timeout: SoftTimeout | None) -> None:
         self.guards = guards
         self.n = len(guards)
         self.timeout = timeout
         refusals = [r for g in guards for r in g.refusals]
+        self.unattempted: tuple[type[Exception], ...] = tuple(refusals)
         if timeout is not None:
             refusals.append(SoftTimeoutError)
         self.refusals: tuple[type[Exception], ...] = tuple(refusals)

@@ -80,8 +80,15 @@ class Refreshes:
             raise RuntimeError("failover: the engine is closed")
         task = asyncio.get_running_loop().create_task(coro)
         self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        task.add_done_callback(self._ended)
         return task
+
+    def _ended(self, task: asyncio.Task[Any]) -> None:
+        self._tasks.discard(task)
+        # A failure reached whoever still waited; one that came after its callers gave up goes
+        # unreported, as on the pool (asyncio would log it as "never retrieved").
+        if not task.cancelled():
+            task.exception()
 
     @property
     def running(self) -> int:

@@ -7,7 +7,7 @@ assembled in ``failover/chain.py``, runs outside-in per call::
         -> store chain
 """
 
-from .base import Handler, expire_on, key_of
+from .base import Handler, envelope_key, expire_on, key_of
 from .default import DefaultHandler
 from .metrics import MetricsHandler
 from .scatter import ScatterGatherHandler
@@ -17,6 +17,7 @@ __all__ = [
     "Handler",
     "MetricsHandler",
     "ScatterGatherHandler",
+    "envelope_key",
     "expire_on",
     "key_of",
 ]

@@ -13,7 +13,15 @@ from ..expiry import FixedTtl
 from ..keys import canonical, digest, make_key
 from ..stores.base import FailoverStore, Payload
 
-__all__ = ["Handler", "drop_all_expired", "drop_expired", "expire_on", "key_of", "slice_key"]
+__all__ = [
+    "Handler",
+    "drop_all_expired",
+    "drop_expired",
+    "envelope_key",
+    "expire_on",
+    "key_of",
+    "slice_key",
+]
 
 
 class Handler(Protocol):
@@ -46,6 +54,15 @@ def key_of(ctx: CallContext) -> str:
         return make_key(definition.effective_name, ctx.values)
     raw = definition.key(*ctx.args, **ctx.kwargs)
     return digest(definition.effective_name, canonical(raw))
+
+
+def envelope_key(ctx: CallContext) -> str:
+    """`key_of` for an envelope handed to the caller: ``""`` when the ``key=`` callable fails
+    (that failure shows up, logged and counted, where the key is needed to store or find)."""
+    try:
+        return key_of(ctx)
+    except Exception:
+        return ""
 
 
 def slice_key(definition: FailoverDefinition, arguments: Mapping[str, Any]) -> str:

@@ -8,6 +8,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from ..context import CallContext, Miss
+from ..definition import FailoverDefinition
 from ..keys import make_key
 from ..payload import envelope
 from ..stores.base import FailoverStore, Payload
@@ -47,7 +48,9 @@ class DefaultHandler:
         self.store_interval = store_interval or None
         self.tenant = tenant
         self.max_coalesced = max_coalesced
-        self._last: dict[tuple[str, ...], datetime] = {}
+        # Key (its digest names the failover already), or (tenant, key) -> when the key may be
+        # stored again. The dict's order is the store order: oldest first.
+        self._until: dict[Any, datetime] = {}
         self._last_lock = threading.Lock()
 
     def __repr__(self) -> str:
@@ -64,38 +67,60 @@ class DefaultHandler:
         interval = definition.store_interval
         if interval is None:
             interval = self.store_interval
-        if interval and self._coalesced(name, key, now, interval):
-            return
-        self.store_.store(envelope(name, key, result, now, expire_on(definition, now), True))
+        if interval:
+            slot = self._slot(key) if self.tenant is not None else key
+            until = self._until.get(slot)
+            if until is not None and now < until:
+                return  # stored within the interval: the common case when coalescing pays
+            if self._coalesced(slot, now, interval):
+                return
+        try:
+            self.store_.store(envelope(name, key, result, now, expire_on(definition, now), True))
+        except BaseException:
+            if interval:  # nothing stored: the next success tries again
+                self._unmark(self._slot(key), now + interval)
+            raise
 
     def coalesced(self, ctx: CallContext, now: datetime) -> bool:
         """Whether a success of the call at ``now`` falls within the store interval of its
         key's last store, so that it is not stored again (for layers that store a call in
         their own way: slices)."""
-        definition = ctx.definition
-        interval = definition.store_interval
-        if interval is None:
-            interval = self.store_interval
+        interval = self._interval(ctx.definition)
         if not interval:
             return False
-        return self._coalesced(definition.effective_name, key_of(ctx), now, interval)
+        return self._coalesced(self._slot(key_of(ctx)), now, interval)
 
-    def _coalesced(self, name: str, key: str, now: datetime, interval: timedelta) -> bool:
-        """Whether ``(name, key)`` was stored less than ``interval`` before ``now``; if not, its
-        store time becomes ``now``."""
-        slot = (name, key) if self.tenant is None else (self.tenant(), name, key)
-        last = self._last
-        when = last.get(slot)
-        if when is not None and now - when < interval:
-            return True  # the common case when coalescing pays: no lock
+    def uncoalesce(self, ctx: CallContext, now: datetime) -> None:
+        """Undo `coalesced`'s mark of the call at ``now``: its store failed, so it was not the
+        key's last store, and the next success tries again."""
+        interval = self._interval(ctx.definition)
+        if interval:
+            self._unmark(self._slot(key_of(ctx)), now + interval)
+
+    def _interval(self, definition: FailoverDefinition) -> timedelta | None:
+        interval = definition.store_interval
+        return self.store_interval if interval is None else interval
+
+    def _unmark(self, slot: Any, until: datetime) -> None:
         with self._last_lock:
-            when = last.get(slot)  # again, under the lock: one thread stores, not every racer
-            if when is not None and now - when < interval:
+            if self._until.get(slot) == until:  # a newer mark is left alone
+                del self._until[slot]
+
+    def _slot(self, key: str) -> Any:
+        return key if self.tenant is None else (self.tenant(), key)
+
+    def _coalesced(self, slot: Any, now: datetime, interval: timedelta) -> bool:
+        """Whether ``slot`` was stored less than ``interval`` before ``now``; if not, it may
+        next be stored at ``now + interval``."""
+        until = self._until
+        with self._last_lock:  # checked again under the lock: one racer stores, not each
+            when = until.get(slot)
+            if when is not None and now < when:
                 return True
-            last.pop(slot, None)
-            last[slot] = now  # re-inserted last: the dict's order is the store order
-            if len(last) > self.max_coalesced:
-                del last[next(iter(last))]
+            until.pop(slot, None)
+            until[slot] = now + interval  # re-inserted last: the dict's order is the store order
+            if len(until) > self.max_coalesced:
+                del until[next(iter(until))]
         return False
 
     def _live(self, ctx: CallContext) -> Payload | Miss:
@@ -126,6 +151,5 @@ class DefaultHandler:
 
     def forget(self, name: str, key: str) -> None:
         """Forget the last store time of ``(name, key)``: its next success is stored."""
-        slot = (name, key) if self.tenant is None else (self.tenant(), name, key)
         with self._last_lock:
-            self._last.pop(slot, None)
+            self._until.pop(self._slot(key), None)

@@ -23,7 +23,7 @@ from ..metrics import Metrics
 from ..payload import enrich, envelope
 from ..scatter import CallArguments, StoreContext, slice_context
 from ..stores.base import Payload
-from .base import drop_all_expired, expire_on, key_of, slice_key
+from .base import drop_all_expired, envelope_key, expire_on, slice_key
 from .default import DefaultHandler
 
 __all__ = ["ScatterGatherHandler"]
@@ -77,17 +77,21 @@ class ScatterGatherHandler:
             return
         name, expires = d.effective_name, expire_on(d, now)
         try:
-            slices = splitter.split_on_store(
-                StoreContext(d, CallArguments(ctx.arguments, ctx.args, ctx.kwargs), result)
-            )
-            payloads = [
-                envelope(name, slice_key(d, s.arguments), s.payload, now, expires, True)
-                for s in slices
-            ]
-        except Exception as exc:
-            raise _failed(d, "split_on_store", exc) from exc
-        if payloads:
-            self.store_.store_many(payloads)
+            try:
+                slices = splitter.split_on_store(
+                    StoreContext(d, CallArguments(ctx.arguments, ctx.args, ctx.kwargs), result)
+                )
+                payloads = [
+                    envelope(name, slice_key(d, s.arguments), s.payload, now, expires, True)
+                    for s in slices
+                ]
+            except Exception as exc:
+                raise _failed(d, "split_on_store", exc) from exc
+            if payloads:
+                self.store_.store_many(payloads)
+        except BaseException:  # nothing stored: the next success tries again
+            self.inner.uncoalesce(ctx, now)
+            raise
 
     # -- recover ----------------------------------------------------------------------------
 
@@ -123,7 +127,7 @@ class ScatterGatherHandler:
             keys = [key for key, _ in self._requested(d, _whole(ctx, None))]
         for key in dict.fromkeys(keys):
             store.delete(name, key)
-        self.inner.forget(name, _key(ctx))  # the call's next success is stored
+        self.inner.forget(name, envelope_key(ctx))  # the call's next success is stored
 
     def _requested(
         self, d: FailoverDefinition, whole: RecoverContext[Any]
@@ -178,7 +182,7 @@ class ScatterGatherHandler:
             )
             self.metrics.partial(d.name)
         as_of, expires = _oldest(found.values())
-        return envelope(name, _key(ctx), merged, as_of, expires, False, cause)
+        return envelope(name, envelope_key(ctx), merged, as_of, expires, False, cause)
 
 
 def _everything(ctx: CallContext) -> bool:
@@ -192,14 +196,6 @@ def _whole(ctx: CallContext, cause: Exception | None) -> RecoverContext[Any]:
     d = ctx.definition
     arguments = CallArguments(ctx.arguments, ctx.args, ctx.kwargs)
     return RecoverContext(d, arguments, cause, None, d.return_annotation)
-
-
-def _key(ctx: CallContext) -> str:
-    """The whole call's key, for the merged envelope."""
-    try:
-        return key_of(ctx)
-    except Exception:  # a failing key= callable: the slices are found all the same
-        return ""
 
 
 def _oldest(found: Iterable[Payload]) -> tuple[datetime | None, datetime | None]:
