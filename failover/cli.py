@@ -213,8 +213,10 @@ def _every(text: str) -> timedelta:
     with contextlib.suppress(ValueError):
         value = float(text)  # a bare number is seconds, as in the Python API
     try:
-        every = parse_ttl(value, "--every")
-    except (ConfigurationError, ValueError, OverflowError):  # nan, inf, past timedelta.max
+        every = parse_ttl(value, "failover scheduler", "--every")
+    except (ConfigurationError, ValueError, OverflowError) as exc:  # nan, inf, past timedelta.max
+        if "at most a century" in str(exc):
+            raise argparse.ArgumentTypeError(f"{text!r} is too long (at most a century)") from None
         raise argparse.ArgumentTypeError(
             f"{text!r} is not a positive duration (seconds, or e.g. 30s, 15m, 1h, 1d)"
         ) from None
