@@ -108,9 +108,9 @@ def _queues_writes(raw: FailoverStore, async_writes: bool | None) -> bool:
 
 
 def _needs_copy(store: FailoverStore) -> bool:
-    # A store that encodes on the caller's thread (and so isolates by itself) says so; a copying
-    # layer given as the store copies already: a second one would only copy everything twice.
-    return not (isinstance(store, CopyingStore) or isolating(store))
+    # A store that encodes on the caller's thread, or a copying layer given as the store, says
+    # it isolates already: a copying layer in front would only copy everything twice.
+    return not isolating(store)
 
 
 def _tenant_factory(

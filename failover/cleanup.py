@@ -27,12 +27,13 @@ log = logging.getLogger(__name__)
 
 def _period(every: timedelta | float | str) -> timedelta:
     try:
-        period = parse_ttl(every, "CleanupScheduler")
+        period = parse_ttl(every, "CleanupScheduler", "every")
     except ConfigurationError:
         raise ConfigurationError(
-            "CleanupScheduler: every= must be a positive duration (seconds, a timedelta, or e.g. "
-            f"'30s', '15m', '1h'), got {every!r}"
+            "CleanupScheduler: every= must be a positive duration of at most a century (seconds, "
+            f"a timedelta, or e.g. '30s', '15m', '1h'), got {every!r}"
         ) from None
+    # Where a thread cannot wait that long (TIMEOUT_MAX is platform-dependent).
     if period.total_seconds() > threading.TIMEOUT_MAX:  # the thread could not wait that long
         raise ConfigurationError(
             f"CleanupScheduler: every={every!r} is too long "

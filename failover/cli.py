@@ -16,7 +16,7 @@ import socketserver
 import sys
 import threading
 from collections.abc import Callable, Iterable, Sequence
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from types import FrameType
@@ -38,7 +38,6 @@ if TYPE_CHECKING:
 __all__ = ["main", "render_table"]
 
 PROG = "failover"
-_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 class _CliError(Exception):
@@ -214,8 +213,10 @@ def _every(text: str) -> timedelta:
     with contextlib.suppress(ValueError):
         value = float(text)  # a bare number is seconds, as in the Python API
     try:
-        every = parse_ttl(value, "--every")
-    except (ConfigurationError, ValueError, OverflowError):  # nan, inf, past timedelta.max
+        every = parse_ttl(value, "failover scheduler", "--every")
+    except (ConfigurationError, ValueError, OverflowError) as exc:  # nan, inf, past timedelta.max
+        if "at most a century" in str(exc):
+            raise argparse.ArgumentTypeError(f"{text!r} is too long (at most a century)") from None
         raise argparse.ArgumentTypeError(
             f"{text!r} is not a positive duration (seconds, or e.g. 30s, 15m, 1h, 1d)"
         ) from None
@@ -480,21 +481,26 @@ def _stored(store: SqlStore | RedisStore, name: str | None) -> Sequence[_Stored]
         ]
     import sqlalchemy as sa
 
+    from .stores.serializer import time_or_none
+
     c = store.table.c
     query = sa.select(c.name, c.key, c.as_of, c.expire_on, c.payload, c.payload_type)
     if name is not None:
         query = query.where(c.name == name)
     with store.engine.connect() as conn:
         rows = conn.execute(query.order_by(c.name, c.as_of, c.key)).all()
+    # Rows written by hand (times out of range or not numbers, a binary or NULL payload) are
+    # listed as they are, not a traceback: inspect is what one runs on a suspect table.
     return [
-        (n, key, _from_micros(as_of), _from_micros(expire_on), len(payload.encode()), type_)
+        (n, key, time_or_none(as_of), time_or_none(expire_on), _size(payload), str(type_))
         for n, key, as_of, expire_on, payload, type_ in rows
     ]
 
 
-def _from_micros(micros: int | None) -> datetime | None:
-    # The table keeps times as microseconds since the Unix epoch, UTC (see failover.stores.sql).
-    return None if micros is None else _EPOCH + timedelta(microseconds=micros)
+def _size(payload: object) -> int:
+    if isinstance(payload, str):
+        return len(payload.encode(errors="surrogatepass"))
+    return len(payload) if isinstance(payload, bytes) else 0
 
 
 def _plural(n: int, one: str, many: str) -> str:
@@ -564,26 +570,34 @@ def _serve(scheduler: CleanupScheduler, args: argparse.Namespace, out: TextIO) -
         if args.metrics_port is not None
         else ""
     )
+    # Printed before the first run's line: whoever waits for "started" can signal now.
+    started = (
+        f"{PROG} scheduler started: cleaning {_display(args.store)} every "
+        f"{_duration(scheduler.every)}{metrics} (SIGINT or SIGTERM stops it)"
+    )
+    signal_name = _until_signal(started, scheduler.start, scheduler.stop, out)
+    print(f"{PROG} scheduler stopped ({signal_name})", file=out, flush=True)
+    return 0
+
+
+def _until_signal(
+    started: str, start: Callable[[], object], stop: Callable[[], object], out: TextIO
+) -> str:
+    """Print ``started``, ``start()``, wait for SIGINT or SIGTERM, then ``stop()``; the
+    signal's name."""
     previous = {sig: signal.signal(sig, _shutdown) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
-        # Printed before the first run's line: whoever waits for "started" can signal now.
-        print(
-            f"{PROG} scheduler started: cleaning {_display(args.store)} every "
-            f"{_duration(scheduler.every)}{metrics} (SIGINT or SIGTERM stops it)",
-            file=out,
-            flush=True,
-        )
-        scheduler.start()
+        print(started, file=out, flush=True)
+        start()
         threading.Event().wait()  # until a signal handler raises _Shutdown
     except _Shutdown as received:
         signal_name = str(received)
     finally:
-        # A second signal while a run finishes takes the default way out (force).
+        # A second signal while stopping takes the default way out (force).
         for sig, handler in previous.items():
             signal.signal(sig, handler)
-        scheduler.stop()
-    print(f"{PROG} scheduler stopped ({signal_name})", file=out, flush=True)
-    return 0
+        stop()
+    return signal_name
 
 
 # -- dashboard ------------------------------------------------------------------------------------
@@ -631,28 +645,21 @@ def _dashboard(args: argparse.Namespace) -> int:
         store.close()
         raise _CliError(f"cannot listen on {args.host}:{args.port}: {exc.strerror}") from exc
     host = f"[{args.host}]" if ":" in args.host else args.host
+    # Served on a thread: the main thread only waits for the signal, so the handler's exception
+    # never lands inside the server's own request handling (which swallows it).
     serving = threading.Thread(target=server.serve_forever, name="failover-dashboard")
-    previous = {sig: signal.signal(sig, _shutdown) for sig in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        print(
-            f"{PROG} dashboard of {_display(args.store)} on http://{host}:{args.port}/ "
-            "(SIGINT or SIGTERM stops it)",
-            file=out,
-            flush=True,
-        )
-        # Served on a thread: the main thread only waits for the signal, so the handler's
-        # exception never lands inside the server's own request handling (which swallows it).
-        serving.start()
-        threading.Event().wait()  # until a signal handler raises _Shutdown
-    except _Shutdown as received:
-        signal_name = str(received)
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
+
+    def stop() -> None:
         if serving.is_alive():  # shutdown() would wait forever for a loop that never ran
             server.shutdown()
         server.server_close()
         store.close()
+
+    started = (
+        f"{PROG} dashboard of {_display(args.store)} on http://{host}:{args.port}/ "
+        "(SIGINT or SIGTERM stops it)"
+    )
+    signal_name = _until_signal(started, serving.start, stop, out)
     print(f"{PROG} dashboard stopped ({signal_name})", file=out, flush=True)
     return 0
 

@@ -41,6 +41,7 @@ import json
 import logging
 import pickle
 import threading
+import types
 import typing
 from collections.abc import Callable, Iterable, Sequence
 from datetime import date, datetime, time, timedelta
@@ -671,7 +672,11 @@ class PickleCodec:
             raise SerializationError(f"{payload_type} value: cannot unpickle ({exc})") from exc
 
 
-_JSON_LIKE = (str, int, float, bool, type(None), dict, list, tuple, set, frozenset, datetime, time)
+# Exactly these (JsonCodec encodes by exact type: a subclass, OrderedDict or a str subclass,
+# is refused), besides the standard ones and the allowed kinds.
+_JSON_LIKE = frozenset(
+    {str, int, float, bool, type(None), dict, list, tuple, set, frozenset, datetime, time}
+)
 
 
 def unencodable(annotation: Any) -> Any:
@@ -681,13 +686,15 @@ def unencodable(annotation: Any) -> Any:
     if origin is typing.Annotated:
         return unencodable(typing.get_args(annotation)[0])
     if origin is not None:
-        for arg in typing.get_args(annotation):
+        # The container itself (OrderedDict[str, int]), then what it holds; a union is none.
+        container = () if origin is types.UnionType else (origin,)
+        for arg in (*container, *typing.get_args(annotation)):
             if arg is not Ellipsis and (bad := unencodable(arg)) is not None:
                 return bad
         return None
     if not isinstance(annotation, type) or annotation in (object, inspect.Signature.empty):
         return None  # unknown (no annotation at all included): nothing to say
-    if issubclass(annotation, _JSON_LIKE) or annotation in _STANDARD:
+    if annotation in _JSON_LIKE or annotation in _STANDARD:
         return None
     if _kind(annotation) is not None or getattr(annotation, "_is_protocol", False):
         return None

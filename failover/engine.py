@@ -119,7 +119,7 @@ class Failover:
             self.tenant_resolver = self.store.resolver
         interval = None
         if store_interval is not None and store_interval != 0:
-            interval = parse_ttl(store_interval, "Failover: store_interval")
+            interval = parse_ttl(store_interval, "Failover", "store_interval")
         self.store_interval = interval
         self.handler: Handler = handler_chain(
             self.store, self.metrics, clock, store_interval=interval

@@ -41,44 +41,58 @@ def _duration(text: str) -> float | None:
     return seconds
 
 
-def _seconds(seconds: float, value: object, owner: str) -> timedelta:
+_LONGEST = timedelta(days=36_500)  # a century: any later expiry overflows somewhere (datetime)
+
+
+def _seconds(seconds: float, value: object, what: str) -> timedelta:
     # inf and nan are floats, and a huge number overflows timedelta: neither is a duration.
     try:
         if not math.isfinite(seconds):
             raise OverflowError
         return timedelta(seconds=seconds)
     except OverflowError:
-        raise ConfigurationError(f"{owner}: ttl {value!r} is not a finite duration") from None
+        raise ConfigurationError(f"{what} {value!r} is not a finite duration") from None
 
 
-def parse_ttl(value: timedelta | float | str, owner: str = "ttl") -> timedelta:
+def parse_ttl(
+    value: timedelta | float | str, owner: str = "failover", setting: str = "ttl"
+) -> timedelta:
     """Turn ``timedelta``, seconds, or a text duration into a timedelta.
 
     Text durations are a number and a unit (``ms``, ``s``, ``m``, ``h``, ``d``, ``w``):
     ``"30s"``, ``"15m"``, ``"1.5h"``, ``"7d"``; or several, largest unit first, each once:
     ``"1h30m"``, ``"1d 12h"``, ``"2m30.5s"``.
 
+    Args:
+        value: the duration.
+        owner: who is being configured, for the message (``"failover 'rates'"``).
+        setting: the setting's name, for the message.
+
     Raises:
-        ConfigurationError: zero, negative or unparsable; the message names ``owner``.
+        ConfigurationError: zero, negative, longer than a century, or unparsable; the message
+            names ``owner`` and ``setting``.
     """
+    what = f"{owner}: {setting}"
     if isinstance(value, timedelta):
         ttl = value
     elif isinstance(value, bool):
-        raise ConfigurationError(f"{owner}: ttl must be a duration, got {value!r}")
+        raise ConfigurationError(f"{what} must be a duration, got {value!r}")
     elif isinstance(value, int | float):
-        ttl = _seconds(value, value, owner)
+        ttl = _seconds(value, value, what)
     elif isinstance(value, str):
         seconds = _duration(value)
         if seconds is None:
             raise ConfigurationError(
-                f"{owner}: ttl {value!r} is not a duration; use seconds or e.g. '30s', '15m', "
+                f"{what} {value!r} is not a duration; use seconds or e.g. '30s', '15m', "
                 "'24h', '7d', or units largest first, each once: '1h30m'"
             )
-        ttl = _seconds(seconds, value, owner)
+        ttl = _seconds(seconds, value, what)
     else:
-        raise ConfigurationError(f"{owner}: ttl must be a duration, got {type(value).__name__}")
+        raise ConfigurationError(f"{what} must be a duration, got {type(value).__name__}")
     if ttl <= timedelta(0):
-        raise ConfigurationError(f"{owner}: ttl must be positive, got {value!r}")
+        raise ConfigurationError(f"{what} must be positive, got {value!r}")
+    if ttl > _LONGEST:
+        raise ConfigurationError(f"{what} must be at most a century (36500d), got {value!r}")
     return ttl
 
 

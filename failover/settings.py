@@ -164,7 +164,7 @@ def resolve(
     if isinstance(interval, int | float) and not isinstance(interval, bool) and interval == 0:
         interval = timedelta(0)  # off for this failover, whatever the engine's
     elif interval is not None:
-        interval = parse_ttl(interval, f"{owner}: store_interval")
+        interval = parse_ttl(interval, owner, "store_interval")
     return FailoverDefinition(
         name=name,
         domain=domain,

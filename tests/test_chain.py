@@ -13,6 +13,7 @@ import pytest
 import failover
 from failover import ConfigurationError, Failover, InMemoryStore, ReferentialPayload
 from failover.stores import AsyncWriteStore, CopyingStore, FailoverStore, MultiTenantStore
+from failover.stores.base import isolating
 from failover.stores.sql import SqlStore
 
 from .conftest import FakeClock, Upstream
@@ -230,6 +231,7 @@ async def test_async_functions_never_do_store_io_on_the_event_loop(
 
 
 def test_a_given_copying_layer_is_not_doubled() -> None:
+    assert isolating(CopyingStore(InMemoryStore()))  # it declares so, as SQL and Redis stores do
     engine = Failover(CopyingStore(InMemoryStore()), metrics=False)
     assert layers(engine.store) == ["CopyingStore", "InMemoryStore"]
     engine.close()

@@ -7,6 +7,7 @@ import os
 import re
 import signal
 import socket
+import sqlite3
 import subprocess
 import sys
 import time
@@ -274,6 +275,35 @@ def test_inspect_one_name(sqlite_url: str, capsys: pytest.CaptureFixture[str]) -
     assert "countries" not in out
     assert main(["inspect", "--store", sqlite_url, "--name", "nobody"]) == 0
     assert capsys.readouterr().out.startswith("no entries under 'nobody'")
+
+
+def test_inspect_lists_corrupt_rows_instead_of_crashing(
+    sqlite_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Rows written by hand: times out of range or not numbers, a binary payload, NULL type.
+    path = sqlite_url.removeprefix("sqlite:///")
+    with sqlite3.connect(path) as conn:
+        conn.executemany(
+            "INSERT INTO failover_store VALUES ('junk', ?, ?, ?, ?, ?)",
+            [
+                ("huge", 1, 2**62, "json:1", "builtins.int"),
+                ("text", "abc", "def", "json:1", "builtins.int"),
+                ("blob", 1, 2, b"\x00\xff", "builtins.int"),
+            ],
+        )
+    conn.close()
+    assert main(["inspect", "--store", sqlite_url, "--name", "junk"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    rows = {
+        line.split()[1]: " ".join(line.split()[2:]) for line in lines if line.startswith("junk")
+    }
+    epoch = "1970-01-01 00:00:00+00:00"
+    assert rows == {
+        "blob": f"{epoch} {epoch} 2 builtins.int expired",
+        "huge": f"{epoch} - 6 builtins.int live",
+        "text": "- - 6 builtins.int live",
+    }
+    assert lines[-1] == "3 entries, 1 expired"
 
 
 def test_inspect_and_clean_never_create_a_store(

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import base64
+import collections
+import collections.abc
 import dataclasses
 import enum
 import hashlib
@@ -33,6 +35,7 @@ from failover.codec import (
     allow_annotation,
     allow_types,
     type_name,
+    unencodable,
 )
 from failover.errors import ConfigurationError, SerializationError
 
@@ -741,3 +744,47 @@ def test_edited_rows_decode_to_an_error_or_a_value(value: Any, data: st.DataObje
             continue
         if isinstance(codec, PickleCodec):
             assert _typed_deep(back) == _typed_deep(value)
+
+
+class _Label(str):
+    """A subclass of a builtin: JSON would write it as a plain str, so it is refused."""
+
+
+class _Level(enum.IntEnum):
+    LOW = 1
+
+
+@pytest.mark.parametrize(
+    "annotation",
+    [
+        OrderedDict,
+        OrderedDict[str, int],
+        collections.Counter[str],
+        collections.defaultdict[str, int],
+        _Label,
+        list[_Label],
+        dict[str, collections.deque[int]],
+    ],
+)
+def test_unencodable_names_what_the_json_codec_refuses(annotation: Any) -> None:
+    bad = unencodable(annotation)
+    assert bad is not None
+    with pytest.raises(SerializationError, match="cannot encode"):
+        JsonCodec().encode(bad())
+
+
+@pytest.mark.parametrize(
+    "annotation",
+    [
+        dict[str, int],
+        list[tuple[int, str]] | None,
+        bool,
+        _Level,
+        datetime,
+        date,
+        Decimal,
+        collections.abc.Mapping[str, int],
+    ],
+)
+def test_unencodable_passes_what_the_json_codec_encodes(annotation: Any) -> None:
+    assert unencodable(annotation) is None

@@ -24,11 +24,21 @@ def test_compound_durations_add_up(counts: list[int], sep: str) -> None:
     parts = [(n, unit) for n, unit in zip(counts, UNITS, strict=True) if n]
     text = sep.join(f"{n}{unit}" for n, unit in parts)
     expected = sum((n * UNITS[unit] for n, unit in parts), timedelta())
-    if expected:
+    if timedelta(0) < expected <= timedelta(days=36_500):
         assert parse_ttl(text) == expected
     else:
         with pytest.raises(ConfigurationError):
             parse_ttl(text)
+
+
+@pytest.mark.parametrize("ttl", ["3000000d", "36501d", 1e12, timedelta(days=40_000)])
+def test_a_ttl_past_a_century_is_refused_before_any_expiry_overflows(ttl: object) -> None:
+    with pytest.raises(ConfigurationError, match=r"failover 'long': ttl must be at most a century"):
+
+        @failover.failover("long", ttl=ttl)  # type: ignore[call-overload]
+        def f() -> None: ...
+
+    assert parse_ttl("36500d") == timedelta(days=36_500)
 
 
 @pytest.mark.parametrize(

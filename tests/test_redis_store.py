@@ -563,11 +563,14 @@ def test_bad_urls_are_one_line_configuration_errors(url: str, message: str) -> N
         {"clock": "now"},
         {"codec": object()},
         {"cipher": object()},
+        {"allowed_types": [1]},
+        {"allowed_types": int},  # a type, not a list of them
     ],
 )
 def test_bad_settings_are_configuration_errors(kwargs: dict[str, Any]) -> None:
-    with pytest.raises(ConfigurationError, match="RedisStore"):
+    with pytest.raises(ConfigurationError, match="RedisStore") as raised:
         RedisStore("redis://127.0.0.1:1/0", **kwargs)
+    assert next(iter(kwargs)) in str(raised.value)  # the setting is named
 
 
 def test_not_a_url_nor_a_client() -> None:

@@ -204,3 +204,34 @@ def test_a_forked_child_never_uses_nor_ends_the_parents_spares(
     assert found is not None
     (still,) = spares(engine)._idle
     assert still[0].driver_connection.info.backend_pid == parent_pid
+
+
+def _child_without_dispose(store: SqlStore, done: Any) -> None:
+    # What a preforking server's worker does: use the store made before the fork, as it is.
+    found = store.find("n", "k")
+    with store.engine.connect() as conn:
+        pid = conn.execute(sa.text("SELECT pg_backend_pid()")).scalar_one()
+    (spare,) = spares(store.engine)._idle
+    done.send((found is not None, {pid, spare[0].driver_connection.info.backend_pid}))
+
+
+def test_a_forked_child_never_uses_the_parents_pooled_connections(
+    engine: sa.Engine, app: str, clock: FakeClock
+) -> None:
+    store = SqlStore(engine, table_prefix=postgres.unique_prefix())
+    store.store(entry(clock, "k", {"v": 1}))
+    with engine.connect() as a, engine.connect() as b:  # two sessions left idle in the pool
+        parents = {c.execute(sa.text("SELECT pg_backend_pid()")).scalar_one() for c in (a, b)}
+    context = multiprocessing.get_context("fork")
+    receive, send = context.Pipe(duplex=False)
+    child = context.Process(target=_child_without_dispose, args=(store, send))
+    child.start()
+    assert receive.poll(30), "the child did not answer"
+    found, used = receive.recv()
+    child.join(30)
+    assert child.exitcode == 0
+    assert found
+    assert not used & parents  # sessions of its own: a shared socket corrupts both processes
+    with engine.connect() as a, engine.connect() as b:  # the parent's sessions still work
+        again = {c.execute(sa.text("SELECT pg_backend_pid()")).scalar_one() for c in (a, b)}
+    assert again == parents

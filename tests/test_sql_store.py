@@ -499,6 +499,12 @@ def test_bad_urls_are_one_line_configuration_errors(url: str, message: str) -> N
     assert "hunter2" not in text
 
 
+@pytest.mark.parametrize("allowed", [[1], int, "Country"])
+def test_bad_allowed_types_name_the_store_and_the_setting(allowed: Any) -> None:
+    with pytest.raises(ConfigurationError, match=r"^SqlStore.*allowed_types"):
+        SqlStore("sqlite://", allowed_types=allowed)
+
+
 @pytest.mark.parametrize(
     ("url", "nearest"),
     [

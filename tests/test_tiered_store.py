@@ -4,6 +4,7 @@ while the far one is down."""
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
@@ -227,3 +228,32 @@ def test_the_engine_counts_what_the_far_store_failed_to_write(
         assert registry.get_sample_value("failover_async_writes_failed_total") == 1
         upstream.fail()
         assert rate.referential("EUR").up_to_date is False  # from the near store
+
+
+class _HeldRead(InMemoryStore):
+    """A far store whose ``find`` reads, then waits until released: a read in flight."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.read = threading.Event()
+        self.release = threading.Event()
+
+    def find(self, name: str, key: str) -> Any:
+        found = super().find(name, key)
+        self.read.set()
+        assert self.release.wait(5)
+        return found
+
+
+def test_a_delete_during_a_read_is_not_undone_by_the_refill(clock: FakeClock) -> None:
+    far = _HeldRead()
+    tiered = TieredStore(InMemoryStore(), far)
+    far.store(entry(clock, "k", {"by": "another instance"}))  # in far only: a read refills near
+    reader = threading.Thread(target=tiered.find, args=("n", "k"))
+    reader.start()
+    assert far.read.wait(5)  # the read has far's entry in hand
+    tiered.delete("n", "k")  # invalidated meanwhile, in both tiers
+    far.release.set()
+    reader.join(5)
+    assert tiered.near.find("n", "k") is None  # the refill did not bring it back
+    assert tiered.find("n", "k") is None

@@ -75,8 +75,9 @@ class Capabilities:
             the store from a worker thread, and writes are queued by default.
         writes_async: a write never blocks the caller on I/O (it is queued, or lands in process
             memory): no queue is put in front, and async callers write in place.
-        isolating: values are encoded as they are stored and decoded anew on every read, so
-            no copying layer is needed in front (unless writes are queued).
+        isolating: what a caller holds is never what is stored (values are encoded as they
+            are stored and decoded anew on every read, or copied both ways), so no copying
+            layer is needed in front (unless writes are queued).
     """
 
     # Properties, so that a layer may answer per instance (as its inner store) and a raw store
@@ -93,8 +94,7 @@ class Capabilities:
 
     @property
     def isolating(self) -> bool:
-        """Values are encoded as stored and decoded anew on every read (the default:
-        ``False``)."""
+        """What a caller holds is never what is stored (the default: ``False``)."""
         return False
 
     def layers_below(self) -> Sequence[object]:

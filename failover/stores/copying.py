@@ -67,6 +67,8 @@ class CopyingStore(Capabilities):
     """Stores and returns deep copies, so that what a caller does to a returned object never
     changes what is stored, and the reverse."""
 
+    isolating = True  # by copying: no other copying layer is needed in front
+
     def __init__(self, inner: FailoverStore) -> None:
         self.inner = inner
 

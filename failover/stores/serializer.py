@@ -26,13 +26,13 @@ from collections.abc import Callable, Iterable, Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from ..codec import Codec, JsonCodec, type_name
+from ..codec import Codec, JsonCodec, _checked_types, type_name
 from ..crypto import Cipher, is_sealed, seal, unseal
 from ..errors import ConfigurationError, SerializationError, StoreError
 from ..payload import envelope
 from .base import Payload
 
-__all__ = ["Serializer", "datetime_of", "entry_binding", "micros"]
+__all__ = ["Serializer", "datetime_of", "entry_binding", "micros", "time_or_none"]
 
 log = logging.getLogger(__name__)
 
@@ -61,9 +61,21 @@ def micros(value: datetime) -> int:
         raise StoreError(f"datetimes must be timezone-aware, got {value!r}") from None
 
 
-def datetime_of(value: int) -> datetime:
+def datetime_of(value: float) -> datetime:
     """The aware UTC datetime of microseconds since the Unix epoch."""
     return _EPOCH + timedelta(0, 0, value)  # positional: three times faster than by keyword
+
+
+def time_or_none(value: object) -> datetime | None:
+    """The aware UTC datetime of a stored time (microseconds since the Unix epoch), or ``None``
+    when it is missing or not one (a row written by hand: text, a blob, out of range): for
+    listing entries as stored, where a corrupt time must not end the listing."""
+    if not isinstance(value, int | float) or isinstance(value, bool):
+        return None
+    try:
+        return datetime_of(value)
+    except (OverflowError, ValueError):  # out of datetime's range, NaN
+        return None
 
 
 class Serializer:
@@ -238,7 +250,12 @@ class Serializer:
 
 
 def _resolve_codec(codec: Codec | None, allowed_types: Iterable[Any], owner: str) -> Codec:
-    allowed = tuple(allowed_types)
+    # A type or a name given alone (allowed_types=Country) is a list of one forgotten.
+    if isinstance(allowed_types, type | str) or not isinstance(allowed_types, Iterable):
+        raise ConfigurationError(
+            f"{owner}: allowed_types must be a list of types, got {allowed_types!r}"
+        )
+    allowed = tuple(_checked_types(allowed_types, f"{owner}: allowed_types"))
     if codec is None:
         return JsonCodec(allowed)
     if not all(hasattr(codec, a) for a in ("marker", "encode", "decode")):

@@ -14,6 +14,7 @@ PostgreSQL with the keys as one array parameter).
 from __future__ import annotations
 
 import logging
+import os
 import re
 import threading
 import zlib
@@ -81,13 +82,39 @@ def _sqlite_pragmas(dbapi_connection: Any, connection_record: Any) -> None:
         cursor.close()
 
 
+_PID = "failover.pid"  # the process that opened a pooled connection, in its record's info
+_inherited: list[Any] = []  # a forked child's connections of its parent: never used nor closed
+
+
+def _opened_here(dbapi_connection: Any, record: Any) -> None:
+    record.info[_PID] = os.getpid()
+
+
+def _checked_out_here(dbapi_connection: Any, record: Any, proxy: Any) -> None:
+    """A pool ``checkout`` listener: a connection the parent of a forked process opened is
+    replaced, never used (its socket is the parent's: two processes talking on one session
+    corrupt both) nor closed (that would end the parent's session, or drop its file locks).
+
+    Raises:
+        sqlalchemy.exc.DisconnectionError: a parent's connection: the pool opens a new one.
+    """
+    pid = record.info.get(_PID)
+    if pid is None or pid == os.getpid():
+        return
+    _inherited.append(dbapi_connection)  # kept referenced: a driver's collection may close it
+    record.dbapi_connection = proxy.dbapi_connection = None
+    raise sa_exc.DisconnectionError(f"connection opened by process {pid} before a fork")
+
+
 def make_engine(url: str | sa.URL, **engine_kwargs: Any) -> Engine:
     """A SQLAlchemy engine set up as `SqlStore` sets up its own.
 
     Use it to share one pool between several stores (one per ``table_prefix``). Connections are
     pooled (a pool sized for threads; pre-ping on database servers). SQLite files get WAL mode and
     a 5 s busy timeout on every connection, so several processes can share one file; an in-memory
-    SQLite database is one connection that threads take in turn.
+    SQLite database is one connection that threads take in turn. Fork-safe: a process forked
+    after connections were opened (a preforking server's workers) opens its own, and never uses
+    nor closes its parent's.
 
     Args:
         url: a SQLAlchemy URL (``sqlite:///path.db``, ``postgresql+psycopg://user@host/db``).
@@ -149,6 +176,10 @@ def make_engine(url: str | sa.URL, **engine_kwargs: Any) -> Engine:
         ) from None
     except (sa_exc.ArgumentError, TypeError) as exc:
         raise ConfigurationError(f"store URL {shown!r}: {exc}") from None
+    if not (sqlite and _is_memory(parsed)):  # one in-memory database: the child's own copy
+        # First of the checkout listeners: nothing may run on a parent's connection.
+        sa.event.listen(engine, "connect", _opened_here)
+        sa.event.listen(engine, "checkout", _checked_out_here)
     if sqlite:
         sa.event.listen(engine, "connect", _sqlite_pragmas)
     if fast:

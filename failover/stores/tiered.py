@@ -69,8 +69,10 @@ class TieredStore(Capabilities):
             far if writes_async(far) or not does_io(far) else AsyncWriteStore(far, metrics=metrics)
         )
         # Writes to `near` and the refills of `near` from `far` take turns: a refill never
-        # replaces an entry written meanwhile by a fresher one.
+        # replaces an entry written meanwhile by a fresher one, nor brings back one deleted
+        # while it was read (`_deletes` counts the deletes).
         self._lock = threading.Lock()
+        self._deletes = 0
 
     def __repr__(self) -> str:
         return f"TieredStore(near={self.near!r}, far={self.far!r})"
@@ -101,6 +103,7 @@ class TieredStore(Capabilities):
     def delete(self, name: str, key: str) -> None:
         """Delete from both tiers."""
         with self._lock:
+            self._deletes += 1
             self.near.delete(name, key)
         self.far.delete(name, key)
 
@@ -120,26 +123,32 @@ class TieredStore(Capabilities):
             )
             return None
 
-    def _keep(self, found: Iterable[Payload]) -> None:
-        """Keep entries of ``far`` in ``near``, unless ``near`` has one as fresh meanwhile."""
+    def _keep(self, found: Iterable[Payload], deletes: int) -> None:
+        """Keep entries of ``far`` in ``near``, unless ``near`` has one as fresh meanwhile, or
+        a delete came since ``far`` was read (``deletes``: the count then): what ``far`` said
+        may be what was deleted."""
         with self._lock:
+            if self._deletes != deletes:
+                return
             for payload in found:
                 if _fresher(self.near.find(payload.name, payload.key), payload) is payload:
                     self.near.store(payload)
 
     def find(self, name: str, key: str) -> Payload | None:
         """The fresher of the two tiers' entries (``near``'s alone while ``far`` fails)."""
+        deletes = self._deletes
         near = self.near.find(name, key)
         far = self._from_far(lambda: self.far.find(name, key), near is not None, "find")
         best = _fresher(near, far)
         if best is not None and best is not near:
-            self._keep((best,))
+            self._keep((best,), deletes)
         return best
 
     def find_many(self, name: str, keys: Iterable[str]) -> dict[str, Payload]:
         """Per key, the fresher of the two tiers' entries (``near``'s alone while ``far``
         fails)."""
         keys = list(keys)
+        deletes = self._deletes
         near = self.near.find_many(name, keys)
         far = self._from_far(lambda: self.far.find_many(name, keys), bool(near), "find_many")
         found = dict(near)
@@ -149,7 +158,7 @@ class TieredStore(Capabilities):
                 found[key] = payload
                 kept.append(payload)
         if kept:
-            self._keep(kept)
+            self._keep(kept, deletes)
         return found
 
     def find_all(self, name: str) -> list[Payload]:
