@@ -172,6 +172,32 @@ def test_store_view_over_sqlite(tmp_path: Path, clock: FakeClock) -> None:
     store.close()
 
 
+def test_store_view_lists_hand_written_rows_instead_of_failing(
+    tmp_path: Path, clock: FakeClock
+) -> None:
+    import sqlite3
+
+    path = tmp_path / "junk.db"
+    store = failover.SqlStore(f"sqlite:///{path}")
+    with sqlite3.connect(path) as conn:
+        conn.executemany(
+            "INSERT INTO failover_store VALUES ('junk', ?, ?, ?, ?, ?)",
+            [
+                ("huge", 1, 2**62, "json:1", "builtins.int"),  # past datetime's range
+                ("text", "abc", "def", "json:1", "builtins.int"),  # not a time at all
+            ],
+        )
+    conn.close()
+    client = Client(make_store_app(store, clock))
+    status, _, _ = get(client, "/api/failovers")
+    assert status == 200
+    status, _, body = get(client, "/api/entries?name=junk")
+    assert status == 200
+    assert {e["key"] for e in json.loads(body)["entries"]} == {"huge", "text"}
+    assert get(client, "/?name=junk")[0] == 200
+    store.close()
+
+
 def test_store_view_down(tmp_path: Path, clock: FakeClock) -> None:
     store = failover.SqlStore(f"sqlite:///{tmp_path / 'gone.db'}")
     store.close()

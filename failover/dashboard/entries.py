@@ -18,6 +18,7 @@ from typing import Any
 from ..stores.async_write import AsyncWriteStore
 from ..stores.base import FailoverStore, Payload
 from ..stores.copying import CopyingStore
+from ..stores.serializer import time_or_none
 from ..stores.tenant import MultiTenantStore
 
 __all__ = ["Entry", "NameSummary", "Page", "page", "raw_store", "summary"]
@@ -204,9 +205,8 @@ def _iso(value: datetime | None) -> str | None:
     return None if value is None else value.isoformat()
 
 
-def _time(micros: int | None) -> datetime | None:
-    # SqlStore keeps times as microseconds since the Unix epoch, UTC.
-    return None if micros is None else _EPOCH + timedelta(microseconds=micros)
+# A row's time, or None when it is missing or not one (written by hand): listed, not fatal.
+_time = time_or_none
 
 
 def _sql_page(store: Any, name: str, after: str | None, limit: int, payloads: bool) -> Page:
