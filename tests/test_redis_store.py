@@ -440,6 +440,9 @@ def test_redis_killed_mid_load_and_restarted(
             after(200)
             own_server.kill()
             after(200)  # every call answers live while Redis is gone
+            # The writes queued meanwhile are tried (and fail) before Redis comes back: without
+            # this the worker could still be on an earlier batch when the server returns.
+            assert engine.flush(timeout=20)
             own_server.start()
             after(200)
         finally:
