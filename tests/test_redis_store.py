@@ -35,6 +35,7 @@ from .conftest import FakeClock, Upstream
 from .redis_server import RedisServer
 from .test_sql_store import (
     PICKLE_KEY,
+    WORKER,
     Address,
     Invoice,
     Money,
@@ -640,38 +641,12 @@ def test_the_engine_routes_a_redis_url_per_tenant(
 
 # -- two processes, one store ---------------------------------------------------------------------
 
-WORKER = r"""
-import json, sys, time
-import failover
-
-url, mine, theirs = sys.argv[1:4]
-engine = failover.Failover(url, metrics=False, async_writes=False)
-down = False
-
-@failover.failover("mp.rates", engine=engine)
-def rate(ccy: str) -> dict:
-    if down:
-        raise ConnectionError("upstream down")
-    return {"ccy": ccy, "written_by": mine}
-
-rate(mine)
-deadline = time.monotonic() + 30
-while rate.peek(theirs) is None:  # the other process writes its entry meanwhile
-    if time.monotonic() > deadline:
-        sys.exit(f"{mine}: no entry from the other process")
-    time.sleep(0.02)
-down = True
-found = rate.referential(theirs)
-print(json.dumps({"payload": found.payload, "up_to_date": found.up_to_date}))
-engine.close()
-"""
-
 
 def test_two_processes_share_one_redis_store(server: RedisServer) -> None:
     url = f"{server.url}?prefix={redis_server.unique_prefix()}"
     workers = {
         mine: subprocess.Popen(
-            [sys.executable, "-c", WORKER, url, mine, theirs],
+            [sys.executable, "-c", WORKER, url, "", mine, theirs],
             cwd=ROOT,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,

@@ -748,8 +748,9 @@ import json, sys, time
 import failover
 from failover.stores.sql import SqlStore
 
-url, prefix, mine, theirs = sys.argv[1:5]
-engine = failover.Failover(SqlStore(url, table_prefix=prefix), metrics=False, async_writes=False)
+url, prefix, mine, theirs = sys.argv[1:5]  # prefix: a SQL table prefix ("" for other stores)
+store = SqlStore(url, table_prefix=prefix) if prefix else url
+engine = failover.Failover(store, metrics=False, async_writes=False)
 down = False
 
 @failover.failover("mp.rates", engine=engine)
