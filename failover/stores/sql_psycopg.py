@@ -13,9 +13,9 @@ psycopg on one connection: a ping on every checkout (``pool_pre_ping``, one more
   apply), and a few are kept between calls, idle and in autocommit, by `Spares`: one per pool,
   shared by every store on it, at most half the pool (and 4), so that other users of the pool
   never starve; each keeps one cursor;
-- a batch of writes is one statement: the rows travel as six array parameters (in binary:
-  as text, quoting the JSON payloads costs more than the database's work), unnested into one
-  ``INSERT ... ON CONFLICT DO UPDATE``;
+- a batch of writes is one statement: the rows travel as one JSON document, which the server
+  unpacks in C (``json_to_recordset``) into one ``INSERT ... ON CONFLICT DO UPDATE``; six array
+  parameters cost twice as much, psycopg dumping arrays element by element in Python;
 - instead of a ping per checkout, `make_engine` pings connections idle for more than 5 s
   (`ping_when_idle`); a connection that still turns out broken is dropped and the statement run
   once more on another.
@@ -23,6 +23,7 @@ psycopg on one connection: a ping on every checkout (``pool_pre_ping``, one more
 
 from __future__ import annotations
 
+import json
 import os
 import threading
 import time
@@ -40,6 +41,10 @@ _USED = "failover.used"  # when the connection was last checked out (time.monoto
 _AUTOCOMMIT = "failover.autocommit"  # its autocommit when the pool handed it out
 PING_AFTER_IDLE_S = 5.0
 MAX_SPARES = 4
+
+
+# ASCII out: any character reaches the server as an escape it turns back into the same text.
+_rows_json = json.JSONEncoder(separators=(",", ":")).encode
 
 
 def supported(engine: sa.Engine) -> bool:
@@ -230,10 +235,13 @@ class PsycopgStatements:
         )
         self._find_all = f"SELECT key, {values} FROM {t} WHERE name = %s ORDER BY key"
         self._delete = f"DELETE FROM {t} WHERE name = %s AND key = %s"
+        # A batch travels as one JSON array of rows, which the server unpacks in C: twice the
+        # rate of six binary arrays, whose dumping psycopg does in Python, element by element.
         self._upsert = (
             f"INSERT INTO {t} (name, key, as_of, expire_on, payload, payload_type) "
-            "SELECT * FROM unnest(%b::text[], %b::text[], %b::bigint[], %b::bigint[], "
-            "%b::text[], %b::text[]) ON CONFLICT (name, key) DO UPDATE SET "
+            "SELECT r.n, r.k, r.a, r.e, r.p, r.t FROM json_to_recordset(%s::json) AS "
+            "r(n text, k text, a bigint, e bigint, p text, t text) "
+            "ON CONFLICT (name, key) DO UPDATE SET "
             "as_of = excluded.as_of, expire_on = excluded.expire_on, "
             "payload = excluded.payload, payload_type = excluded.payload_type"
         )
@@ -287,12 +295,17 @@ class PsycopgStatements:
 
     def upsert(self, rows: Sequence[dict[str, Any]]) -> None:
         """Insert or replace ``rows`` (no two with one name and key), in one statement."""
-        columns = (
-            [r["name"] for r in rows],
-            [r["key"] for r in rows],
-            [r["as_of"] for r in rows],
-            [r["expire_on"] for r in rows],
-            [r["payload"] for r in rows],
-            [r["payload_type"] for r in rows],
+        batch = _rows_json(
+            [
+                {
+                    "n": r["name"],
+                    "k": r["key"],
+                    "a": r["as_of"],
+                    "e": r["expire_on"],
+                    "p": r["payload"],
+                    "t": r["payload_type"],
+                }
+                for r in rows
+            ]
         )
-        self._run(self._upsert, columns, 0)
+        self._run(self._upsert, (batch,), 0)
