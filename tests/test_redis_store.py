@@ -8,8 +8,6 @@ from __future__ import annotations
 import asyncio
 import json
 import re
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -35,13 +33,13 @@ from .conftest import FakeClock, Upstream
 from .redis_server import RedisServer
 from .test_sql_store import (
     PICKLE_KEY,
-    WORKER,
     Address,
     Invoice,
     Money,
     Tier,
     _hostile_rows,
     decorated,
+    two_processes_share,
 )
 from .test_store_contract import entry
 
@@ -643,25 +641,7 @@ def test_the_engine_routes_a_redis_url_per_tenant(
 
 
 def test_two_processes_share_one_redis_store(server: RedisServer) -> None:
-    url = f"{server.url}?prefix={redis_server.unique_prefix()}"
-    workers = {
-        mine: subprocess.Popen(
-            [sys.executable, "-c", WORKER, url, "", mine, theirs],
-            cwd=ROOT,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        for mine, theirs in (("EUR", "USD"), ("USD", "EUR"))
-    }
-    for mine, worker in workers.items():
-        out, err = worker.communicate(timeout=60)
-        assert worker.returncode == 0, err
-        theirs = "USD" if mine == "EUR" else "EUR"
-        assert json.loads(out) == {
-            "payload": {"ccy": theirs, "written_by": theirs},
-            "up_to_date": False,
-        }
+    two_processes_share(f"{server.url}?prefix={redis_server.unique_prefix()}", "")
 
 
 # -- the command line -----------------------------------------------------------------------------

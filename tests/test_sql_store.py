@@ -798,6 +798,12 @@ def test_processes_see_each_others_entries(
         url, prefix = request.getfixturevalue("postgres_url"), postgres.unique_prefix()
     else:
         url, prefix = f"sqlite:///{tmp_path / 'shared.db'}", ""
+    two_processes_share(url, prefix)
+
+
+def two_processes_share(url: str, prefix: str) -> None:
+    """Two processes on one store (``prefix``: a SQL table prefix, "" for other stores) each
+    write an entry, then recover the other's while their upstream is down."""
     workers = {
         mine: subprocess.Popen(
             [sys.executable, "-c", WORKER, url, prefix, mine, theirs],
