@@ -32,6 +32,9 @@ _held: contextvars.ContextVar[tuple[Bulkhead, ...]] = contextvars.ContextVar(
 )
 
 
+_WAIT: Any = object()  # `_take`: no permit free, the call waits for one
+
+
 class _Waiter:
     """One thread or task waiting for a permit. ``granted`` is the truth, set under the
     bulkhead's lock; the wake-up is only a signal."""
@@ -103,9 +106,9 @@ class Bulkhead(Guard):
 
     # -- the guard ----------------------------------------------------------------------------
 
-    def enter(self) -> Any:
-        """Take a permit (waiting up to ``acquire_timeout``) or raise `BulkheadFull`."""
-        held = _held.get()
+    def _take(self, held: tuple[Bulkhead, ...]) -> Any:
+        """What `enter` and `aenter` decide without waiting: no token for a nested call, a
+        token for a free permit, `BulkheadFull` when calls may not wait, else ``_WAIT``."""
         if self in held:
             return None  # nested call: the outer one holds the permit
         if not self._waiters:  # no one waits: a free permit is this call's
@@ -117,6 +120,14 @@ class Bulkhead(Guard):
                 return _held.set((*held, self))
         if self.acquire_timeout <= 0:
             raise self._refuse()
+        return _WAIT
+
+    def enter(self) -> Any:
+        """Take a permit (waiting up to ``acquire_timeout``) or raise `BulkheadFull`."""
+        held = _held.get()
+        token = self._take(held)
+        if token is not _WAIT:
+            return token
         waiter = self._enqueue(_Waiter())
         if not waiter.granted:
             assert waiter.event is not None
@@ -133,17 +144,9 @@ class Bulkhead(Guard):
     async def aenter(self) -> Any:
         """`enter` for a task: waits on the event loop, not on a thread."""
         held = _held.get()
-        if self in held:
-            return None
-        if not self._waiters:
-            try:
-                self._permits.pop()
-            except IndexError:
-                pass
-            else:
-                return _held.set((*held, self))
-        if self.acquire_timeout <= 0:
-            raise self._refuse()
+        token = self._take(held)
+        if token is not _WAIT:
+            return token
         loop = asyncio.get_running_loop()
         waiter = self._enqueue(_Waiter(loop, loop.create_future()))
         if not waiter.granted:
