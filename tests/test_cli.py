@@ -354,21 +354,26 @@ def free_port() -> int:
         return port
 
 
-@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
-def test_scheduler_runs_serves_metrics_and_exits_0_on_a_signal(
-    sqlite_url: str, signum: signal.Signals
-) -> None:
-    port = free_port()
-    command = ["scheduler", "--store", sqlite_url, "--every", "1h", "--metrics-port", str(port)]
+def start_cli(*command: str) -> tuple[subprocess.Popen[str], str]:
+    """``failover COMMAND...`` in a subprocess, and the first line it prints (its start)."""
     proc = subprocess.Popen(
         [sys.executable, "-m", "failover", *command],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
     )
+    assert proc.stdout is not None
+    return proc, proc.stdout.readline()
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_scheduler_runs_serves_metrics_and_exits_0_on_a_signal(
+    sqlite_url: str, signum: signal.Signals
+) -> None:
+    port = free_port()
+    command = ["scheduler", "--store", sqlite_url, "--every", "1h", "--metrics-port", str(port)]
+    proc, started = start_cli(*command)
     try:
-        assert proc.stdout is not None
-        started = proc.stdout.readline()
         assert "scheduler started" in started, started
         assert "every 1h" in started
         first_run = proc.stdout.readline()  # the first cleanup runs at start

@@ -261,25 +261,16 @@ def test_mounted_in_flask(engine: Failover, countries: Any) -> None:
 
 def test_the_command_serves_a_store_and_stops_on_a_signal(tmp_path: Path) -> None:
     import signal
-    import subprocess
-    import sys
 
-    from .test_cli import free_port
+    from .test_cli import free_port, start_cli
 
     url = f"sqlite:///{tmp_path / 'shared.db'}"
     with Failover(url, metrics=False, async_writes=False) as eng:
         failover.failover("rates", engine=eng)(_rate)("EUR")
     port = free_port()
     command = ["dashboard", "--store", url, "--port", str(port), "--auth-token", "t0k"]
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "failover", *command],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    proc, started = start_cli(*command)
     try:
-        assert proc.stdout is not None
-        started = proc.stdout.readline()
         assert f"on http://127.0.0.1:{port}/" in started, started
         base = f"http://127.0.0.1:{port}"
         assert fetch(f"{base}/api/failovers")[0] == 401
