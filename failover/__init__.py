@@ -31,6 +31,7 @@ from .errors import (
     SplitterError,
     StoreError,
 )
+from .execution import LocalPermits, PermitSource
 from .expiry import FixedTtl
 from .metrics import PrometheusMetrics
 from .payload import Referential, ReferentialAware, ReferentialPayload
@@ -66,7 +67,9 @@ __all__ = [
     "InMemoryStore",
     "JsonCodec",
     "ListSplitter",
+    "LocalPermits",
     "PayloadSplitter",
+    "PermitSource",
     "PickleCodec",
     "PrometheusMetrics",
     "RecoverContext",

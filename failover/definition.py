@@ -40,13 +40,15 @@ class FailoverDefinition:
         expiry: the expiry policy in force.
         policy: the exception policy, or ``None`` for the engine's.
         breaker: the circuit breaker (``True``: one per name from the engine's defaults).
-        max_concurrency: the bulkhead's permits, or ``None``.
-        acquire_timeout: seconds a call waits for a bulkhead permit.
+        max_concurrency: the permits of the failover's private bulkhead, or ``None``.
+        acquire_timeout: seconds a call waits for bulkhead permits; ``None``: without limit.
         timeout: the soft timeout in seconds, or ``None``.
         store_interval: write coalescing interval, or ``None`` for the engine's.
         function: the wrapped function's ``module.qualname``.
         is_async: whether the wrapped function is ``async def``.
         is_method: whether the first parameter (``self``/``cls``) is left out of keys.
+        weight: bulkhead permits one call takes.
+        bulkhead: the name of the shared bulkhead pool the failover draws from, or ``None``.
     """
 
     name: str
@@ -65,13 +67,15 @@ class FailoverDefinition:
     recover_all: bool
     breaker: Any
     max_concurrency: int | None
-    acquire_timeout: float
+    acquire_timeout: float | None
     timeout: float | None
     store_interval: timedelta | None
     function: str
     is_async: bool
     is_method: bool
     return_annotation: Any = field(default=None, repr=False)
+    weight: int = 1
+    bulkhead: str | None = None
 
     def __repr__(self) -> str:
         policy = "engine's" if self.policy is None else getattr(self.policy, "value", self.policy)
@@ -84,11 +88,17 @@ class FailoverDefinition:
     @property
     def execution(self) -> str:
         """The execution in use, outermost first: ``"basic"``, or e.g.
-        ``"bulkhead(8) > breaker > timeout(2s)"``."""
+        ``"bulkhead(8) > breaker > timeout(2s)"`` or ``"bulkhead('exports', weight 5)"``."""
         parts = []
-        if self.max_concurrency is not None:
-            wait = f", wait {self.acquire_timeout:g}s" if self.acquire_timeout else ""
-            parts.append(f"bulkhead({self.max_concurrency}{wait})")
+        if self.max_concurrency is not None or self.bulkhead is not None:
+            what = [repr(self.bulkhead) if self.bulkhead else str(self.max_concurrency)]
+            if self.weight != 1:
+                what.append(f"weight {self.weight}")
+            if self.acquire_timeout is None:
+                what.append("wait")
+            elif self.acquire_timeout:
+                what.append(f"wait {self.acquire_timeout:g}s")
+            parts.append(f"bulkhead({', '.join(what)})")
         if self.breaker is not None:
             parts.append("breaker")
         if self.timeout is not None:

@@ -26,6 +26,9 @@ from .execution import (
     Bulkhead,
     Execution,
     Guard,
+    PermitSource,
+    Pool,
+    Pools,
     Refreshes,
     SoftTimeout,
     StateListener,
@@ -130,7 +133,7 @@ class Failover:
         )
         self.refreshes = Refreshes(timeout_workers)
         self._breakers: dict[str, pybreaker.CircuitBreaker] = {}
-        self._bulkheads: dict[str, Bulkhead] = {}
+        self.pools = Pools()
         self._unstorable: dict[str, str] = {}  # failover name -> why nothing of it is stored
         self._lock = threading.RLock()
         self._registered: dict[str, Decorated] = {}
@@ -159,6 +162,7 @@ class Failover:
         """Register a decorated function; a second one under the same name replaces the first."""
         allow_annotation(decorated.fn)  # its return type may be restored from a serializing store
         definition = decorated.definition
+        self.pools.check(definition.name, definition.bulkhead, definition.weight)
         self._check_encodable(decorated)
         with self._lock:
             previous = self._registered.get(definition.name)
@@ -269,7 +273,7 @@ class Failover:
     def _execution(self, d: FailoverDefinition, rt: Runtime) -> Execution | None:
         """The failover's execution chain: bulkhead outside breaker outside timeout."""
         guards: list[Guard] = []
-        if d.max_concurrency is not None:
+        if d.max_concurrency is not None or d.bulkhead is not None:
             guards.append(self.bulkhead(d))
         timeout = None
         if d.timeout is not None:
@@ -314,22 +318,40 @@ class Failover:
             return cb
 
     def bulkhead(self, d: FailoverDefinition) -> Bulkhead:
-        """The bulkhead of failover ``d`` (one per name on this engine)."""
-        with self._lock:
-            bulkhead = self._bulkheads.get(d.name)
-            if (
-                bulkhead is None
-                or bulkhead.limit != d.max_concurrency
-                or bulkhead.acquire_timeout != d.acquire_timeout
-            ):
-                assert d.max_concurrency is not None
-                bulkhead = self._bulkheads[d.name] = Bulkhead(
-                    d.name,
-                    d.max_concurrency,
-                    d.acquire_timeout,
-                    self._stats[d.name].bulkhead_rejected,
-                )
-            return bulkhead
+        """The bulkhead of failover ``d`` (one per name on this engine): its private pool
+        (``max_concurrency``) or the declared pool it names (``bulkhead=``).
+
+        Raises:
+            ConfigurationError: ``bulkhead=`` names no declared pool, or one smaller than the
+                failover's ``weight``.
+        """
+        return self.pools.guard(
+            d.name,
+            pool=d.bulkhead,
+            max_concurrency=d.max_concurrency,
+            weight=d.weight,
+            acquire_timeout=d.acquire_timeout,
+            on_reject=self._stats[d.name].bulkhead_rejected,
+        )
+
+    def bulkhead_pool(
+        self, name: str, permits: int, fair: bool = True, source: PermitSource | None = None
+    ) -> Pool:
+        """Declare the bulkhead pool ``name``, which failovers share with ``bulkhead=name``.
+
+        Declaring a name again with the same settings returns the same pool.
+
+        Args:
+            name: the pool's name.
+            permits: permits in all (a call takes its failover's ``weight``).
+            fair: waiters are served in arrival order (a newcomer never overtakes them).
+            source: where the permits come from: default in-process (`LocalPermits`);
+                `failover.RedisPermits` for one pool across every process of a cluster.
+
+        Raises:
+            ConfigurationError: a bad setting, or a name declared before with other settings.
+        """
+        return self.pools.declare(name, permits, fair, source)
 
     # -- maintenance --------------------------------------------------------------------------
 
@@ -395,6 +417,7 @@ class Failover:
         # A cleanup run by hand on another thread ends first: its store is not closed under it.
         with self._clean_lock:
             self.store.close()
+        self.pools.close()
 
     def __enter__(self) -> Failover:
         return self

@@ -358,8 +358,8 @@ class FailoverStats:
         if self.metrics is not None:
             self.metrics.circuit_state(name, state)
 
-    def bulkhead_rejected(self) -> None:
-        """A call found no bulkhead permit."""
+    def bulkhead_rejected(self, pool: str | None = None) -> None:
+        """A call found no permit in bulkhead ``pool``."""
         self.bulkhead_rejections += 1
         if self.metrics is not None:
             self.metrics.bulkhead_rejected(self.name)
@@ -411,7 +411,7 @@ def settings_of(definition: FailoverDefinition, policy: object, store: object) -
     execution = [
         part
         for part, on in (
-            ("bulkhead", definition.max_concurrency is not None),
+            ("bulkhead", definition.max_concurrency is not None or definition.bulkhead is not None),
             ("breaker", definition.breaker not in (None, False)),
             ("timeout", definition.timeout is not None),
         )

@@ -44,9 +44,13 @@ class Options(TypedDict, total=False):
         recover_all: recover every live slice of the name (needs ``splitter``).
         breaker: a `pybreaker.CircuitBreaker`, or ``True`` for one per name from the engine's
             ``breaker_defaults``.
-        max_concurrency: bulkhead: upstream calls of this failover allowed in flight at once.
-        acquire_timeout: seconds a call waits for a bulkhead permit; ``0`` fails fast to
-            recovery.
+        max_concurrency: bulkhead: upstream calls of this failover allowed in flight at once
+            (a private pool of that many permits).
+        bulkhead: the name of a pool declared with ``engine.bulkhead_pool(...)``, shared with
+            the other failovers that name it (instead of ``max_concurrency``).
+        weight: permits one call takes from its pool.
+        acquire_timeout: how long a call waits for bulkhead permits: ``0`` fails fast to
+            recovery, ``None`` waits without limit, else seconds, a timedelta or ``"250ms"``.
         timeout: soft timeout in seconds: a slower upstream is served stale, and its late
             result is stored.
         store_interval: write coalescing: the least time between two stores of one key;
@@ -67,7 +71,9 @@ class Options(TypedDict, total=False):
     recover_all: bool
     breaker: pybreaker.CircuitBreaker | bool | None
     max_concurrency: int | None
-    acquire_timeout: float
+    bulkhead: str | None
+    weight: int
+    acquire_timeout: timedelta | float | str | None
     timeout: float | None
     store_interval: timedelta | float | str | None
     engine: Failover | None
@@ -87,6 +93,8 @@ DEFAULTS: dict[str, Any] = {
     "recover_all": False,
     "breaker": None,
     "max_concurrency": None,
+    "bulkhead": None,
+    "weight": 1,
     "acquire_timeout": 0.0,
     "timeout": None,
     "store_interval": None,
@@ -152,11 +160,7 @@ def resolve(
         raise ConfigurationError(
             f"{owner}: max_concurrency= must be a positive int or None, got {max_concurrency!r}"
         )
-    acquire_timeout = _seconds(o["acquire_timeout"], owner, "acquire_timeout", zero_ok=True)
-    if acquire_timeout and max_concurrency is None:  # a wait for permits no bulkhead hands out
-        raise ConfigurationError(
-            f"{owner}: acquire_timeout= needs max_concurrency= (the bulkhead it waits on)"
-        )
+    pool, weight, acquire_timeout = _bulkhead(o, max_concurrency, owner)
     timeout = o["timeout"]
     if timeout is not None:
         timeout = _seconds(timeout, owner, "timeout", zero_ok=False)
@@ -188,7 +192,49 @@ def resolve(
         is_async=is_async,
         is_method=is_method,
         return_annotation=inspect.signature(fn).return_annotation,
+        weight=weight,
+        bulkhead=pool,
     )
+
+
+def _bulkhead(
+    o: dict[str, Any], max_concurrency: int | None, owner: str
+) -> tuple[str | None, int, float | None]:
+    """The pool's name, the weight and the wait of a failover's bulkhead settings."""
+    pool = o["bulkhead"]
+    if pool is not None and (not isinstance(pool, str) or not pool):
+        raise ConfigurationError(f"{owner}: bulkhead= must be a pool's name, got {pool!r}")
+    if pool is not None and max_concurrency is not None:
+        raise ConfigurationError(
+            f"{owner}: bulkhead= and max_concurrency= both say which pool to use; "
+            "max_concurrency= makes a private one, bulkhead= names a shared one: set one"
+        )
+    weight = o["weight"]
+    if isinstance(weight, bool) or not isinstance(weight, int) or weight < 1:
+        raise ConfigurationError(f"{owner}: weight= must be a positive int, got {weight!r}")
+    if max_concurrency is not None and weight > max_concurrency:
+        raise ConfigurationError(
+            f"{owner}: weight={weight} is more than max_concurrency={max_concurrency}: "
+            "no call could ever run"
+        )
+    wait = o["acquire_timeout"]
+    acquire_timeout: float | None = None
+    if isinstance(wait, timedelta | str):
+        acquire_timeout = parse_ttl(wait, owner, "acquire_timeout").total_seconds()
+    elif wait is not None:
+        acquire_timeout = _seconds(wait, owner, "acquire_timeout", zero_ok=True)
+    if pool is None and max_concurrency is None:
+        # Waits and weights for permits no bulkhead hands out would do nothing, silently.
+        for setting, value, default in (
+            ("acquire_timeout", acquire_timeout, 0.0),
+            ("weight", weight, 1),
+        ):
+            if value != default:
+                raise ConfigurationError(
+                    f"{owner}: {setting}= needs max_concurrency= or bulkhead= "
+                    "(the bulkhead it applies to)"
+                )
+    return pool, weight, acquire_timeout
 
 
 def _seconds(value: Any, owner: str, setting: str, zero_ok: bool) -> float:

@@ -152,14 +152,14 @@ def test_a_sync_call_waits_up_to_acquire_timeout_and_gets_the_permit(engine: Fai
         first = pool.submit(f.referential, "a")
         up.wait_entered()
         second = pool.submit(f.referential, "b")
-        until(lambda: len(bulkhead._waiters) == 1, "the second call to wait")
+        until(lambda: bulkhead.waiting == 1, "the second call to wait")
         assert up.calls == 1
         up.release.set()  # the first ends, its permit goes to the waiter
         assert first.result().up_to_date is True
         assert second.result().payload == "b"
         assert second.result().up_to_date is True
     assert up.calls == 2
-    assert (bulkhead.free, len(bulkhead._waiters)) == (1, 0)
+    assert (bulkhead.free, bulkhead.waiting) == (1, 0)
 
 
 async def test_an_async_call_waits_up_to_acquire_timeout_and_gets_the_permit(
@@ -175,11 +175,11 @@ async def test_an_async_call_waits_up_to_acquire_timeout_and_gets_the_permit(
     first = asyncio.create_task(f.referential("a"))
     await up.wait_entered()
     second = asyncio.create_task(f.referential("b"))
-    await auntil(lambda: len(bulkhead._waiters) == 1, "the second call to wait")
+    await auntil(lambda: bulkhead.waiting == 1, "the second call to wait")
     up.release.set()
     assert (await first).up_to_date is True
     assert (await second).up_to_date is True
-    assert (bulkhead.free, len(bulkhead._waiters)) == (1, 0)
+    assert (bulkhead.free, bulkhead.waiting) == (1, 0)
 
 
 def test_a_call_that_waits_in_vain_is_refused(engine: Failover) -> None:
@@ -204,7 +204,7 @@ def test_a_call_that_waits_in_vain_is_refused(engine: Failover) -> None:
         assert f("b") is None
         assert isinstance(causes[-1], BulkheadFull)
         assert "acquire_timeout=0.01s" in str(causes[-1])
-        assert len(bulkhead._waiters) == 0  # it left the queue
+        assert bulkhead.waiting == 0  # it left the queue
         up.release.set()
         held.result()
     assert bulkhead.free == 1
@@ -241,7 +241,7 @@ def test_permits_go_to_waiters_in_arrival_order() -> None:
     for i in range(3):
         threads.append(threading.Thread(target=wait, args=(i,)))
         threads[-1].start()
-        until(lambda i=i: len(bulkhead._waiters) == i + 1, f"waiter {i}")  # type: ignore[misc]
+        until(lambda i=i: bulkhead.waiting == i + 1, f"waiter {i}")  # type: ignore[misc]
     bulkhead.exit(token, None)
     for thread in threads:
         thread.join(WAIT)
@@ -265,7 +265,7 @@ def test_threads_and_tasks_share_one_count() -> None:
 
     async def main() -> None:
         waiting = asyncio.create_task(task())
-        await auntil(lambda: len(bulkhead._waiters) == 1, "the task to wait")
+        await auntil(lambda: bulkhead.waiting == 1, "the task to wait")
         threading.Thread(target=bulkhead.exit, args=(token, None)).start()  # another thread
         await asyncio.wait_for(waiting, WAIT)
 
@@ -368,11 +368,11 @@ async def test_a_task_cancelled_while_waiting_leaves_the_queue(engine: Failover)
     holder = asyncio.create_task(f("a"))
     await up.wait_entered()
     waiter = asyncio.create_task(f("b"))
-    await auntil(lambda: len(bulkhead._waiters) == 1, "the waiter")
+    await auntil(lambda: bulkhead.waiting == 1, "the waiter")
     waiter.cancel()
     with pytest.raises(asyncio.CancelledError):
         await waiter
-    assert len(bulkhead._waiters) == 0
+    assert bulkhead.waiting == 0
     up.release.set()
     assert await holder == "a"
     assert (bulkhead.free, up.calls) == (1, 1)
@@ -382,12 +382,12 @@ async def test_a_permit_granted_to_a_task_cancelled_meanwhile_goes_back() -> Non
     bulkhead = Bulkhead("granted", 1, WAIT)
     token = held_elsewhere(bulkhead)
     waiter = asyncio.create_task(bulkhead.aenter())
-    await auntil(lambda: len(bulkhead._waiters) == 1, "the waiter")
+    await auntil(lambda: bulkhead.waiting == 1, "the waiter")
     bulkhead.exit(token, None)  # grants the waiter its permit...
     waiter.cancel()  # ...which is cancelled before it could run
     with pytest.raises(asyncio.CancelledError):
         await waiter
-    assert (bulkhead.free, len(bulkhead._waiters)) == (1, 0)
+    assert (bulkhead.free, bulkhead.waiting) == (1, 0)
 
 
 def test_a_waiter_whose_loop_closed_is_skipped() -> None:
@@ -396,10 +396,10 @@ def test_a_waiter_whose_loop_closed_is_skipped() -> None:
     other = asyncio.new_event_loop()
     orphan = other.create_task(bulkhead.aenter())
     other.run_until_complete(asyncio.sleep(0))  # the orphan queues, then its loop goes away
-    assert len(bulkhead._waiters) == 1
+    assert bulkhead.waiting == 1
     other.close()
     bulkhead.exit(token, None)  # cannot wake the orphan: the permit is free again
-    assert (bulkhead.free, len(bulkhead._waiters)) == (1, 0)
+    assert (bulkhead.free, bulkhead.waiting) == (1, 0)
     assert not orphan.done()
 
 

@@ -422,7 +422,7 @@ def test_load_through_breaker_and_bulkhead_against_a_flapping_upstream(clock: Fa
     assert outcomes["stale"] > 0
     assert upstream_calls < threads * calls  # the breaker and the bulkhead spared the upstream
     assert set(causes) == {ConnectionError, pybreaker.CircuitBreakerError, BulkheadFull}
-    assert (bulkhead.free, len(bulkhead._waiters)) == (permits, 0)
+    assert (bulkhead.free, bulkhead.waiting) == (permits, 0)
     assert elapsed < 5, f"the load test took {elapsed:.1f}s"
 
 
@@ -469,5 +469,5 @@ async def test_async_load_through_all_three_against_a_flapping_upstream(clock: F
     assert escaped == []
     assert sum(outcomes.values()) == tasks * calls
     assert outcomes["live"] > 0
-    assert (bulkhead.free, len(bulkhead._waiters)) == (permits, 0)
+    assert (bulkhead.free, bulkhead.waiting) == (permits, 0)
     assert time.monotonic() - began < 5

@@ -6,6 +6,9 @@ documented order — bulkhead outside breaker outside timeout::
 
     Bulkhead (bulkhead.py) -> BreakerGuard (breaker.py) -> SoftTimeout (timeout.py) -> upstream
 
+The bulkhead takes its permits from a pool, whose `PermitSource` (permits.py) is in-process or
+shared by a cluster (redis_permits.py).
+
 Basic execution is no chain at all: the shells call the upstream directly.
 """
 
@@ -17,7 +20,8 @@ from typing import Any
 from ..errors import SoftTimeoutError
 from .base import Attempt, Guard
 from .breaker import BreakerGuard, StateListener, state_code
-from .bulkhead import Bulkhead
+from .bulkhead import Bulkhead, Pool, Pools
+from .permits import LocalPermits, PermitSource
 from .timeout import Refreshes, SoftTimeout
 
 __all__ = [
@@ -26,6 +30,10 @@ __all__ = [
     "Bulkhead",
     "Execution",
     "Guard",
+    "LocalPermits",
+    "PermitSource",
+    "Pool",
+    "Pools",
     "Refreshes",
     "SoftTimeout",
     "StateListener",

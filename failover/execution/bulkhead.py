@@ -1,82 +1,101 @@
-"""Bulkhead: at most N upstream calls of one failover in flight; the rest are served stale.
+"""Bulkhead: calls take permits from a pool; a call that finds none in time is served stale.
 
-Threads and asyncio tasks share one count. A free permit is taken without a lock (the permits
-are a list: ``pop`` and ``append`` are atomic), which keeps the success path cheap; only when
-calls wait does the lock come in. Permits are then handed over in arrival order to whoever waits
-(a thread on a `threading.Event`, a task on a future of its own loop). A waiter enqueues itself
-and then looks for a free permit, under the lock, and a release that finds waiters hands its
-permit over under the same lock: a permit released while a waiter enqueues is never missed.
+A `Pool` is private to one failover (``max_concurrency=N``) or named and shared by several
+(``engine.bulkhead_pool("exports", permits=10)`` and ``bulkhead="exports"``). Its permits come
+from a `PermitSource` (`LocalPermits` in this process by default). Each failover's `Bulkhead` is
+the guard: it takes ``weight`` permits per call, waits up to ``acquire_timeout`` (``0`` refuses at
+once, ``None`` waits without limit), and gives them back when the call ends. Threads and tasks
+make the same decision; only the wait differs (the source's ``acquire`` or ``aacquire``).
 
-A call already holding the permit of its failover (a nested call in the same context) does not
-take a second one, which would deadlock a bulkhead of size 1.
+A call already holding permits of a pool (a nested call in the same context, into the same
+failover or another one of the pool) takes no more, which would deadlock a pool of size 1: the
+outer call's ticket covers it, as a Bitbucket ``Ticket`` on a named resource does.
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import contextvars
+import logging
 import threading
-from collections import deque
 from collections.abc import Callable
+from time import monotonic
 from typing import Any, ClassVar
 
-from ..errors import BulkheadFull
+from ..errors import BulkheadFull, ConfigurationError
 from .base import Guard
+from .permits import LocalPermits, PermitSource
 
-__all__ = ["Bulkhead"]
+__all__ = ["Bulkhead", "Pool", "Pools"]
 
-# The bulkheads whose permits the current context holds (for nested calls).
-_held: contextvars.ContextVar[tuple[Bulkhead, ...]] = contextvars.ContextVar(
+log = logging.getLogger(__name__)
+
+# The pools whose permits the current context holds (for nested calls).
+_held: contextvars.ContextVar[tuple[Pool, ...]] = contextvars.ContextVar(
     "failover_bulkheads", default=()
 )
 
 
-_WAIT: Any = object()  # `_take`: no permit free, the call waits for one
+class Pool:
+    """Permits shared by the failovers that draw from it.
 
-
-class _Waiter:
-    """One thread or task waiting for a permit. ``granted`` is the truth, set under the
-    bulkhead's lock; the wake-up is only a signal."""
-
-    __slots__ = ("event", "future", "gone", "granted", "loop")
+    Args:
+        name: the pool's name (a private pool is named after its failover).
+        permits: permits in all.
+        fair: waiters are served in arrival order.
+        source: where the permits come from; default: `LocalPermits` (this process).
+        private: made by ``max_concurrency=`` for one failover, not declared by name.
+    """
 
     def __init__(
         self,
-        loop: asyncio.AbstractEventLoop | None = None,
-        future: asyncio.Future[None] | None = None,
+        name: str,
+        permits: int,
+        fair: bool = True,
+        source: PermitSource | None = None,
+        private: bool = False,
     ) -> None:
-        self.granted = False
-        self.gone = False  # gave up (timeout, cancellation): skipped by release
-        self.loop = loop
-        self.future = future
-        self.event = threading.Event() if future is None else None
+        self.name = name
+        self.permits = permits
+        self.fair = fair
+        self.declared = source  # as declared: a redeclaration must name the same
+        self.private = private
+        self.source: PermitSource = (LocalPermits() if source is None else source).bind(
+            name, permits, fair
+        )
+        self.kind = str(getattr(self.source, "kind", type(self.source).__name__))
+        self.rejected: dict[str, int] = {}  # per failover
 
-    def wake(self) -> bool:
-        """Signal the waiter; ``False`` when it cannot hear it any more (its loop closed)."""
-        if self.event is not None:
-            self.event.set()
-            return True
-        assert self.loop is not None
-        assert self.future is not None
-        future = self.future
-        try:
-            self.loop.call_soon_threadsafe(
-                lambda: future.done() or future.set_result(None)  # type: ignore[func-returns-value]
-            )
-        except RuntimeError:  # the loop is closed: the permit goes to the next waiter
-            return False
-        return True
+    def __repr__(self) -> str:
+        return f"Pool({self.name!r}, permits={self.permits}, source={self.kind})"
+
+    @property
+    def free(self) -> int:
+        """Permits not taken now."""
+        return self.permits - self.source.in_use()
+
+    @property
+    def waiting(self) -> int:
+        """Calls of this process waiting for permits now."""
+        return self.source.waiting()
+
+    def close(self) -> None:
+        """Release what the source holds on to (a Redis source's renewal thread)."""
+        close = getattr(self.source, "close", None)
+        if callable(close):
+            close()
 
 
 class Bulkhead(Guard):
-    """At most ``limit`` calls admitted at once.
+    """One failover's guard on a pool: ``weight`` permits per call.
 
     Args:
         name: the failover's name (for messages).
-        limit: permits.
-        acquire_timeout: seconds a call waits for a permit; ``0`` refuses at once.
-        on_reject: called with no argument for each refused call (metrics).
+        limit: the permits of a private pool (``max_concurrency``); ignored with ``pool``.
+        acquire_timeout: seconds a call waits for permits; ``0`` refuses at once, ``None``
+            waits without limit.
+        on_reject: called with the pool's name for each refused call (metrics).
+        weight: permits per call.
+        pool: a shared pool; default: a private in-process pool of ``limit`` permits.
     """
 
     refusals: ClassVar[tuple[type[Exception], ...]] = (BulkheadFull,)
@@ -84,145 +103,219 @@ class Bulkhead(Guard):
     def __init__(
         self,
         name: str,
-        limit: int,
-        acquire_timeout: float = 0.0,
-        on_reject: Callable[[], None] | None = None,
+        limit: int = 1,
+        acquire_timeout: float | None = 0.0,
+        on_reject: Callable[[str], None] | None = None,
+        *,
+        weight: int = 1,
+        pool: Pool | None = None,
     ) -> None:
         self.name = name
-        self.limit = limit
+        self.pool = Pool(name, limit, private=True) if pool is None else pool
+        self.source = self.pool.source
+        self.limit = self.pool.permits
         self.acquire_timeout = acquire_timeout
         self.on_reject = on_reject
-        self._lock = threading.Lock()
-        self._permits: list[None] = [None] * limit  # the free ones
-        self._waiters: deque[_Waiter] = deque()
+        self.weight = weight
 
     def __repr__(self) -> str:
-        return f"Bulkhead({self.name!r}, limit={self.limit}, free={self.free})"
+        weight = "" if self.weight == 1 else f", weight={self.weight}"
+        pool = "" if self.pool.private else f", pool={self.pool.name!r}"
+        return f"Bulkhead({self.name!r}, limit={self.limit}{pool}{weight}, free={self.free})"
 
     @property
     def free(self) -> int:
-        """Permits not taken now."""
-        return len(self._permits)
+        """Permits of the pool not taken now."""
+        return self.pool.free
+
+    @property
+    def waiting(self) -> int:
+        """Calls waiting for permits of the pool now."""
+        return self.pool.waiting
 
     # -- the guard ----------------------------------------------------------------------------
 
-    def _take(self, held: tuple[Bulkhead, ...]) -> Any:
-        """What `enter` and `aenter` decide without waiting: no token for a nested call, a
-        token for a free permit, `BulkheadFull` when calls may not wait, else ``_WAIT``."""
-        if self in held:
-            return None  # nested call: the outer one holds the permit
-        if not self._waiters:  # no one waits: a free permit is this call's
-            try:
-                self._permits.pop()
-            except IndexError:
-                pass
-            else:
-                return _held.set((*held, self))
-        if self.acquire_timeout <= 0:
+    def _deadline(self) -> float | None:
+        timeout = self.acquire_timeout
+        if timeout == 0:
+            return 0.0  # fail fast, without reading the clock
+        return None if timeout is None else monotonic() + timeout
+
+    def _token(self, held: tuple[Pool, ...], lease: object | None) -> Any:
+        """What `enter` and `aenter` decide once the source answered."""
+        if lease is None:
             raise self._refuse()
-        return _WAIT
+        return _held.set((*held, self.pool)), lease
 
     def enter(self) -> Any:
-        """Take a permit (waiting up to ``acquire_timeout``) or raise `BulkheadFull`."""
+        """Take the permits (waiting up to ``acquire_timeout``) or raise `BulkheadFull`."""
         held = _held.get()
-        token = self._take(held)
-        if token is not _WAIT:
-            return token
-        waiter = self._enqueue(_Waiter())
-        if not waiter.granted:
-            assert waiter.event is not None
-            try:
-                waiter.event.wait(self.acquire_timeout)
-            except BaseException:  # interrupted while waiting: a permit granted meanwhile goes on
-                if self._settle(waiter):
-                    self._release()
-                raise
-        if self._settle(waiter):
-            return _held.set((*held, self))
-        raise self._refuse()
+        if self.pool in held:
+            return None  # nested call: the outer one holds the permits
+        try:
+            lease = self.source.acquire(self.weight, self._deadline())
+        except Exception as exc:  # a source that cannot answer refuses: the call recovers
+            raise self._refuse(exc) from exc
+        return self._token(held, lease)
 
     async def aenter(self) -> Any:
         """`enter` for a task: waits on the event loop, not on a thread."""
         held = _held.get()
-        token = self._take(held)
-        if token is not _WAIT:
-            return token
-        loop = asyncio.get_running_loop()
-        waiter = self._enqueue(_Waiter(loop, loop.create_future()))
-        if not waiter.granted:
-            assert waiter.future is not None
-            try:
-                # Not wait_for: on Python 3.11 it swallows a cancellation that meets a result.
-                async with asyncio.timeout(self.acquire_timeout):
-                    await waiter.future
-            except TimeoutError:
-                pass  # settled below: a permit may have been granted at the deadline
-            except BaseException:  # cancelled while waiting: a permit granted meanwhile goes on
-                if self._settle(waiter):
-                    self._release()
-                raise
-        if self._settle(waiter):
-            return _held.set((*held, self))
-        raise self._refuse()
+        if self.pool in held:
+            return None
+        try:
+            lease = await self.source.aacquire(self.weight, self._deadline())
+        except Exception as exc:
+            raise self._refuse(exc) from exc
+        return self._token(held, lease)
 
     def exit(self, token: Any, exc: BaseException | None) -> None:
-        """Give the permit back (to the first waiter, if any)."""
+        """Give the permits back (to the first waiters, if any)."""
         if token is None:
             return
-        # Exited in another context than entered: the permit still goes back.
+        reset, lease = token
+        # Exited in another context than entered: the permits still go back.
         try:  # noqa: SIM105  (contextlib.suppress costs more than the rest of the exit)
-            _held.reset(token)
+            _held.reset(reset)
         except ValueError:
             pass
-        self._release()
+        try:
+            self.source.release(lease)
+        except Exception:  # a lease the source cannot take back expires there
+            log.warning("failover %r: releasing permits of pool %r failed", self.name,
+                        self.pool.name, exc_info=True)  # fmt: skip
 
-    # -- permits ------------------------------------------------------------------------------
-
-    def _release(self) -> None:
-        self._permits.append(None)
-        if self._waiters:
-            with self._lock:
-                self._hand_over()
-
-    def _enqueue(self, waiter: _Waiter) -> _Waiter:
-        with self._lock:
-            self._waiters.append(waiter)
-            self._hand_over()  # a permit freed meanwhile (even by a lock-free release)
-        return waiter
-
-    def _hand_over(self) -> None:
-        """Under the lock: give the free permits to the waiters, first come first served."""
-        waiters, permits = self._waiters, self._permits
-        while waiters and permits:
-            waiter = waiters[0]
-            if waiter.gone:
-                waiters.popleft()
-                continue
-            try:
-                permits.pop()
-            except IndexError:  # taken meanwhile by a lock-free call
-                return
-            waiters.popleft()
-            waiter.granted = True
-            if not waiter.wake():
-                waiter.granted, waiter.gone = False, True
-                permits.append(None)
-
-    def _settle(self, waiter: _Waiter) -> bool:
-        """After a wait: whether ``waiter`` got a permit; if not, it leaves the queue."""
-        with self._lock:
-            if waiter.granted:
-                return True
-            waiter.gone = True
-            with contextlib.suppress(ValueError):
-                self._waiters.remove(waiter)
-            return False
-
-    def _refuse(self) -> BulkheadFull:
+    def _refuse(self, cause: Exception | None = None) -> BulkheadFull:
+        pool = self.pool
+        pool.rejected[self.name] = pool.rejected.get(self.name, 0) + 1
         if self.on_reject is not None:
-            with contextlib.suppress(Exception):  # metrics never break a call
-                self.on_reject()
+            try:  # noqa: SIM105  (metrics never break a call)
+                self.on_reject(pool.name)
+            except Exception:
+                pass
+        wait = "None" if self.acquire_timeout is None else f"{self.acquire_timeout:g}s"
+        if cause is not None:
+            return BulkheadFull(
+                f"failover {self.name!r}: the permits of pool {pool.name!r} could not be had "
+                f"({pool.kind}: {type(cause).__name__}: {cause})"
+            )
+        if pool.private:
+            return BulkheadFull(
+                f"failover {self.name!r}: all {self.limit} permits in use "
+                f"(max_concurrency={self.limit}, acquire_timeout={wait})"
+            )
         return BulkheadFull(
-            f"failover {self.name!r}: all {self.limit} permits in use "
-            f"(max_concurrency={self.limit}, acquire_timeout={self.acquire_timeout:g}s)"
+            f"failover {self.name!r}: {self.weight} of the {self.limit} permits of pool "
+            f"{pool.name!r} not free (weight={self.weight}, acquire_timeout={wait})"
         )
+
+
+class Pools:
+    """An engine's pools: the named ones it declared, and each failover's guard."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.named: dict[str, Pool] = {}
+        self._guards: dict[str, Bulkhead] = {}
+
+    def declare(
+        self, name: str, permits: int, fair: bool = True, source: PermitSource | None = None
+    ) -> Pool:
+        """The pool ``name``: made on the first declaration; a later one must say the same.
+
+        Raises:
+            ConfigurationError: a bad setting, or a declaration that differs from the first.
+        """
+        owner = f"bulkhead_pool({name!r})"
+        if not isinstance(name, str) or not name:
+            raise ConfigurationError(
+                f"bulkhead_pool: name must be a non-empty string, got {name!r}"
+            )
+        if isinstance(permits, bool) or not isinstance(permits, int) or permits < 1:
+            raise ConfigurationError(f"{owner}: permits must be a positive int, got {permits!r}")
+        if not isinstance(fair, bool):
+            raise ConfigurationError(f"{owner}: fair must be True or False, got {fair!r}")
+        if source is not None and not isinstance(source, PermitSource):
+            raise ConfigurationError(
+                f"{owner}: source must be a PermitSource (bind, acquire, aacquire, release, "
+                f"in_use, waiting), got {source!r}"
+            )
+        with self._lock:
+            pool = self.named.get(name)
+            if pool is None:
+                pool = self.named[name] = Pool(name, permits, fair, source)
+                return pool
+        mine = (permits, fair, source)
+        theirs = (pool.permits, pool.fair, pool.declared)
+        if mine[:2] != theirs[:2] or mine[2] is not theirs[2]:
+            raise ConfigurationError(
+                f"{owner}: already declared with permits={pool.permits}, fair={pool.fair}, "
+                f"source={pool.declared!r}; now permits={permits}, fair={fair}, "
+                f"source={source!r}. One name is one pool: use another name"
+            )
+        return pool
+
+    def check(self, failover: str, pool: str | None, weight: int) -> None:
+        """Refuse a ``weight`` above the permits of the declared pool ``pool``."""
+        found = None if pool is None else self.named.get(pool)
+        if found is not None and weight > found.permits:
+            raise ConfigurationError(
+                f"failover {failover!r}: weight={weight} is more than the {found.permits} "
+                f"permits of pool {pool!r}: no call could ever run"
+            )
+
+    def guard(
+        self,
+        failover: str,
+        *,
+        pool: str | None,
+        max_concurrency: int | None,
+        weight: int,
+        acquire_timeout: float | None,
+        on_reject: Callable[[str], None] | None,
+    ) -> Bulkhead:
+        """The guard of ``failover`` (one per name; remade when its settings change).
+
+        Raises:
+            ConfigurationError: ``pool`` was never declared, or is smaller than ``weight``.
+        """
+        with self._lock:
+            guard = self._guards.get(failover)
+            if pool is not None:
+                shared = self.named.get(pool)
+                if shared is None:
+                    raise ConfigurationError(
+                        f"failover {failover!r}: bulkhead={pool!r} names no pool of this "
+                        f"engine; declare it first: engine.bulkhead_pool({pool!r}, permits=N)"
+                    )
+                self.check(failover, pool, weight)
+            elif guard is not None and guard.pool.private and guard.limit == max_concurrency:
+                shared = guard.pool  # the same private pool: permits in use carry over
+            else:
+                assert max_concurrency is not None
+                shared = Pool(failover, max_concurrency, private=True)
+            if (
+                guard is None
+                or guard.pool is not shared
+                or guard.weight != weight
+                or guard.acquire_timeout != acquire_timeout
+            ):
+                guard = self._guards[failover] = Bulkhead(
+                    failover, shared.permits, acquire_timeout, on_reject, weight=weight, pool=shared
+                )
+            return guard
+
+    def all(self) -> list[Pool]:
+        """Every pool in use or declared: the named ones, then the private ones, by name."""
+        with self._lock:
+            private = {g.pool.name: g.pool for g in self._guards.values() if g.pool.private}
+            return [*sorted(self.named.values(), key=lambda p: p.name),
+                    *(private[n] for n in sorted(private))]  # fmt: skip
+
+    def close(self) -> None:
+        """Close every named pool's source."""
+        for pool in list(self.named.values()):
+            try:
+                pool.close()
+            except Exception:
+                log.warning("closing permit pool %r failed", pool.name, exc_info=True)
