@@ -73,6 +73,7 @@ __all__ = [
     "PickleCodec",
     "PrometheusMetrics",
     "RecoverContext",
+    "RedisPermits",
     "RedisStore",
     "Referential",
     "ReferentialAware",
@@ -97,6 +98,7 @@ __all__ = [
 logging.getLogger(__name__).addHandler(logging.NullHandler())
 
 if typing.TYPE_CHECKING:
+    from .execution.redis_permits import RedisPermits
     from .stores.redis import RedisStore
     from .stores.sql import SqlStore
 
@@ -107,4 +109,9 @@ def __getattr__(name: str) -> object:
         value = getattr(stores, name)
         globals()[name] = value
         return value
+    if name == "RedisPermits":  # needs redis-py, as RedisStore does
+        from .execution.redis_permits import RedisPermits
+
+        globals()[name] = RedisPermits
+        return RedisPermits
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

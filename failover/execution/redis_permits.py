@@ -1,0 +1,397 @@
+"""`RedisPermits`: one pool of permits for every process of a cluster, in Redis.
+
+Permits are held as leases that expire: a process that dies holding permits (``SIGKILL``, a
+lost host) gives them back when its leases run out, while a living holder renews its leases
+(every third of the lease time, one round trip for all of them) for as long as its calls run.
+Waiters queue in Redis by arrival; a fair pool serves them in that order. Every decision is one
+Lua script, run atomically by Redis, with Redis's own clock (``TIME``): the processes' clocks
+never matter. For a pool ``P`` (percent-encoded) under the prefix (``failover:permits:``), in one
+hash slot (``{P}``) so that a Redis Cluster can run the scripts:
+
+- ``{prefix}{P}:h``, a sorted set: the leases held, scored by when each expires (milliseconds);
+- ``{prefix}{P}:w``, a hash: each lease's weight (permits in use = their sum);
+- ``{prefix}{P}:q``, a sorted set: the waiters, scored by arrival (``{prefix}{P}:n``, a counter);
+- ``{prefix}{P}:a``, a sorted set: when each waiter's place lapses unless it asks again (a waiter
+  that died leaves the queue within a second).
+
+Redis unreachable (down, partitioned, too slow for ``socket_timeout``): the caller's choice,
+``unavailable="refuse"`` (the call is refused, `failover.BulkheadFull`, and served from the
+store) or ``"local"`` (this process falls back to in-process permits of the same size), never a
+wait past the call's deadline plus one ``socket_timeout``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import time
+import uuid
+from datetime import timedelta
+from time import monotonic
+from urllib.parse import quote
+
+try:
+    import redis
+except ImportError as exc:  # pragma: no cover - exercised where redis-py is not installed
+    raise ImportError(
+        f"RedisPermits needs redis-py: pip install 'failover[redis]' ({exc})"
+    ) from exc
+
+from ..errors import ConfigurationError
+from ..expiry import parse_ttl
+from .permits import LocalPermits, remaining
+
+__all__ = ["RedisPermits"]
+
+log = logging.getLogger(__name__)
+
+_PURGE = """
+local now = redis.call('TIME')
+now = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
+for _, id in ipairs(redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now)) do
+  redis.call('ZREM', KEYS[1], id)
+  redis.call('HDEL', KEYS[2], id)
+end
+for _, id in ipairs(redis.call('ZRANGEBYSCORE', KEYS[4], '-inf', now)) do
+  redis.call('ZREM', KEYS[4], id)
+  redis.call('ZREM', KEYS[3], id)
+end
+local used = 0
+for _, w in ipairs(redis.call('HVALS', KEYS[2])) do used = used + tonumber(w) end
+"""
+
+# KEYS: held, weights, queue, alive, arrivals.
+# ARGV: lease id, weight, permits, lease ms, fair (1/0), queue when refused (1/0), place ms.
+# Returns 1 when the lease is granted, 0 when not (queued when asked to).
+_ACQUIRE = (
+    _PURGE
+    + """
+local id, weight = ARGV[1], tonumber(ARGV[2])
+local lease, place = tonumber(ARGV[4]), tonumber(ARGV[7])
+local first = redis.call('ZRANGE', KEYS[3], 0, 0)[1]
+local ahead = ARGV[5] == '1' and first ~= nil and first ~= id
+if not ahead and used + weight <= tonumber(ARGV[3]) then
+  redis.call('ZADD', KEYS[1], now + lease, id)
+  redis.call('HSET', KEYS[2], id, weight)
+  redis.call('ZREM', KEYS[3], id)
+  redis.call('ZREM', KEYS[4], id)
+  redis.call('PEXPIRE', KEYS[1], lease * 2)
+  redis.call('PEXPIRE', KEYS[2], lease * 2)
+  return 1
+end
+if ARGV[6] == '1' then
+  if not redis.call('ZSCORE', KEYS[3], id) then
+    redis.call('ZADD', KEYS[3], redis.call('INCR', KEYS[5]), id)
+  end
+  redis.call('ZADD', KEYS[4], now + place, id)
+  for i = 3, 5 do redis.call('PEXPIRE', KEYS[i], lease + place * 2) end
+end
+return 0
+"""
+)
+
+# ARGV: lease ms, then the lease ids to renew. Returns the ids no longer held (expired).
+_RENEW = """
+local now = redis.call('TIME')
+now = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
+local lease, lost = tonumber(ARGV[1]), {}
+for i = 2, #ARGV do
+  if redis.call('ZADD', KEYS[1], 'XX', 'CH', now + lease, ARGV[i]) == 0
+     and not redis.call('ZSCORE', KEYS[1], ARGV[i]) then
+    table.insert(lost, ARGV[i])
+  end
+end
+redis.call('PEXPIRE', KEYS[1], lease * 2)
+redis.call('PEXPIRE', KEYS[2], lease * 2)
+return lost
+"""
+
+# ARGV: a lease id. Gives the lease back, or the waiter's place in the queue.
+_RELEASE = """
+redis.call('ZREM', KEYS[1], ARGV[1])
+redis.call('HDEL', KEYS[2], ARGV[1])
+redis.call('ZREM', KEYS[3], ARGV[1])
+redis.call('ZREM', KEYS[4], ARGV[1])
+return 0
+"""
+
+# Returns {permits in use, waiters queued}, leases and places that lapsed removed first.
+_COUNT = _PURGE + "return {used, redis.call('ZCARD', KEYS[3])}"
+
+_UNAVAILABLE = ("refuse", "local")
+_PLACE_MS = 1_000  # a waiter's place lapses this long after its last ask
+_LOG_EVERY = 60.0  # seconds between two warnings of an unreachable Redis
+
+
+class RedisPermits:
+    """A cluster-wide permit source: pools declared with it, under one name, against one Redis,
+    share their permits across every process.
+
+    Declare the pool with the same name and size in every process::
+
+        engine.bulkhead_pool("exports", permits=10, source=RedisPermits(url, lease="30s"))
+
+    Args:
+        url_or_client: a ``redis://``, ``rediss://`` or ``unix://`` URL, or a `redis.Redis`
+            client to share (the store's, the shared breaker's: either reply type works).
+        lease: how long a permit outlives a holder that stopped renewing it (a crashed
+            process): seconds, a timedelta or ``"30s"``. Holders renew every third of it.
+        prefix: put before every key.
+        unavailable: when Redis cannot answer: ``"refuse"`` (the call is refused with
+            `failover.BulkheadFull` and served from the store) or ``"local"`` (in-process
+            permits of the same size, for this process alone, until Redis answers again).
+        socket_timeout: seconds before a connect, a read or a write gives up (with a URL).
+        poll: the longest pause between two asks of a waiting call (it starts at 2 ms and
+            doubles): seconds, a timedelta or ``"50ms"``.
+
+    Raises:
+        ConfigurationError: a bad setting (nothing is connected).
+    """
+
+    kind = "redis"
+
+    def __init__(
+        self,
+        url_or_client: str | redis.Redis,
+        lease: timedelta | float | str = "30s",
+        *,
+        prefix: str = "failover:permits:",
+        unavailable: str = "refuse",
+        socket_timeout: float = 0.25,
+        poll: timedelta | float | str = "50ms",
+    ) -> None:
+        owner = "RedisPermits"
+        if isinstance(url_or_client, str):
+            from ..stores.redis import make_client
+
+            self.client: redis.Redis = make_client(url_or_client, socket_timeout)
+            self._owns = True
+        elif isinstance(url_or_client, redis.Redis):
+            self.client, self._owns = url_or_client, False
+        else:
+            raise ConfigurationError(
+                f"{owner}: url_or_client must be a Redis URL or a redis.Redis, "
+                f"got {url_or_client!r}"
+            )
+        self.lease = parse_ttl(lease, owner, "lease").total_seconds()
+        self.poll = parse_ttl(poll, owner, "poll").total_seconds()
+        if unavailable not in _UNAVAILABLE:
+            raise ConfigurationError(
+                f"{owner}: unavailable must be 'refuse' or 'local', got {unavailable!r}"
+            )
+        if not isinstance(prefix, str):
+            raise ConfigurationError(f"{owner}: prefix must be a string, got {prefix!r}")
+        self.prefix = prefix
+        self.unavailable = unavailable
+        self.pool: str | None = None
+        self.permits = 0
+        self.fair = True
+        self._keys: list[str] = []
+        self._acquire = self.client.register_script(_ACQUIRE)
+        self._renew = self.client.register_script(_RENEW)
+        self._release = self.client.register_script(_RELEASE)
+        self._count = self.client.register_script(_COUNT)
+        self._local: LocalPermits | None = None
+        self._lock = threading.Lock()
+        self._held: dict[str, int] = {}  # lease id -> weight, renewed while held
+        self._waiting = 0
+        self._closed = threading.Event()
+        self._renewer: threading.Thread | None = None
+        self._warned = 0.0
+
+    def __repr__(self) -> str:
+        lease = f"lease={self.lease:g}s"
+        return f"RedisPermits({self.pool!r}, permits={self.permits}, {lease})"
+
+    def bind(self, pool: str, permits: int, fair: bool) -> RedisPermits:
+        """The source of pool ``pool``: the same client and settings, its own keys."""
+        bound = object.__new__(RedisPermits)
+        bound.__dict__.update(self.__dict__)
+        bound.pool, bound.permits, bound.fair = pool, permits, fair
+        tag = f"{self.prefix}{{{quote(pool, safe='')}}}"
+        bound._keys = [f"{tag}:{part}" for part in ("h", "w", "q", "a", "n")]
+        bound._local = LocalPermits(permits, fair)
+        bound._lock = threading.Lock()
+        bound._held = {}
+        bound._closed = threading.Event()
+        bound._renewer = None
+        bound._owns = False  # the unbound source's client: closed by whoever made it
+        return bound
+
+    # -- one ask: the decision, made by Redis ------------------------------------------------
+
+    def _ask(self, lease: str, weight: int, queue: bool) -> bool:
+        lease_ms, fair = round(self.lease * 1000), int(self.fair)
+        args = (lease, weight, self.permits, lease_ms, fair, int(queue), _PLACE_MS)
+        granted = self._acquire(keys=self._keys, args=args)
+        if granted:
+            with self._lock:
+                self._held[lease] = weight
+            self._renewing()
+        return bool(granted)
+
+    def _leave(self, lease: str) -> None:
+        """Give a lease or a waiter's place back; Redis unreachable, it lapses there."""
+        with self._lock:
+            self._held.pop(lease, None)
+        try:
+            self._release(keys=self._keys[:4], args=[lease])
+        except redis.RedisError as exc:
+            self._warn("giving permits back", exc)
+
+    # -- acquire: one loop of asks, two ways to pause between them ---------------------------
+
+    def acquire(self, weight: int, deadline: float | None) -> object | None:
+        """Take ``weight`` permits, asking Redis again (2 ms, doubling up to ``poll``) until
+        ``deadline``; a thread waits."""
+        lease, pause = uuid.uuid4().hex, 0.002
+        self._enter_wait()
+        try:
+            while True:
+                queue = deadline is None or deadline > monotonic()
+                if self._ask(lease, weight, queue):
+                    return lease, weight
+                left = remaining(deadline)
+                if not queue or left == 0:
+                    self._gave_up(lease, queue)
+                    return None
+                time.sleep(pause if left is None else min(pause, left))
+                pause = min(pause * 2, self.poll)
+        except redis.RedisError as exc:
+            local = self._fall_back(exc).acquire(weight, deadline)
+            return None if local is None else (None, local)
+        finally:
+            self._exit_wait()
+
+    async def aacquire(self, weight: int, deadline: float | None) -> object | None:
+        """`acquire` for a task: each ask runs on a worker thread (a Redis round trip never
+        blocks the event loop); cancelled, the task takes nothing."""
+        lease, pause = uuid.uuid4().hex, 0.002
+        loop = asyncio.get_running_loop()
+        self._enter_wait()
+        try:
+            while True:
+                queue = deadline is None or deadline > monotonic()
+                ask = loop.run_in_executor(None, self._ask, lease, weight, queue)
+                try:
+                    granted = await asyncio.shield(ask)
+                except asyncio.CancelledError:
+                    # The ask goes on: whatever it gets (a lease, a place) is given back.
+                    ask.add_done_callback(lambda _: loop.run_in_executor(None, self._leave, lease))
+                    raise
+                if granted:
+                    return lease, weight
+                left = remaining(deadline)
+                if not queue or left == 0:
+                    await loop.run_in_executor(None, self._gave_up, lease, queue)
+                    return None
+                try:
+                    await asyncio.sleep(pause if left is None else min(pause, left))
+                except asyncio.CancelledError:
+                    loop.run_in_executor(None, self._leave, lease)
+                    raise
+                pause = min(pause * 2, self.poll)
+        except redis.RedisError as exc:
+            local = await self._fall_back(exc).aacquire(weight, deadline)
+            return None if local is None else (None, local)
+        finally:
+            self._exit_wait()
+
+    def _gave_up(self, lease: str, queued: bool) -> None:
+        if queued:
+            self._leave(lease)
+
+    def _fall_back(self, exc: redis.RedisError) -> LocalPermits:
+        """Redis could not answer: the in-process permits, or (``"refuse"``) ``exc`` again.
+        A place the call may hold in the queue lapses there."""
+        assert self._local is not None
+        if self.unavailable == "refuse":
+            self._warn("taking permits", exc)
+            raise exc
+        self._warn("taking permits (in-process permits meanwhile)", exc)
+        return self._local
+
+    def release(self, lease: object) -> None:
+        """Give the permits of ``lease`` back (in Redis, or in-process after a fall-back)."""
+        assert isinstance(lease, tuple)
+        ident, weight = lease
+        if ident is None:
+            assert self._local is not None
+            self._local.release(weight)
+        else:
+            self._leave(ident)
+
+    # -- counts -------------------------------------------------------------------------------
+
+    def in_use(self) -> int:
+        """Permits taken now by every process (one round trip; raises when Redis is down)."""
+        used, _ = self._count(keys=self._keys[:4])
+        return int(used)
+
+    def queued(self) -> int:
+        """Calls of every process waiting now (one round trip)."""
+        _, queued = self._count(keys=self._keys[:4])
+        return int(queued)
+
+    def waiting(self) -> int:
+        """Calls of this process waiting now."""
+        return self._waiting
+
+    def _enter_wait(self) -> None:
+        with self._lock:
+            self._waiting += 1
+
+    def _exit_wait(self) -> None:
+        with self._lock:
+            self._waiting -= 1
+
+    # -- renewal ------------------------------------------------------------------------------
+
+    def _renewing(self) -> None:
+        """Start the renewal thread at the first lease."""
+        if self._renewer is not None:
+            return
+        with self._lock:
+            if self._renewer is None and not self._closed.is_set():
+                self._renewer = threading.Thread(
+                    target=self._renew_loop, name=f"failover-permits-{self.pool}", daemon=True
+                )
+                self._renewer.start()
+
+    def _renew_loop(self) -> None:
+        while not self._closed.wait(self.lease / 3):
+            with self._lock:
+                held = list(self._held)
+            if not held:
+                continue
+            try:
+                lost = self._renew(keys=self._keys[:2], args=[round(self.lease * 1000), *held])
+            except redis.RedisError as exc:
+                self._warn("renewing leases", exc)
+                continue
+            if lost:
+                log.warning(
+                    "permit pool %r: %d lease(s) expired before renewal (paused longer than "
+                    "lease=%gs?); their permits may be in use twice",
+                    self.pool,
+                    len(lost),
+                    self.lease,
+                )
+
+    def _warn(self, doing: str, exc: BaseException) -> None:
+        now = monotonic()
+        if now - self._warned >= _LOG_EVERY:
+            self._warned = now
+            log.warning("permit pool %r: Redis failed %s: %s", self.pool, doing, exc)
+        else:
+            log.debug("permit pool %r: Redis failed %s", self.pool, doing, exc_info=True)
+
+    def close(self) -> None:
+        """Stop renewing (held leases then lapse after ``lease``); close an own client."""
+        self._closed.set()
+        renewer = self._renewer
+        if renewer is not None and renewer is not threading.current_thread():
+            renewer.join(timeout=5)
+        if self._owns:
+            self.client.close()
