@@ -36,7 +36,7 @@ from .execution import (
 )
 from .expiry import parse_ttl
 from .handlers import Handler, key_of
-from .health import FailoverStats, HealthReport, settings_of
+from .health import FailoverStats, HealthReport, PoolHealth, settings_of
 from .metrics import Metrics, resolve_metrics
 from .policy import resolve_policy
 from .scatter import slice_type
@@ -133,7 +133,7 @@ class Failover:
         )
         self.refreshes = Refreshes(timeout_workers)
         self._breakers: dict[str, pybreaker.CircuitBreaker] = {}
-        self.pools = Pools()
+        self.pools = Pools(self.metrics.track_pool)
         self._unstorable: dict[str, str] = {}  # failover name -> why nothing of it is stored
         self._lock = threading.RLock()
         self._registered: dict[str, Decorated] = {}
@@ -239,7 +239,8 @@ class Failover:
         now = self.clock()
         with self._lock:
             stats = [self._stats[name] for name in self._registered]
-        return HealthReport.of((s.health(now) for s in stats), now)
+        pools = (PoolHealth.of(pool) for pool in self.pools.all())
+        return HealthReport.of((s.health(now) for s in stats), now, pools)
 
     def runtime(self, decorated: Decorated) -> Runtime:
         """The runtime of ``decorated`` on this engine, made on first use."""

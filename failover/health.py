@@ -31,6 +31,8 @@ __all__ = [
     "FailoverStats",
     "Failure",
     "HealthReport",
+    "PoolHealth",
+    "PoolStats",
     "RareEvents",
     "Status",
     "settings_of",
@@ -43,11 +45,29 @@ class RareEvents(Protocol):
     def circuit_state(self, name: str, state: int) -> None:
         """A breaker changed state (0 closed, 1 half-open, 2 open)."""
 
-    def bulkhead_rejected(self, name: str) -> None:
-        """A call found no bulkhead permit."""
+    def bulkhead_rejected(self, name: str, pool: str | None = None) -> None:
+        """A call found no permit in bulkhead ``pool``."""
 
     def hook_failed(self, name: str) -> None:
         """An ``on_recovered`` hook raised."""
+
+
+class PoolStats(Protocol):
+    """What health and metrics read of a bulkhead pool (`failover.execution.Pool` has these).
+
+    Attributes:
+        name: the pool's name (a private pool's is its failover's).
+        permits: permits in all.
+        kind: where the permits come from: ``local``, ``redis``...
+        rejected: calls refused, per failover name.
+        source: the `failover.PermitSource`: ``in_use()`` and ``waiting()``.
+    """
+
+    name: str
+    permits: int
+    kind: str
+    rejected: dict[str, int]
+    source: Any
 
 
 log = logging.getLogger(__name__)
@@ -119,6 +139,48 @@ class FailoverHealth:
 
 
 @dataclass(frozen=True, slots=True)
+class PoolHealth:
+    """One bulkhead pool, now.
+
+    Attributes:
+        name: the pool's name.
+        source: where its permits come from (``local``, ``redis``).
+        permits: permits in all.
+        in_use: permits taken now (every process, for a Redis pool); ``None`` when the source
+            could not say (its Redis is down).
+        waiting: calls of this process waiting for permits now (``None`` likewise).
+        rejected: calls refused since the start, per failover.
+    """
+
+    name: str
+    source: str
+    permits: int
+    in_use: int | None
+    waiting: int | None
+    rejected: Mapping[str, int]
+
+    @classmethod
+    def of(cls, pool: PoolStats) -> PoolHealth:
+        """``pool``'s counts; a source that fails to count gives ``None`` counts."""
+        try:
+            in_use: int | None = int(pool.source.in_use())
+            waiting: int | None = int(pool.source.waiting())
+        except Exception:
+            in_use = waiting = None
+        return cls(pool.name, pool.kind, pool.permits, in_use, waiting, dict(pool.rejected))
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dictionary."""
+        return {
+            "source": self.source,
+            "permits": self.permits,
+            "in_use": self.in_use,
+            "waiting": self.waiting,
+            "rejected": dict(self.rejected),
+        }
+
+
+@dataclass(frozen=True, slots=True)
 class HealthReport:
     """The health of an engine's failovers (`Failover.health`).
 
@@ -127,19 +189,26 @@ class HealthReport:
         failovers: each failover's health by name, worst first.
         window: the seconds the counts cover.
         at: when the report was made (the engine's clock).
+        pools: the bulkhead pools by name: permits in use, waiters, refusals.
     """
 
     status: Status
     failovers: Mapping[str, FailoverHealth]
     window: float = WINDOW
     at: datetime | None = field(default=None, compare=False)
+    pools: Mapping[str, PoolHealth] = field(default_factory=dict)
 
     @classmethod
-    def of(cls, failovers: Iterable[FailoverHealth], at: datetime | None = None) -> HealthReport:
+    def of(
+        cls,
+        failovers: Iterable[FailoverHealth],
+        at: datetime | None = None,
+        pools: Iterable[PoolHealth] = (),
+    ) -> HealthReport:
         """The report over ``failovers``: sorted worst first, its status the worst."""
         ordered = sorted(failovers, key=lambda h: (_SEVERITY[h.status], h.name))
         status: Status = ordered[0].status if ordered else "idle"
-        return cls(status, {h.name: h for h in ordered}, WINDOW, at)
+        return cls(status, {h.name: h for h in ordered}, WINDOW, at, {p.name: p for p in pools})
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready dictionary: what ``/health`` serves."""
@@ -148,6 +217,7 @@ class HealthReport:
             "window_seconds": self.window,
             "at": None if self.at is None else self.at.isoformat(),
             "failovers": {name: h.to_dict() for name, h in self.failovers.items()},
+            "pools": {name: p.to_dict() for name, p in self.pools.items()},
         }
 
 
@@ -362,7 +432,7 @@ class FailoverStats:
         """A call found no permit in bulkhead ``pool``."""
         self.bulkhead_rejections += 1
         if self.metrics is not None:
-            self.metrics.bulkhead_rejected(self.name)
+            self.metrics.bulkhead_rejected(self.name, pool)
 
     def hook_failed(self) -> None:
         """The ``on_recovered`` hook raised (the caller got the recovered value)."""

@@ -24,7 +24,7 @@ from .errors import ConfigurationError
 from .health import OUTCOMES, UPSTREAM_BUCKETS
 
 if TYPE_CHECKING:
-    from .health import FailoverStats
+    from .health import FailoverStats, PoolStats
 
 __all__ = [
     "NULL_METRICS",
@@ -62,8 +62,8 @@ class Metrics(Protocol):
         """The circuit breaker of ``name`` is now closed (0), half-open (1) or open (2)."""
         return None
 
-    def bulkhead_rejected(self, name: str) -> None:
-        """A call of ``name`` found no bulkhead permit and went to recovery."""
+    def bulkhead_rejected(self, name: str, pool: str | None = None) -> None:
+        """A call of ``name`` found no permit in bulkhead ``pool`` and went to recovery."""
         return None
 
     def hook_failed(self, name: str) -> None:
@@ -89,6 +89,10 @@ class Metrics(Protocol):
     def track(self, stats: FailoverStats) -> None:
         """A registered failover's call statistics, to read when collecting (per-call counts
         are not pushed: reading them at collection keeps the call path cheap)."""
+        return None
+
+    def track_pool(self, pool: PoolStats) -> None:
+        """A bulkhead pool, whose permits in use and waiters are read when collecting."""
         return None
 
 
@@ -176,7 +180,7 @@ class _Tally:
         self.stale_age = _Histogram(STALE_AGE_BUCKETS)
         self.partial = 0
         self.circuit: int | None = None
-        self.bulkhead = 0
+        self.bulkhead: dict[str, int] = {}  # refusals per pool
         self.hooks = 0
 
 
@@ -202,6 +206,7 @@ class PrometheusMetrics:
         self._other = _Tally()
         self._names_lock = threading.Lock()
         self._tracked: weakref.WeakKeyDictionary[FailoverStats, str] = weakref.WeakKeyDictionary()
+        self._pools: weakref.WeakSet[PoolStats] = weakref.WeakSet()
         self._queue = 0
         self._dropped = 0
         self._async_failed = 0
@@ -277,9 +282,12 @@ class PrometheusMetrics:
         self._tally(name).circuit = state
 
     @_safe
-    def bulkhead_rejected(self, name: str) -> None:
-        """A call refused by the bulkhead."""
-        self._tally(name).bulkhead += 1
+    def bulkhead_rejected(self, name: str, pool: str | None = None) -> None:
+        """A call refused by the bulkhead (``pool``: its pool's name; a private pool is named
+        after its failover)."""
+        refused = self._tally(name).bulkhead
+        pool = name if pool is None else pool
+        refused[pool] = refused.get(pool, 0) + 1
 
     @_safe
     def hook_failed(self, name: str) -> None:
@@ -313,6 +321,11 @@ class PrometheusMetrics:
         """Export ``stats`` (calls, upstream time and errors, info) while it lives."""
         self._tracked[stats] = self._label(stats.name)
 
+    @_safe
+    def track_pool(self, pool: PoolStats) -> None:
+        """Export ``pool``'s permits, permits in use and waiters while it lives."""
+        self._pools.add(pool)
+
 
 class _Collector:
     """Turns the tallies of a `PrometheusMetrics` into metric families, at scrape time."""
@@ -335,6 +348,7 @@ def _families(m: PrometheusMetrics | None) -> Iterator[Any]:
     if m is not None:
         _tracked_samples(m, f)
         _tally_samples(m, f)
+        _pool_samples(m, f)
         f["queued"].add_metric((), m._queue)
         f["dropped"].add_metric((), m._dropped)
         f["failed"].add_metric((), m._async_failed)
@@ -397,7 +411,16 @@ def _declare() -> dict[str, Any]:
         "circuit": gauge(
             "failover_circuit_state", "Circuit breaker: 0 closed, 1 half-open, 2 open.", "name"
         ),
-        "bulkhead": counter("failover_bulkhead_rejected", "Calls refused by the bulkhead.", "name"),
+        "bulkhead": counter(
+            "failover_bulkhead_rejected", "Calls refused by the bulkhead.", "name", "pool"
+        ),
+        "permits": gauge("failover_bulkhead_permits", "A bulkhead pool's permits.", "pool"),
+        "in_use": gauge(
+            "failover_bulkhead_permits_in_use", "A bulkhead pool's permits taken now.", "pool"
+        ),
+        "waiting": gauge(
+            "failover_bulkhead_waiting", "Calls of this process waiting for permits.", "pool"
+        ),
         "hooks": counter("failover_hook_errors", "Raising on_recovered hooks.", "name", "hook"),
         "queued": gauge("failover_async_writes_queued", "Writes waiting in the queue."),
         "dropped": counter("failover_async_writes_dropped", "Writes discarded at a full queue."),
@@ -427,10 +450,29 @@ def _tally_samples(m: PrometheusMetrics, f: dict[str, Any]) -> None:
             f["partial"].add_metric((name,), t.partial)
         if t.circuit is not None:
             f["circuit"].add_metric((name,), t.circuit)
-        if t.bulkhead:
-            f["bulkhead"].add_metric((name,), t.bulkhead)
+        for pool, n in t.bulkhead.items():
+            f["bulkhead"].add_metric((name, pool), n)
         if t.hooks:
             f["hooks"].add_metric((name, "on_recovered"), t.hooks)
+
+
+def _pool_samples(m: PrometheusMetrics, f: dict[str, Any]) -> None:
+    """Each pool's permits, in use and waiting, added up per pool name (two engines may declare
+    one name on one registry). A pool that cannot be read (its Redis is down) is left out."""
+    sums: dict[str, list[int]] = {}
+    for pool in list(m._pools):
+        try:
+            counts = pool.permits, pool.source.in_use(), pool.source.waiting()
+        except Exception:
+            _failed()
+            continue
+        total = sums.setdefault(pool.name, [0, 0, 0])
+        for i, n in enumerate(counts):
+            total[i] += n
+    for name, (permits, in_use, waiting) in sums.items():
+        f["permits"].add_metric((name,), permits)
+        f["in_use"].add_metric((name,), in_use)
+        f["waiting"].add_metric((name,), waiting)
 
 
 class _Sum:

@@ -133,7 +133,10 @@ def test_rejections_are_counted(clock: FakeClock) -> None:
             assert f("b") is None
         up.release.set()
         held.result()
-    assert metric(registry, "failover_bulkhead_rejected_total", name="bh-metrics") == 3
+    rejected = metric(
+        registry, "failover_bulkhead_rejected_total", name="bh-metrics", pool="bh-metrics"
+    )
+    assert rejected == 3
     eng.close()
 
 

@@ -285,7 +285,7 @@ def test_breaker_bulkhead_and_hook_metrics(
     assert narrow(False) is None  # no permit: refused, nothing stored
     release.set()
     worker.join(5)
-    assert value(registry, "failover_bulkhead_rejected_total", name="narrow") == 1
+    assert value(registry, "failover_bulkhead_rejected_total", name="narrow", pool="narrow") == 1
     # The refused call counts as a call the caller got nothing for; the upstream, never called,
     # gets no error and no time for it.
     assert value(registry, "failover_calls_total", name="narrow", outcome="not_recovered") == 1
@@ -331,6 +331,9 @@ CONTRACT = {
     "failover_stale_age_seconds": "histogram",
     "failover_circuit_state": "gauge",
     "failover_bulkhead_rejected_total": "counter",
+    "failover_bulkhead_permits": "gauge",
+    "failover_bulkhead_permits_in_use": "gauge",
+    "failover_bulkhead_waiting": "gauge",
     "failover_hook_errors_total": "counter",
     "failover_async_writes_queued": "gauge",
     "failover_async_writes_dropped_total": "counter",

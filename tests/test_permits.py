@@ -5,18 +5,24 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import json
+import re
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 from typing import Any
 
 import pytest
+from prometheus_client import CollectorRegistry
+from werkzeug.test import Client
 
 import failover
 from failover import ConfigurationError, Failover, LocalPermits, PermitSource
+from failover.dashboard import make_wsgi_app
 from failover.execution import Bulkhead
 
-from .execution_support import WAIT, ABlocking, Blocking, auntil, until
+from .conftest import FakeClock
+from .execution_support import WAIT, ABlocking, Blocking, auntil, metric, until
 
 
 def held_elsewhere(bulkhead: Bulkhead) -> Any:
@@ -410,3 +416,68 @@ def test_sync_threads_and_async_tasks_on_one_pool_never_exceed_it(engine: Failov
     assert inside[1] <= permits
     bulkhead = engine.bulkhead(light.definition)
     assert (bulkhead.free, bulkhead.waiting) == (permits, 0)
+
+
+# -- metrics, health, dashboard --------------------------------------------------------------------
+
+
+def test_pools_in_the_metrics_the_health_report_and_the_dashboard(clock: FakeClock) -> None:
+    registry = CollectorRegistry()
+    engine = Failover(clock=clock, metrics=registry)
+    engine.bulkhead_pool("exports", permits=3)
+    up = Blocking()
+
+    @failover.failover("exp-bulk", engine=engine, bulkhead="exports", weight=2)
+    def bulk(x: str) -> object:
+        return up(x)
+
+    @failover.failover(
+        "exp-wait", engine=engine, bulkhead="exports", weight=2, acquire_timeout=None
+    )
+    def patient(x: str) -> object:
+        return up(x)
+
+    @failover.failover("exp-one", engine=engine, bulkhead="exports", policy="never_throw")
+    def one(x: str) -> object:
+        return up(x)
+
+    bulkhead = engine.bulkhead(one.definition)
+    with ThreadPoolExecutor(2) as pool:
+        held = pool.submit(bulk, "a")
+        up.wait_entered()
+        waiting = pool.submit(patient, "b")
+        until(lambda: bulkhead.waiting == 1, "the heavy waiter")
+        assert one("c") is None  # fair: a waiter is first, although a permit is free
+        assert one("d") is None
+
+        def sample(family: str, /, **labels: str) -> float | None:
+            return metric(registry, family, **labels)
+
+        assert sample("failover_bulkhead_permits", pool="exports") == 3
+        assert sample("failover_bulkhead_permits_in_use", pool="exports") == 2
+        assert sample("failover_bulkhead_waiting", pool="exports") == 1
+        rejected = "failover_bulkhead_rejected_total"
+        assert sample(rejected, name="exp-one", pool="exports") == 2
+
+        report = engine.health().pools["exports"]
+        assert (report.source, report.permits, report.in_use, report.waiting) == (
+            "local",
+            3,
+            2,
+            1,
+        )
+        assert report.rejected == {"exp-one": 2}
+        assert engine.health().to_dict()["pools"]["exports"]["in_use"] == 2
+
+        client = Client(make_wsgi_app(engine))
+        page = client.get("/").get_data(as_text=True)
+        row = re.search(r'<tr data-pool="exports">(.*?)</tr>', page)
+        assert row is not None
+        cells = re.findall(r"<td[^>]*>(.*?)</td>", row.group(1))
+        assert cells == ["exports", "local", "3", "2", "1", "exp-one: 2"]
+        api = json.loads(client.get("/api/failovers").get_data(as_text=True))
+        assert api["pools"][0]["name"] == "exports"
+        up.release.set()
+        assert (held.result(), waiting.result()) == ("a", "b")
+    assert sample("failover_bulkhead_permits_in_use", pool="exports") == 0
+    engine.close()

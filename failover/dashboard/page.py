@@ -210,6 +210,7 @@ def render(
         else:
             parts.append(_kpis(overview))
             parts.append(_failovers(overview, base, selected, limit))
+            parts.append(_pools(overview))
     if selected is not None:
         parts.append(_entries(selected, entries, now, base, limit, after, entries_error))
     parts.append(f"</main><script>{_SCRIPT}</script></body></html>")
@@ -278,6 +279,28 @@ def _failover_row(row: FailoverRow, base: str, selected: str | None, limit: int)
         f'<td class="num">{c.get("not_recovered", 0):,}</td>'
         f"<td>{_e(_age(h.stale_age))}</td><td>{_e(h.breaker or _NONE)}</td><td>{last}</td></tr>"
     )
+
+
+def _pools(o: Overview) -> str:
+    """The bulkhead pools: permits in use and waiting now, refusals per failover."""
+    if not o.pools:
+        return ""
+    head = (
+        '<tr><th>Pool</th><th>Source</th><th class="num">Permits</th><th class="num">In use</th>'
+        '<th class="num">Waiting</th><th>Refused</th></tr>'
+    )
+    html = [f'<h2>Bulkhead pools</h2><table id="pools"><thead>{head}</thead><tbody>']
+    for p in o.pools:
+        refused = ", ".join(f"{_e(name)}: {n:,}" for name, n in sorted(p.rejected.items()))
+        in_use = _NONE if p.in_use is None else f"{p.in_use:,}"
+        waiting = _NONE if p.waiting is None else f"{p.waiting:,}"
+        html.append(
+            f'<tr data-pool="{_e(p.name)}"><td>{_e(p.name)}</td><td>{_e(p.source)}</td>'
+            f'<td class="num">{p.permits:,}</td><td class="num">{in_use}</td>'
+            f'<td class="num">{waiting}</td><td>{refused or _NONE}</td></tr>'
+        )
+    html.append("</tbody></table>")
+    return "".join(html)
 
 
 def _names(o: Overview, base: str, selected: str | None, limit: int) -> str:

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from ..health import OUTCOMES, WINDOW, FailoverHealth, Status, settings_of
+from ..health import OUTCOMES, WINDOW, FailoverHealth, PoolHealth, Status, settings_of
 from .entries import NameSummary, Page, page, summary
 
 if TYPE_CHECKING:
@@ -43,6 +43,7 @@ class Overview:
     failovers: list[FailoverRow] = field(default_factory=list)
     names: list[NameSummary] = field(default_factory=list)
     window: int = WINDOW
+    pools: list[PoolHealth] = field(default_factory=list)
 
     def totals(self) -> dict[str, int]:
         """Calls per outcome over the window, every failover together."""
@@ -80,6 +81,7 @@ class Overview:
         else:
             data["kpis"] = self.kpis()
             data["failovers"] = [row.to_dict() for row in self.failovers]
+            data["pools"] = [{"name": p.name, **p.to_dict()} for p in self.pools]
         return data
 
 
@@ -117,7 +119,9 @@ class EngineView:
                 continue
             policy = d.policy if d.policy is not None else engine.policy
             rows.append(FailoverRow(health, settings_of(d, policy, engine.raw_store)))
-        return Overview(report.status, report.at or engine.clock(), repr(engine.raw_store), rows)
+        at = report.at or engine.clock()
+        pools = list(report.pools.values())
+        return Overview(report.status, at, repr(engine.raw_store), rows, pools=pools)
 
     def now(self) -> datetime:
         """The engine's time."""

@@ -211,9 +211,14 @@ class Bulkhead(Guard):
 
 
 class Pools:
-    """An engine's pools: the named ones it declared, and each failover's guard."""
+    """An engine's pools: the named ones it declared, and each failover's guard.
 
-    def __init__(self) -> None:
+    Args:
+        on_pool: called with each pool made (the metrics track it).
+    """
+
+    def __init__(self, on_pool: Callable[[Pool], None] | None = None) -> None:
+        self.on_pool = on_pool
         self._lock = threading.Lock()
         self.named: dict[str, Pool] = {}
         self._guards: dict[str, Bulkhead] = {}
@@ -243,7 +248,7 @@ class Pools:
         with self._lock:
             pool = self.named.get(name)
             if pool is None:
-                pool = self.named[name] = Pool(name, permits, fair, source)
+                pool = self.named[name] = self._made(Pool(name, permits, fair, source))
                 return pool
         mine = (permits, fair, source)
         theirs = (pool.permits, pool.fair, pool.declared)
@@ -293,7 +298,7 @@ class Pools:
                 shared = guard.pool  # the same private pool: permits in use carry over
             else:
                 assert max_concurrency is not None
-                shared = Pool(failover, max_concurrency, private=True)
+                shared = self._made(Pool(failover, max_concurrency, private=True))
             if (
                 guard is None
                 or guard.pool is not shared
@@ -304,6 +309,14 @@ class Pools:
                     failover, shared.permits, acquire_timeout, on_reject, weight=weight, pool=shared
                 )
             return guard
+
+    def _made(self, pool: Pool) -> Pool:
+        if self.on_pool is not None:
+            try:
+                self.on_pool(pool)
+            except Exception:  # metrics never break a declaration
+                log.warning("tracking permit pool %r failed", pool.name, exc_info=True)
+        return pool
 
     def all(self) -> list[Pool]:
         """Every pool in use or declared: the named ones, then the private ones, by name."""
