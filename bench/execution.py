@@ -5,7 +5,9 @@ Run with ``.venv/bin/python bench/execution.py``. Every case uses the in-memory 
 on, metrics off) and cycles over 1,000 keys; the cases are interleaved round by round and each
 keeps its best round (`bench/run.py`'s method), so the ratios compare like with like:
 
-- success path: basic execution, ``breaker=``, ``max_concurrency=`` (sync and ``async def``);
+- success path: basic execution, ``breaker=``, ``max_concurrency=`` (sync and ``async def``),
+  and a weighted call on a shared pool (``bulkhead="pool"``, ``weight=3``) against
+  ``max_concurrency=`` (one permit of a private pool);
 - recover path: the upstream raises and the entry is found (plain), against the breaker open
   (the upstream is not called: pybreaker's error is the cause, the entry is found);
 - soft timeout, for information: every call hands the upstream to a worker thread (sync) or a
@@ -29,6 +31,18 @@ BARS = [
     ("bulkhead / basic, success", "sync: bulkhead success", "sync: basic success", 1.3),
     ("breaker / basic, async success", "async: breaker success", "async: basic success", 1.5),
     ("bulkhead / basic, async success", "async: bulkhead success", "async: basic success", 1.3),
+    (
+        "weighted pool / bulkhead, success",
+        "sync: weighted pool success",
+        "sync: bulkhead success",
+        1.3,
+    ),
+    (
+        "weighted pool / bulkhead, async success",
+        "async: weighted pool success",
+        "async: bulkhead success",
+        1.3,
+    ),
     ("breaker open / plain, recover", "sync: recover, breaker open", "sync: recover", 2.0),
     (
         "breaker open / plain, async recover",
@@ -52,6 +66,7 @@ def tripped() -> pybreaker.CircuitBreaker:
 
 def cases() -> tuple[list[Case], list[Case], failover.Failover]:
     engine = failover.Failover("memory://", metrics=False, policy="never_throw")
+    engine.bulkhead_pool("bench", permits=24)
 
     def decorate(name: str, fn: Callable[..., Any], **options: Any) -> Any:
         return failover.failover(f"bench.{name}", domain="bench", engine=engine, **options)(fn)
@@ -64,6 +79,11 @@ def cases() -> tuple[list[Case], list[Case], failover.Failover]:
         ("sync: basic success", decorate("basic", country), HOT),
         ("sync: breaker success", decorate("breaker", country, breaker=True), HOT),
         ("sync: bulkhead success", decorate("bulkhead", country, max_concurrency=8), HOT),
+        (
+            "sync: weighted pool success",
+            decorate("weighted", country, bulkhead="bench", weight=3),
+            HOT,
+        ),
         (
             "sync: breaker + bulkhead success",
             decorate("both", country, breaker=True, max_concurrency=8),
@@ -78,6 +98,11 @@ def cases() -> tuple[list[Case], list[Case], failover.Failover]:
         ("async: basic success", decorate("abasic", acountry), HOT),
         ("async: breaker success", decorate("abreaker", acountry, breaker=True), HOT),
         ("async: bulkhead success", decorate("abulkhead", acountry, max_concurrency=8), HOT),
+        (
+            "async: weighted pool success",
+            decorate("aweighted", acountry, bulkhead="bench", weight=3),
+            HOT,
+        ),
         ("async: soft timeout success (task)", decorate("ato", acountry, timeout=5), HOT),
         ("async: recover", decorate("arecover", abroken), HOT),
         ("async: recover, breaker open", decorate("aopen", abroken, breaker=tripped()), HOT),

@@ -113,15 +113,22 @@ class Bulkhead(Guard):
         self.name = name
         self.pool = Pool(name, limit, private=True) if pool is None else pool
         self.source = self.pool.source
+        # A source's non-blocking take, if it has one: permits free now cost no wait, no I/O
+        # and, for a task, no coroutine.
+        self._take: Callable[[int], object | None] | None = getattr(self.source, "take", None)
+        self._release = self.source.release
         self.limit = self.pool.permits
         self.acquire_timeout = acquire_timeout
+        self.fail_fast = acquire_timeout == 0
         self.on_reject = on_reject
         self.weight = weight
 
     def __repr__(self) -> str:
         weight = "" if self.weight == 1 else f", weight={self.weight}"
         pool = "" if self.pool.private else f", pool={self.pool.name!r}"
-        return f"Bulkhead({self.name!r}, limit={self.limit}{pool}{weight}, free={self.free})"
+        # A shared source's count is a round trip: a repr does no I/O.
+        free = f", free={self.free}" if self.pool.kind == "local" else f", {self.pool.kind}"
+        return f"Bulkhead({self.name!r}, limit={self.limit}{pool}{weight}{free})"
 
     @property
     def free(self) -> int:
@@ -137,37 +144,43 @@ class Bulkhead(Guard):
 
     def _deadline(self) -> float | None:
         timeout = self.acquire_timeout
-        if timeout == 0:
-            return 0.0  # fail fast, without reading the clock
         return None if timeout is None else monotonic() + timeout
-
-    def _token(self, held: tuple[Pool, ...], lease: object | None) -> Any:
-        """What `enter` and `aenter` decide once the source answered."""
-        if lease is None:
-            raise self._refuse()
-        return _held.set((*held, self.pool)), lease
 
     def enter(self) -> Any:
         """Take the permits (waiting up to ``acquire_timeout``) or raise `BulkheadFull`."""
         held = _held.get()
-        if self.pool in held:
+        pool = self.pool
+        if pool in held:
             return None  # nested call: the outer one holds the permits
-        try:
-            lease = self.source.acquire(self.weight, self._deadline())
-        except Exception as exc:  # a source that cannot answer refuses: the call recovers
-            raise self._refuse(exc) from exc
-        return self._token(held, lease)
+        lease = None if self._take is None else self._take(self.weight)
+        if lease is None:
+            try:  # a fail-fast call reads no clock (deadline 0.0: already past)
+                lease = self.source.acquire(
+                    self.weight, 0.0 if self.fail_fast else self._deadline()
+                )
+            except Exception as exc:  # a source that cannot answer refuses: the call recovers
+                raise self._refuse(exc) from exc
+            if lease is None:
+                raise self._refuse()
+        return _held.set((*held, pool)), lease
 
     async def aenter(self) -> Any:
-        """`enter` for a task: waits on the event loop, not on a thread."""
+        """`enter` for a task: the same decision, waiting on the event loop, not on a thread."""
         held = _held.get()
-        if self.pool in held:
+        pool = self.pool
+        if pool in held:
             return None
-        try:
-            lease = await self.source.aacquire(self.weight, self._deadline())
-        except Exception as exc:
-            raise self._refuse(exc) from exc
-        return self._token(held, lease)
+        lease = None if self._take is None else self._take(self.weight)
+        if lease is None:
+            try:
+                lease = await self.source.aacquire(
+                    self.weight, 0.0 if self.fail_fast else self._deadline()
+                )
+            except Exception as exc:
+                raise self._refuse(exc) from exc
+            if lease is None:
+                raise self._refuse()
+        return _held.set((*held, pool)), lease
 
     def exit(self, token: Any, exc: BaseException | None) -> None:
         """Give the permits back (to the first waiters, if any)."""
@@ -180,7 +193,7 @@ class Bulkhead(Guard):
         except ValueError:
             pass
         try:
-            self.source.release(lease)
+            self._release(lease)
         except Exception:  # a lease the source cannot take back expires there
             log.warning("failover %r: releasing permits of pool %r failed", self.name,
                         self.pool.name, exc_info=True)  # fmt: skip

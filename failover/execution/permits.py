@@ -21,7 +21,7 @@ import contextlib
 import threading
 from collections import deque
 from time import monotonic
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 __all__ = ["LocalPermits", "PermitSource", "remaining"]
 
@@ -32,6 +32,9 @@ class PermitSource(Protocol):
 
     Implementations: `LocalPermits` (one process, the default) and
     `failover.execution.redis_permits.RedisPermits` (a cluster-wide pool in Redis).
+
+    A source may also have ``take(weight) -> lease | None``: the permits free now, never
+    waiting nor doing I/O; the bulkhead tries it first (`LocalPermits.take`).
     """
 
     def bind(self, pool: str, permits: int, fair: bool) -> PermitSource:
@@ -143,17 +146,19 @@ class LocalPermits:
 
     # -- acquire: one decision, two ways to wait ----------------------------------------------
 
-    def _take(self, weight: int) -> bool:
-        """Take ``weight`` free permits unless waiters come first (``fair``)."""
+    def take(self, weight: int) -> object | None:
+        """Take ``weight`` free permits now, never waiting: the lease, or ``None`` when too few
+        are free or (``fair``) waiters come first. The bulkhead tries this before
+        ``acquire``/``aacquire``: a task that gets its permits at once makes no coroutine."""
         if self._waiters and self.fair:
-            return False
+            return None
         free = self._free
         if weight == 1:
             try:
                 free.pop()
             except IndexError:
-                return False
-            return True
+                return None
+            return 1
         with self._lock:
             taken = 0
             try:
@@ -163,15 +168,14 @@ class LocalPermits:
             except IndexError:  # too few, or a lock-free call took one meanwhile: put back
                 free.extend([None] * taken)
                 self._hand_over()
-                return False
-            return True
+                return None
+            return weight
 
     def acquire(self, weight: int, deadline: float | None) -> object | None:
         """Take ``weight`` permits, waiting on this thread until ``deadline`` at most."""
-        if self._take(weight):
-            return weight
-        if deadline is not None and deadline <= 0.0:  # fail fast: no clock read
-            return None
+        lease = self.take(weight)
+        if lease is not None or (deadline is not None and deadline <= 0.0):
+            return lease  # taken, or refused at once without reading the clock
         waiter = self._enqueue(_Waiter(weight))
         if not waiter.granted:
             assert waiter.event is not None
@@ -185,10 +189,9 @@ class LocalPermits:
 
     async def aacquire(self, weight: int, deadline: float | None) -> object | None:
         """`acquire` for a task: waits on the event loop, not on a thread."""
-        if self._take(weight):
-            return weight
-        if deadline is not None and deadline <= 0.0:
-            return None
+        lease = self.take(weight)
+        if lease is not None or (deadline is not None and deadline <= 0.0):
+            return lease
         loop = asyncio.get_running_loop()
         waiter = self._enqueue(_Waiter(weight, loop, loop.create_future()))
         if not waiter.granted:
@@ -207,9 +210,8 @@ class LocalPermits:
 
     # -- release and hand-over ----------------------------------------------------------------
 
-    def release(self, lease: object) -> None:
+    def release(self, lease: Any) -> None:
         """Give ``lease`` (a weight) back, to the first waiters if any."""
-        assert isinstance(lease, int)
         if lease == 1:
             self._free.append(None)
         else:
