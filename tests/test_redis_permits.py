@@ -12,6 +12,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -100,6 +101,17 @@ def test_waiters_are_served_in_arrival_order_across_processes(
         source.close()
 
 
+def test_a_waiter_that_gives_up_leaves_the_queue_at_once(server: RedisServer, prefix: str) -> None:
+    holder, waiter = bound(server, prefix, 1), bound(server, prefix, 1)
+    held = holder.acquire(1, 0.0)
+    assert waiter.acquire(1, time.monotonic() + 0.02) is None  # waited its 20 ms in vain
+    assert holder.queued() == 0  # its place is gone now, not when it lapses
+    holder.release(held)
+    assert waiter.acquire(1, 0.0) is not None
+    holder.close()
+    waiter.close()
+
+
 def test_a_lease_is_renewed_while_its_call_runs(server: RedisServer, prefix: str) -> None:
     source = bound(server, prefix, 1, lease="300ms")
     lease = source.acquire(1, 0.0)
@@ -124,6 +136,8 @@ def test_settings_are_checked(server: RedisServer) -> None:
         RedisPermits(42)  # type: ignore[arg-type]
     with pytest.raises(ConfigurationError, match="not a Redis URL"):
         RedisPermits("http://localhost")
+    with pytest.raises(ConfigurationError, match="RedisPermits: socket_timeout"):
+        RedisPermits(server.url, socket_timeout=0)
 
 
 # -- through failovers -----------------------------------------------------------------------------
@@ -247,6 +261,26 @@ def test_a_hung_redis_never_holds_a_waiting_call(own_server: RedisServer) -> Non
         env: Any = done[0]
         assert (env.payload, env.up_to_date) == ("live", False)
         assert isinstance(env.cause, BulkheadFull)
+    finally:
+        own_server.process.send_signal(signal.SIGCONT)
+    engine.close()
+
+
+async def test_a_hung_redis_never_holds_a_waiting_task(own_server: RedisServer) -> None:
+    engine = failover.Failover(metrics=False)
+    source = RedisPermits(own_server.url, socket_timeout=0.2, unavailable="local")
+    engine.bulkhead_pool("ahung", permits=1, source=source)
+
+    @failover.failover("ahung-f", engine=engine, bulkhead="ahung", acquire_timeout=None)
+    async def f() -> str:
+        return "live"
+
+    assert await f() == "live"
+    assert own_server.process is not None
+    own_server.process.send_signal(signal.SIGSTOP)
+    try:
+        # No limit on the wait, a stopped Redis: in-process permits answer instead.
+        assert await asyncio.wait_for(f(), WAIT) == "live"
     finally:
         own_server.process.send_signal(signal.SIGCONT)
     engine.close()

@@ -120,7 +120,7 @@ return 0
 _COUNT = _PURGE + "return {used, redis.call('ZCARD', KEYS[3])}"
 
 _UNAVAILABLE = ("refuse", "local")
-_PLACE_MS = 1_000  # a waiter's place lapses this long after its last ask
+_PLACE_MS = 1_000  # a waiter's place lapses this long after its last ask (or 3 polls)
 _LOG_EVERY = 60.0  # seconds between two warnings of an unreachable Redis
 
 
@@ -162,6 +162,23 @@ class RedisPermits:
         poll: timedelta | float | str = "50ms",
     ) -> None:
         owner = "RedisPermits"
+        self.lease = parse_ttl(lease, owner, "lease").total_seconds()
+        self.poll = parse_ttl(poll, owner, "poll").total_seconds()
+        self._place_ms = max(_PLACE_MS, round(self.poll * 3000))
+        if not isinstance(socket_timeout, int | float) or not 0 < socket_timeout < 60:
+            raise ConfigurationError(
+                f"{owner}: socket_timeout must be a positive number of seconds under 60, "
+                f"got {socket_timeout!r}"
+            )
+        # A task gives an ask up this long past its deadline (the thread's own round trip is
+        # bounded by socket_timeout; this bounds the wait for a free worker too).
+        self._margin = max(1.0, 4 * socket_timeout)
+        if unavailable not in _UNAVAILABLE:
+            raise ConfigurationError(
+                f"{owner}: unavailable must be 'refuse' or 'local', got {unavailable!r}"
+            )
+        if not isinstance(prefix, str):
+            raise ConfigurationError(f"{owner}: prefix must be a string, got {prefix!r}")
         if isinstance(url_or_client, str):
             from ..stores.redis import make_client
 
@@ -174,14 +191,6 @@ class RedisPermits:
                 f"{owner}: url_or_client must be a Redis URL or a redis.Redis, "
                 f"got {url_or_client!r}"
             )
-        self.lease = parse_ttl(lease, owner, "lease").total_seconds()
-        self.poll = parse_ttl(poll, owner, "poll").total_seconds()
-        if unavailable not in _UNAVAILABLE:
-            raise ConfigurationError(
-                f"{owner}: unavailable must be 'refuse' or 'local', got {unavailable!r}"
-            )
-        if not isinstance(prefix, str):
-            raise ConfigurationError(f"{owner}: prefix must be a string, got {prefix!r}")
         self.prefix = prefix
         self.unavailable = unavailable
         self.pool: str | None = None
@@ -223,7 +232,7 @@ class RedisPermits:
 
     def _ask(self, lease: str, weight: int, queue: bool) -> bool:
         lease_ms, fair = round(self.lease * 1000), int(self.fair)
-        args = (lease, weight, self.permits, lease_ms, fair, int(queue), _PLACE_MS)
+        args = (lease, weight, self.permits, lease_ms, fair, int(queue), self._place_ms)
         granted = self._acquire(keys=self._keys, args=args)
         if granted:
             with self._lock:
@@ -245,16 +254,18 @@ class RedisPermits:
     def acquire(self, weight: int, deadline: float | None) -> object | None:
         """Take ``weight`` permits, asking Redis again (2 ms, doubling up to ``poll``) until
         ``deadline``; a thread waits."""
-        lease, pause = uuid.uuid4().hex, 0.002
+        lease, pause, queued = uuid.uuid4().hex, 0.002, False
         self._enter_wait()
         try:
             while True:
                 queue = deadline is None or deadline > monotonic()
                 if self._ask(lease, weight, queue):
                     return lease, weight
+                queued = queued or queue
                 left = remaining(deadline)
                 if not queue or left == 0:
-                    self._gave_up(lease, queue)
+                    if queued:  # a place held in the queue would hold up the waiters behind
+                        self._leave(lease)
                     return None
                 time.sleep(pause if left is None else min(pause, left))
                 pause = min(pause * 2, self.poll)
@@ -266,30 +277,41 @@ class RedisPermits:
 
     async def aacquire(self, weight: int, deadline: float | None) -> object | None:
         """`acquire` for a task: each ask runs on a worker thread (a Redis round trip never
-        blocks the event loop); cancelled, the task takes nothing."""
-        lease, pause = uuid.uuid4().hex, 0.002
+        blocks the event loop), and is given up on past the deadline plus a margin (a hung
+        Redis, busy workers); cancelled, the task takes nothing."""
+        lease, pause, queued = uuid.uuid4().hex, 0.002, False
         loop = asyncio.get_running_loop()
+
+        def leave_later(_: object = None) -> None:  # whatever the ask got goes back
+            loop.run_in_executor(None, self._leave, lease)
+
         self._enter_wait()
         try:
             while True:
                 queue = deadline is None or deadline > monotonic()
                 ask = loop.run_in_executor(None, self._ask, lease, weight, queue)
+                limit = (remaining(deadline) or 0.0) + self._margin
                 try:
-                    granted = await asyncio.shield(ask)
+                    async with asyncio.timeout(limit):
+                        granted = await asyncio.shield(ask)
+                except TimeoutError as exc:
+                    ask.add_done_callback(leave_later)
+                    raise redis.TimeoutError(f"no answer from Redis in {limit:g}s") from exc
                 except asyncio.CancelledError:
-                    # The ask goes on: whatever it gets (a lease, a place) is given back.
-                    ask.add_done_callback(lambda _: loop.run_in_executor(None, self._leave, lease))
+                    ask.add_done_callback(leave_later)
                     raise
                 if granted:
                     return lease, weight
+                queued = queued or queue
                 left = remaining(deadline)
                 if not queue or left == 0:
-                    await loop.run_in_executor(None, self._gave_up, lease, queue)
+                    if queued:
+                        await loop.run_in_executor(None, self._leave, lease)
                     return None
                 try:
                     await asyncio.sleep(pause if left is None else min(pause, left))
                 except asyncio.CancelledError:
-                    loop.run_in_executor(None, self._leave, lease)
+                    leave_later()
                     raise
                 pause = min(pause * 2, self.poll)
         except redis.RedisError as exc:
@@ -297,10 +319,6 @@ class RedisPermits:
             return None if local is None else (None, local)
         finally:
             self._exit_wait()
-
-    def _gave_up(self, lease: str, queued: bool) -> None:
-        if queued:
-            self._leave(lease)
 
     def _fall_back(self, exc: redis.RedisError) -> LocalPermits:
         """Redis could not answer: the in-process permits, or (``"refuse"``) ``exc`` again.
