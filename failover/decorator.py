@@ -371,7 +371,8 @@ def failover(name: Any = None, /, **options: Unpack[Options]) -> Any:
         **options: the settings of `failover.settings.Options`: ``ttl``, ``domain``, ``key``,
             ``expiry``, ``exceptions``, ``exclude``, ``store_if``, ``policy``,
             ``on_recovered``, ``splitter``, ``recover_all``, ``breaker``, ``max_concurrency``,
-            ``acquire_timeout``, ``timeout``, ``store_interval``, ``engine``.
+            ``bulkhead``, ``weight``, ``acquire_timeout``, ``timeout``, ``store_interval``,
+            ``engine``.
 
     Raises:
         ConfigurationError: an unknown setting, or one that cannot work, naming the failover

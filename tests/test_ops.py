@@ -108,6 +108,7 @@ def _metric_names(expr: str) -> set[str]:
             "policy",
             "execution",
             "store",
+            "pool",
         )
     }
 
