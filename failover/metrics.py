@@ -463,8 +463,8 @@ def _pool_samples(m: PrometheusMetrics, f: dict[str, Any]) -> None:
     for pool in list(m._pools):
         try:
             counts = pool.permits, pool.source.in_use(), pool.source.waiting()
-        except Exception:
-            _failed()
+        except Exception:  # a shared source unreachable now: its trouble is logged where used
+            log.debug("failover: counting the permits of pool %r failed", pool.name, exc_info=True)
             continue
         total = sums.setdefault(pool.name, [0, 0, 0])
         for i, n in enumerate(counts):

@@ -19,13 +19,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from prometheus_client import CollectorRegistry
 
 import failover
 from failover import BulkheadFull, ConfigurationError
 from failover.execution.redis_permits import RedisPermits
 
 from . import redis_server
-from .execution_support import WAIT, ABlocking, Blocking, auntil, until
+from .execution_support import WAIT, ABlocking, Blocking, auntil, metric, until
 from .redis_server import RedisServer
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -218,7 +219,8 @@ def own_server() -> Iterator[RedisServer]:
 def test_redis_down_refuses_or_falls_back_as_configured(
     own_server: RedisServer, unavailable: str
 ) -> None:
-    engine = failover.Failover(metrics=False)
+    registry = CollectorRegistry()
+    engine = failover.Failover(metrics=registry)
     source = RedisPermits(own_server.url, unavailable=unavailable, socket_timeout=0.2)
     engine.bulkhead_pool("down", permits=1, source=source)
     answers = iter(["live", "fresh"])
@@ -237,6 +239,11 @@ def test_redis_down_refuses_or_falls_back_as_configured(
     else:  # in-process permits meanwhile: the upstream is called
         assert (env.payload, env.up_to_date) == ("fresh", True)
     assert engine.bulkhead(f.definition).pool.source.waiting() == 0
+    # Health and metrics still answer: the pool's counts are unknown, never an exception.
+    assert engine.health().pools["down"].in_use is None
+    assert metric(registry, "failover_bulkhead_permits_in_use", pool="down") is None
+    refused = metric(registry, "failover_bulkhead_rejected_total", name="down-f", pool="down")
+    assert refused == (1 if unavailable == "refuse" else None)
     engine.close()
 
 

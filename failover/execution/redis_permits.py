@@ -367,11 +367,14 @@ class RedisPermits:
     # -- renewal ------------------------------------------------------------------------------
 
     def _renewing(self) -> None:
-        """Start the renewal thread at the first lease."""
-        if self._renewer is not None:
+        """Start the renewal thread at the first lease, and again in a forked child (a fork
+        keeps the thread object, not the thread)."""
+        renewer = self._renewer
+        if renewer is not None and renewer.is_alive():
             return
         with self._lock:
-            if self._renewer is None and not self._closed.is_set():
+            renewer = self._renewer
+            if (renewer is None or not renewer.is_alive()) and not self._closed.is_set():
                 self._renewer = threading.Thread(
                     target=self._renew_loop, name=f"failover-permits-{self.pool}", daemon=True
                 )
