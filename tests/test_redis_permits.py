@@ -18,12 +18,14 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+import pybreaker
 import pytest
 from prometheus_client import CollectorRegistry
 
 import failover
 from failover import BulkheadFull, ConfigurationError
 from failover.execution.redis_permits import RedisPermits
+from failover.stores.redis import RedisStore
 
 from . import redis_server
 from .execution_support import WAIT, ABlocking, Blocking, auntil, metric, until
@@ -201,6 +203,35 @@ async def test_a_task_cancelled_while_waiting_in_redis_takes_nothing(
     assert await f("c") == "c"  # the next caller is served
     assert await asyncio.to_thread(source.in_use) == 0
     engine.close()
+
+
+def test_one_redis_client_serves_the_store_the_shared_breaker_and_the_pool(
+    server: RedisServer, prefix: str
+) -> None:
+    client = server.client()  # bytes replies, as pybreaker's storage needs
+    engine = failover.Failover(
+        RedisStore(client, prefix=prefix),
+        metrics=False,
+        breaker_defaults={
+            "state_storage": lambda name: pybreaker.CircuitRedisStorage(
+                pybreaker.STATE_CLOSED, client, namespace=f"{prefix}{name}"
+            )
+        },
+    )
+    pool = engine.bulkhead_pool("one-client", permits=2, source=RedisPermits(client, prefix=prefix))
+
+    @failover.failover("one-client.f", engine=engine, bulkhead="one-client", breaker=True)
+    def f(x: str) -> dict[str, str]:
+        assert pool.free == 1  # this call's permit, counted in Redis
+        return {"x": x}
+
+    assert f("a") == {"x": "a"}
+    assert engine.flush(WAIT)
+    assert f.peek("a") is not None  # stored in the same Redis
+    assert pool.free == 2
+    engine.close()
+    client.ping()  # a client the engine was given stays open
+    client.close()
 
 
 # -- Redis down: the configured choice, never a hang ---------------------------------------------
