@@ -8,9 +8,7 @@ not matter. Nothing here uses ``hash()``, which ``PYTHONHASHSEED`` changes betwe
 
 from __future__ import annotations
 
-import dataclasses
 import datetime as dt
-import enum
 import hashlib
 import re
 import uuid
@@ -18,6 +16,8 @@ import warnings
 from collections.abc import Callable, Mapping, Sequence, Set
 from decimal import Decimal
 from typing import Any
+
+from . import kinds
 
 __all__ = ["canonical", "digest", "make_key"]
 
@@ -48,23 +48,25 @@ def _mapping(v: Mapping[Any, Any]) -> str:
 
 def _other(v: Any) -> str:
     tp = type(v)
-    if isinstance(v, enum.Enum):
+    kind = kinds.kind_of(tp)
+    if kind == kinds.ENUM:
         return f"e{_type_name(tp)}:{canonical(v.value)}"
-    if isinstance(v, tuple) and hasattr(tp, "_fields"):  # NamedTuple
+    if kind == kinds.NAMEDTUPLE:
         return f"n{_type_name(tp)}:{_seq('t', v)}"
-    if dataclasses.is_dataclass(v) and not isinstance(v, type):
-        values = {f.name: getattr(v, f.name) for f in dataclasses.fields(v)}
+    if kind == kinds.DATACLASS:
+        values = {name: getattr(v, name) for name in kinds.field_names(tp, kind)}
         return f"D{_type_name(tp)}:{_mapping(values)}"
-    model_fields = getattr(tp, "__pydantic_fields__", None)
-    if isinstance(model_fields, dict) and hasattr(v, "__pydantic_extra__"):  # pydantic v2
+    if kind == kinds.PYDANTIC:
         # The field values themselves, as for dataclasses: model_dump() would turn a nested
         # model into a dict, and give Outer(a=Inner(x=1)) the key of Outer(a={"x": 1}).
         state = v.__dict__
-        values = {name: state[name] for name in model_fields if name in state}
+        values = {name: state[name] for name in kinds.field_names(tp, kind) if name in state}
         extra = v.__pydantic_extra__
         if extra:
             values.update(extra)
         return f"P{_type_name(tp)}:{_mapping(values)}"
+    # An attrs value is keyed by its repr (its fields, as attrs writes it), as it always was:
+    # keying it by fields would move every stored entry of such a key.
     if isinstance(v, dt.datetime | dt.date | dt.time):
         return f"t{tp.__name__}:{v.isoformat()};"
     if isinstance(v, Decimal | uuid.UUID):

@@ -8,6 +8,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Generic, Protocol, TypeVar, cast, runtime_checkable
 
+from . import kinds
+
 __all__ = ["Referential", "ReferentialAware", "ReferentialPayload", "enrich"]
 
 T = TypeVar("T")
@@ -115,24 +117,25 @@ _kinds: dict[type, int] = {}
 
 def _declares(tp: type) -> bool:
     """Whether every instance of ``tp`` has both fields: class attributes (the mixin, defaults,
-    slots, properties), dataclass fields or pydantic fields."""
+    slots, properties) or the fields of a dataclass, pydantic model or attrs class."""
     if all(hasattr(tp, f) for f in _FIELDS):
         return True
-    names: Any = getattr(tp, "model_fields", None)
-    if dataclasses.is_dataclass(tp):
-        names = {f.name for f in dataclasses.fields(tp)}
-    return isinstance(names, dict | set) and all(f in names for f in _FIELDS)
+    names = kinds.field_names(tp, kinds.kind_of(tp))
+    return all(f in names for f in _FIELDS)
 
 
 def _copy_kind(tp: type) -> int:
     """How an aware value of type ``tp`` takes the fields: set in place, or on a copy."""
-    if dataclasses.is_dataclass(tp) and tp.__dataclass_params__.frozen:  # type: ignore[attr-defined]
+    kind = kinds.kind_of(tp)
+    if kind is None or not kinds.frozen(tp, kind):
+        return _SETATTR
+    if kind == kinds.DATACLASS:
         init = {f.name for f in dataclasses.fields(tp) if f.init}
         # Fields of a non-dataclass base (the `Referential` mixin) are not `replace` arguments.
         return _DATACLASS if all(f in init for f in _FIELDS) else _FROZEN
-    if hasattr(tp, "model_copy") and getattr(tp, "model_config", {}).get("frozen"):
+    if kind == kinds.PYDANTIC:
         return _PYDANTIC
-    if issubclass(tp, tuple) and all(f in getattr(tp, "_fields", ()) for f in _FIELDS):
+    if all(f in kinds.field_names(tp, kind) for f in _FIELDS):
         return _NAMEDTUPLE  # its fields cannot be set: `_replace` makes the copy
     return _SETATTR
 

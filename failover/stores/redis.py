@@ -37,11 +37,11 @@ try:
 except ImportError as exc:  # pragma: no cover - exercised where redis-py is not installed
     raise ImportError(f"RedisStore needs redis-py: pip install 'failover[redis]' ({exc})") from exc
 
-from ..codec import Codec
-from ..crypto import Cipher
 from ..errors import ConfigurationError, StoreError
+from ..serialization.base import Codec
+from ..serialization.crypto import Cipher
+from ..serialization.rows import Serializer, datetime_of
 from .base import Capabilities, FailoverStore, Payload
-from .serializer import Serializer, datetime_of
 from .tenant import TenantStores, safe_tenant_id
 
 __all__ = ["RedisStore", "StoredEntry"]

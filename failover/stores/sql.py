@@ -27,11 +27,11 @@ import sqlalchemy as sa
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine import Engine
 
-from ..codec import Codec
-from ..crypto import Cipher
 from ..errors import ConfigurationError, StoreError
+from ..serialization.base import Codec
+from ..serialization.crypto import Cipher
+from ..serialization.rows import Serializer, micros
 from .base import Capabilities, FailoverStore, Payload
-from .serializer import Serializer, micros
 from .sql_psycopg import PsycopgStatements, ping_when_idle, supported
 from .tenant import SHOWN, TenantStores, safe_tenant_id
 
