@@ -17,7 +17,8 @@ hash slot (``{P}``) so that a Redis Cluster can run the scripts:
 Redis unreachable (down, partitioned, too slow for ``socket_timeout``): the caller's choice,
 ``unavailable="refuse"`` (the call is refused, `failover.BulkheadFull`, and served from the
 store) or ``"local"`` (this process falls back to in-process permits of the same size), never a
-wait past the call's deadline plus one ``socket_timeout``.
+wait past the call's deadline plus one ``socket_timeout`` (for a task, whose asks run on worker
+threads, plus the larger of 1 s and four ``socket_timeout``).
 """
 
 from __future__ import annotations
