@@ -37,7 +37,7 @@ sys.path.insert(0, str(ROOT))  # tests/postgres.py starts the --postgres server
 
 from failover.payload import ReferentialPayload, envelope  # noqa: E402
 from failover.stores.sql import SqlStore  # noqa: E402
-from failover.stores.sql_psycopg import supported  # noqa: E402
+from failover.stores.sql.psycopg import supported  # noqa: E402
 
 BATCH = 1_000
 

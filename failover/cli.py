@@ -250,9 +250,9 @@ def _display(url: str) -> str:
     """The URL without its password, fit for printing."""
     if "@" not in url:
         return url
-    from .stores.sql import _masked
+    from .stores.sql.engine import masked
 
-    return _masked(_sqlalchemy_url(url) or url)
+    return masked(_sqlalchemy_url(url) or url)
 
 
 def _sqlalchemy_url(url: str) -> sa.URL | None:
@@ -270,10 +270,10 @@ def _in_process(url: str) -> bool:
     """Whether the store at ``url`` lives inside this process: nothing of it outlives a command."""
     if url.partition("://")[0].lower() in ("memory", "cachetools"):
         return True
-    from .stores.sql import _is_memory
+    from .stores.sql.engine import is_memory
 
     parsed = _sqlalchemy_url(url) if url.lower().startswith("sqlite") else None
-    return parsed is not None and _is_memory(parsed)
+    return parsed is not None and is_memory(parsed)
 
 
 def render_table(headers: Sequence[str], rows: Iterable[Sequence[str]]) -> str:
@@ -381,10 +381,10 @@ def _open(url: str, command: str, *, create: bool, table_prefix: str = "") -> Sq
         return _open_redis(url, table_prefix)
     from sqlalchemy.exc import SQLAlchemyError
 
-    from .stores.factory import _check_sql_scheme
+    from .stores.factory import check_sql_scheme
     from .stores.sql import SqlStore, make_engine
 
-    _check_sql_scheme(url, url.partition("://")[0].lower())  # names the nearest known scheme
+    check_sql_scheme(url, url.partition("://")[0].lower())  # names the nearest known scheme
     probe = make_engine(url)
     try:
         database = probe.url.database

@@ -1,4 +1,4 @@
-"""The PostgreSQL fast path of `SqlStore` (``failover.stores.sql_psycopg``) on the suite's real
+"""The PostgreSQL fast path of `SqlStore` (``failover.stores.sql.psycopg``) on the suite's real
 server: connections that break, idle ones, spare connections and the pool they come from, and
 processes forked with spares in hand."""
 
@@ -15,7 +15,7 @@ import pytest
 import sqlalchemy as sa
 
 from failover.stores.sql import SqlStore, make_engine
-from failover.stores.sql_psycopg import PsycopgStatements, spares, supported
+from failover.stores.sql.psycopg import PsycopgStatements, spares, supported
 
 from . import postgres
 from .conftest import FakeClock
@@ -69,7 +69,7 @@ def sessions(app: str) -> int:
 def test_the_fast_path_is_taken_on_psycopg_only(engine: sa.Engine, clock: FakeClock) -> None:
     store = SqlStore(engine, table_prefix=postgres.unique_prefix())
     assert supported(engine)
-    assert isinstance(store._fast, PsycopgStatements)
+    assert isinstance(store._statements, PsycopgStatements)
     sqlite = make_engine("sqlite://")
     assert not supported(sqlite)
     sqlite.dispose()
@@ -116,7 +116,7 @@ def test_a_connection_ended_by_the_server_is_replaced_and_the_statement_rerun(
 def test_idle_connections_are_pinged_before_use(
     engine: sa.Engine, app: str, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from failover.stores import sql_psycopg
+    from failover.stores.sql import psycopg as sql_psycopg
 
     store = SqlStore(engine, table_prefix=postgres.unique_prefix())
     store.store(entry(clock, "k", {"v": 1}))

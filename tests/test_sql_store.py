@@ -343,7 +343,7 @@ def test_names(make: Callable[..., SqlStore], clock: FakeClock) -> None:
 
 def test_the_portable_upsert_of_other_databases(tmp_path: Path, clock: FakeClock) -> None:
     store = SqlStore(f"sqlite:///{tmp_path / 'portable.db'}")
-    store._upsert = None  # what a database without INSERT ... ON CONFLICT gets
+    store._core._upsert = None  # what a database without INSERT ... ON CONFLICT gets
     with statements(store.engine) as seen:
         store.store(entry(clock, "a", {"v": 1}))
         store.store(entry(clock, "a", {"v": 2}))

@@ -2,7 +2,8 @@
 
 The routing is by URL scheme and stays generic: each kind of store makes its own per-tenant
 factory (`per_tenant_stores` here for the in-process stores, `failover.stores.sql` for SQL,
-`RedisStore.per_tenant` for Redis). Store modules are imported when their scheme is first used.
+`RedisStore.per_tenant` for Redis), on the shared checks of `failover.stores.tenants`. Store
+modules are imported when their scheme is first used.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from ..errors import ConfigurationError
 from .base import FailoverStore
 from .tenant import TenantStores
 
-__all__ = ["make_store", "per_tenant", "per_tenant_stores"]
+__all__ = ["check_sql_scheme", "make_store", "per_tenant", "per_tenant_stores"]
 
 _IN_PROCESS = ("memory", "cachetools")
 _REDIS = ("redis", "rediss", "unix")
@@ -52,7 +53,7 @@ def _nearest(scheme: str) -> str | None:
     return _ALIASES.get(close[0], close[0]) if close else None
 
 
-def _check_sql_scheme(url: str, scheme: str) -> None:
+def check_sql_scheme(url: str, scheme: str) -> None:
     """Refuse a scheme SQLAlchemy has no dialect for, naming the supported ones and the nearest.
 
     Raises:
@@ -68,12 +69,12 @@ def _check_sql_scheme(url: str, scheme: str) -> None:
         pass
     except (ArgumentError, ValueError):
         return  # not a URL SQLAlchemy can parse: SqlStore says so, naming it
-    from .sql import _masked
+    from .sql.engine import masked
 
     nearest = _nearest(scheme)
     hint = f" (did you mean {nearest}://?)" if nearest else ""
     raise ConfigurationError(
-        f"store URL {_masked(url)!r}: unknown scheme {scheme!r}{hint}; supported: {_SUPPORTED}"
+        f"store URL {masked(url)!r}: unknown scheme {scheme!r}{hint}; supported: {_SUPPORTED}"
     )
 
 
@@ -149,7 +150,7 @@ def make_store(url: str, *, clock: Callable[[], datetime] | None = None) -> Fail
         return TieredStore(
             CachetoolsStore(clock=clock), make_store(url[len(_TIERED) :], clock=clock)
         )
-    _check_sql_scheme(url, scheme)
+    check_sql_scheme(url, scheme)
     from .sql import SqlStore
 
     return SqlStore(url)  # SqlStore turns a bad URL into a ConfigurationError naming it

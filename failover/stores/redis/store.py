@@ -22,160 +22,29 @@ updates. Needs Redis 7.0 or later (``PEXPIREAT ... NX|GT``).
 from __future__ import annotations
 
 import logging
-import re
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime
-from types import TracebackType
-from typing import Any, NamedTuple
-from urllib.parse import parse_qsl, quote, urlencode, urlsplit, urlunsplit
+from typing import Any
+from urllib.parse import quote
 
-try:
-    import redis
-    from redis.backoff import NoBackoff
-    from redis.retry import Retry
-except ImportError as exc:  # pragma: no cover - exercised where redis-py is not installed
-    raise ImportError(f"RedisStore needs redis-py: pip install 'failover[redis]' ({exc})") from exc
+import redis
 
-from ..errors import ConfigurationError, StoreError
-from ..serialization.base import Codec
-from ..serialization.crypto import Cipher
-from ..serialization.rows import Serializer, datetime_of
-from .base import Capabilities, FailoverStore, Payload
-from .tenant import TenantStores, safe_tenant_id
+from ...errors import ConfigurationError
+from ...serialization.base import Codec
+from ...serialization.crypto import Cipher
+from ...serialization.rows import Serializer
+from ..base import Capabilities, FailoverStore, Payload
+from ..tenant import TenantStores
+from ..tenants import distinct_prefixes, prefix_of
+from .client import DEFAULT_PREFIX, Errors, checked_prefix, make_client, masked, split_url
+from .entries import StoredEntry, describe
 
-__all__ = ["RedisStore", "StoredEntry"]
+__all__ = ["RedisStore"]
 
 log = logging.getLogger(__name__)
 
-DEFAULT_PREFIX = "failover:"
-_PREFIX = re.compile(r"[!-~]{0,100}")  # printable ASCII, no spaces: readable in redis-cli
-_SCHEMES = ("redis", "rediss", "unix")
 _MGET_CHUNK = 1_000  # keys per MGET when find_all reads a whole index
-_INF = float("inf")
-
-
-class StoredEntry(NamedTuple):
-    """One entry as Redis holds it, not decoded (what ``failover inspect`` lists).
-
-    Attributes:
-        name: the failover name.
-        key: the entry's key.
-        as_of: when it was stored, or ``None`` when unreadable.
-        expire_on: when it expires, or ``None`` when unreadable.
-        size: the stored value's size in bytes.
-        payload_type: the stored value's type name (``"?"`` when unreadable).
-        payload: the payload text as stored (``json:...``, ``pickle:...``, ``ENC(...)``).
-    """
-
-    name: str
-    key: str
-    as_of: datetime | None
-    expire_on: datetime | None
-    size: int
-    payload_type: str
-    payload: str
-
-
-def _masked(url: str) -> str:
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
-    return urlunsplit(parts._replace(netloc=netloc))
-
-
-def _checked_prefix(prefix: object, owner: str) -> str:
-    if not isinstance(prefix, str) or _PREFIX.fullmatch(prefix) is None:
-        raise ConfigurationError(
-            f"{owner}: prefix must be printable ASCII without spaces (at most 100 characters), "
-            f"got {prefix!r}"
-        )
-    return prefix
-
-
-def split_url(url: str) -> tuple[str, str | None]:
-    """A ``redis://``/``rediss://``/``unix://`` URL without its ``prefix`` option, and that
-    option (``None`` when absent); the other options are redis-py's own."""
-    parts = urlsplit(url)
-    options = parse_qsl(parts.query, keep_blank_values=True)
-    prefixes = [v for k, v in options if k == "prefix"]
-    if not prefixes:
-        return url, None
-    rest = urlencode([(k, v) for k, v in options if k != "prefix"])
-    # Not urlunsplit: it would turn unix:///path into unix:/path.
-    return url.partition("?")[0] + (f"?{rest}" if rest else ""), prefixes[-1]
-
-
-def make_client(url: str, socket_timeout: float = 1.0) -> redis.Redis:
-    """A redis-py client for a store URL: connections are made on first use, every socket
-    operation gives up after ``socket_timeout`` seconds, and a command is retried once, at once,
-    on a dropped connection (a restarted server), never on a timeout.
-
-    Args:
-        url: ``redis://[[user]:password@]host[:port][/db]``, ``rediss://...`` (TLS) or
-            ``unix:///path/to/redis.sock[?db=N]``, with redis-py's query options
-            (``socket_timeout``, ``socket_connect_timeout``, ``max_connections``...), which win
-            over ``socket_timeout``.
-        socket_timeout: the default for both the connect and the read/write timeouts.
-
-    Raises:
-        ConfigurationError: not such a URL, or an option redis-py refuses (the password masked).
-    """
-    scheme = url.partition("://")[0].lower() if isinstance(url, str) else ""
-    shown = _masked(url) if isinstance(url, str) else repr(url)
-    if scheme not in _SCHEMES:
-        raise ConfigurationError(
-            f"store URL {shown!r} is not a Redis URL (redis://, rediss:// or unix://)"
-        )
-    database = urlsplit(url).path.strip("/") if scheme != "unix" else ""
-    if database and not database.isdigit():  # redis-py would quietly use database 0
-        raise ConfigurationError(
-            f"store URL {shown!r}: the database must be a number (redis://host:6379/0)"
-        )
-    if not isinstance(socket_timeout, int | float) or not 0 < socket_timeout < _INF:
-        raise ConfigurationError(
-            f"RedisStore: socket_timeout must be a positive number of seconds, "
-            f"got {socket_timeout!r}"
-        )
-    try:
-        client = redis.Redis.from_url(
-            url,
-            socket_timeout=socket_timeout,
-            socket_connect_timeout=socket_timeout,
-            retry=Retry(NoBackoff(), 1, (redis.ConnectionError,)),
-        )
-        # redis-py keeps the URL's options for the first connection: an unknown one would fail
-        # there, at the first call. A connection object made here (not connected) checks them.
-        pool = client.connection_pool
-        pool.connection_class(**pool.connection_kwargs)
-    except ValueError as exc:
-        raise ConfigurationError(f"store URL {shown!r}: {exc}") from None
-    except TypeError as exc:
-        raise ConfigurationError(
-            f"store URL {shown!r}: an option redis-py refuses ({exc})"
-        ) from None
-    return client
-
-
-class _Errors:
-    """Turns redis-py's errors (an unreachable server, a timeout, a refused command) into
-    `StoreError` naming the store and the operation."""
-
-    __slots__ = ("operation", "where")
-
-    def __init__(self, where: str, operation: str) -> None:
-        self.where = where
-        self.operation = operation
-
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(
-        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        if exc is not None and isinstance(exc, redis.RedisError):
-            raise StoreError(f"{self.where}: {self.operation} failed: {exc}") from exc
 
 
 class RedisStore(Capabilities):
@@ -231,12 +100,12 @@ class RedisStore(Capabilities):
                         "disagree; give one"
                     )
                 prefix = url_prefix
-            prefix = _checked_prefix(prefix, "RedisStore")
+            prefix = checked_prefix(prefix, "RedisStore")
             self.client: redis.Redis = make_client(url, socket_timeout)
             self._owns_client = True
-            shown = _masked(url)
+            shown = masked(url)
         elif isinstance(url_or_client, redis.Redis):
-            prefix = _checked_prefix(prefix, "RedisStore")
+            prefix = checked_prefix(prefix, "RedisStore")
             self.client = url_or_client
             self._owns_client = False
             shown = repr(url_or_client)
@@ -280,8 +149,8 @@ class RedisStore(Capabilities):
     def _index_key(self, name: str) -> str:
         return f"{self.prefix}i:{quote(name, safe='')}"
 
-    def _errors(self, operation: str) -> _Errors:
-        return _Errors(self._where, operation)
+    def _errors(self, operation: str) -> Errors:
+        return Errors(self._where, operation)
 
     def _command(self, operation: str, *command: Any) -> Any:
         """One command's reply."""
@@ -505,7 +374,7 @@ class RedisStore(Capabilities):
             keys = self._index(each)
             for key, raw in zip(keys, self._read_all(each, keys) if keys else [], strict=True):
                 if raw is not None:
-                    listed.append(_describe(each, key, raw))
+                    listed.append(describe(each, key, raw))
         return listed
 
     def entries_page(
@@ -521,7 +390,7 @@ class RedisStore(Capabilities):
         keys = self._index(name)
         chosen = [k for k in keys if after is None or k > after][:limit]
         raws = self._read_all(name, chosen) if chosen else []
-        listed = [_describe(name, k, r) for k, r in zip(chosen, raws, strict=True) if r is not None]
+        listed = [describe(name, k, r) for k, r in zip(chosen, raws, strict=True) if r is not None]
         return listed, len(keys)
 
     @classmethod
@@ -547,62 +416,35 @@ class RedisStore(Capabilities):
         Raises:
             ConfigurationError: a bad URL or prefix, or two tenants sharing a prefix.
         """
+        owner = "RedisStore.per_tenant"
         base = store_kwargs.pop("prefix", DEFAULT_PREFIX)
         socket_timeout = store_kwargs.pop("socket_timeout", 1.0)
+        close: Callable[[], None] | None = None
         if isinstance(url_or_client, str):
             url, url_prefix = split_url(url_or_client)
             base = url_prefix if url_prefix is not None else base
             client = make_client(url, socket_timeout)
-            shown = _masked(url)
-            close: Callable[[], None] | None = client.close
+            shown, close = masked(url), client.close
         elif isinstance(url_or_client, redis.Redis):
-            client, shown, close = url_or_client, repr(url_or_client), None
+            client, shown = url_or_client, repr(url_or_client)
         else:
             raise ConfigurationError(
-                f"RedisStore.per_tenant: expected a redis:// URL or a redis.Redis client, "
-                f"got {url_or_client!r}"
+                f"{owner}: expected a redis:// URL or a redis.Redis client, got {url_or_client!r}"
             )
-        _checked_prefix(base, "RedisStore.per_tenant")
+        checked_prefix(base, owner)
+        mapping = None
         if prefixes is not None:
-            prefixes = dict(prefixes)
-            seen: dict[str, str] = {}
-            for tenant, prefix in prefixes.items():
-                _checked_prefix(prefix, f"RedisStore.per_tenant: tenant {tenant!r}")
-                other = seen.setdefault(prefix, tenant)
-                if other != tenant:
-                    raise ConfigurationError(
-                        f"RedisStore.per_tenant: tenants {other!r} and {tenant!r} share the "
-                        f"prefix {prefix!r}"
-                    )
+            mapping = distinct_prefixes(
+                owner,
+                prefixes,
+                lambda prefix, tenant: checked_prefix(prefix, f"{owner}: tenant {tenant!r}"),
+                False,
+                "share the prefix",
+            )
         RedisStore(client, base, **store_kwargs)  # bad options fail now, not at the first tenant
-
-        def prefix_of(tenant: str) -> str:
-            if prefixes is None:
-                return f"{base}t:{safe_tenant_id(tenant)}:"
-            try:
-                return prefixes[tenant]
-            except KeyError:
-                raise StoreError(
-                    f"RedisStore.per_tenant: no key prefix for tenant {str(tenant)[:60]!r}"
-                ) from None
+        of = prefix_of(owner, "key prefix", mapping, lambda tenant: f"{base}t:{tenant}:")
 
         def make(tenant: str) -> FailoverStore:
-            return RedisStore(client, prefix_of(tenant), **store_kwargs)
+            return RedisStore(client, of(tenant), **store_kwargs)
 
-        return TenantStores(make, True, f"RedisStore.per_tenant({shown}, prefix={base!r})", close)
-
-
-def _describe(name: str, key: str, raw: bytes | str) -> StoredEntry:
-    data = raw if isinstance(raw, bytes) else raw.encode()
-    head, _, body = data.partition(b"\n")
-    header = head.decode(errors="replace").split(" ", 2)
-    as_of: datetime | None
-    expire_on: datetime | None
-    try:
-        as_of, expire_on = datetime_of(int(header[0])), datetime_of(int(header[1]))
-        payload_type = header[2]
-    except (ValueError, IndexError, OverflowError):
-        as_of = expire_on = None
-        payload_type = "?"
-    payload = body.decode(errors="replace")
-    return StoredEntry(name, key, as_of, expire_on, len(data), payload_type, payload)
+        return TenantStores(make, True, f"{owner}({shown}, prefix={base!r})", close)

@@ -1,0 +1,167 @@
+"""The SQLAlchemy engine a `SqlStore` runs on: pools, SQLite's settings, fork safety."""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy import exc as sa_exc
+from sqlalchemy.engine import Engine
+
+from ...errors import ConfigurationError
+from .psycopg import ping_when_idle
+
+__all__ = ["first_line", "is_memory", "is_psycopg", "make_engine", "masked"]
+
+_BUSY_TIMEOUT_MS = 5_000
+_CONNECT_TIMEOUT_S = 10
+_SQLITE_POOL = {"pool_size": 8, "max_overflow": 8}
+_SERVER_POOL = {"pool_size": 10, "max_overflow": 10, "pool_pre_ping": True}
+_MASK = re.compile(r"(://[^:/@]*:)[^@]*@")
+
+
+def masked(url: object) -> str:
+    """``url`` as text, its password masked."""
+    if isinstance(url, sa.URL):
+        return url.render_as_string(hide_password=True)
+    return _MASK.sub(r"\1***@", str(url))
+
+
+def first_line(exc: BaseException) -> str:
+    """The first line of a driver's error message."""
+    # SQLAlchemy's messages go on with the SQL and a documentation link.
+    return str(exc).split("\n", 1)[0]
+
+
+def is_memory(url: sa.URL) -> bool:
+    """Whether ``url`` is an in-memory SQLite database."""
+    return url.database in (None, "", ":memory:") or url.query.get("mode") == "memory"
+
+
+def _sqlite_pragmas(dbapi_connection: Any, connection_record: Any) -> None:
+    # Several processes share one file: readers never wait for the writer (WAL), and a writer
+    # waits for another one instead of failing at once (busy timeout). synchronous=NORMAL is
+    # safe with WAL (a crash loses at most the last commits, never the file).
+    cursor = dbapi_connection.cursor()
+    try:
+        cursor.execute(f"PRAGMA busy_timeout = {_BUSY_TIMEOUT_MS}")
+        cursor.execute("PRAGMA journal_mode = WAL")
+        cursor.execute("PRAGMA synchronous = NORMAL")
+    finally:
+        cursor.close()
+
+
+_PID = "failover.pid"  # the process that opened a pooled connection, in its record's info
+_inherited: list[Any] = []  # a forked child's connections of its parent: never used nor closed
+
+
+def _opened_here(dbapi_connection: Any, record: Any) -> None:
+    record.info[_PID] = os.getpid()
+
+
+def _checked_out_here(dbapi_connection: Any, record: Any, proxy: Any) -> None:
+    """A pool ``checkout`` listener: a connection the parent of a forked process opened is
+    replaced, never used (its socket is the parent's: two processes talking on one session
+    corrupt both) nor closed (that would end the parent's session, or drop its file locks).
+
+    Raises:
+        sqlalchemy.exc.DisconnectionError: a parent's connection: the pool opens a new one.
+    """
+    pid = record.info.get(_PID)
+    if pid is None or pid == os.getpid():
+        return
+    _inherited.append(dbapi_connection)  # kept referenced: a driver's collection may close it
+    record.dbapi_connection = proxy.dbapi_connection = None
+    raise sa_exc.DisconnectionError(f"connection opened by process {pid} before a fork")
+
+
+def make_engine(url: str | sa.URL, **engine_kwargs: Any) -> Engine:
+    """A SQLAlchemy engine set up as `SqlStore` sets up its own.
+
+    Use it to share one pool between several stores (one per ``table_prefix``). Connections are
+    pooled (a pool sized for threads; pre-ping on database servers). SQLite files get WAL mode and
+    a 5 s busy timeout on every connection, so several processes can share one file; an in-memory
+    SQLite database is one connection that threads take in turn. Fork-safe: a process forked
+    after connections were opened (a preforking server's workers) opens its own, and never uses
+    nor closes its parent's.
+
+    Args:
+        url: a SQLAlchemy URL (``sqlite:///path.db``, ``postgresql+psycopg://user@host/db``).
+        **engine_kwargs: passed to `sqlalchemy.create_engine`, over these defaults.
+
+    Raises:
+        ConfigurationError: not a URL, an unknown database, or its driver is not installed.
+    """
+    try:
+        parsed = sa.make_url(url)
+    except (sa_exc.ArgumentError, ValueError):
+        raise ConfigurationError(
+            f"store URL {masked(url)!r} is not a SQLAlchemy URL (e.g. 'sqlite:///failover.db')"
+        ) from None
+    kwargs: dict[str, Any]
+    sqlite = parsed.get_backend_name() == "sqlite"
+    if sqlite and is_memory(parsed):
+        kwargs = {
+            "poolclass": sa.QueuePool,
+            "pool_size": 1,
+            "max_overflow": 0,
+            "connect_args": {"check_same_thread": False},
+        }
+    elif sqlite:
+        folder = Path(parsed.database or "").parent
+        if not parsed.query.get("uri") and not folder.is_dir():
+            raise ConfigurationError(
+                f"store URL {masked(parsed)!r}: the folder {str(folder)!r} does not exist"
+            )
+        kwargs = {"poolclass": sa.QueuePool, **_SQLITE_POOL}
+    else:
+        kwargs = dict(_SERVER_POOL)
+        if parsed.get_backend_name() == "postgresql":
+            # An unreachable server fails in seconds, not after the system's TCP timeout.
+            kwargs["connect_args"] = {"connect_timeout": _CONNECT_TIMEOUT_S}
+    kwargs.update(engine_kwargs)
+    fast = not sqlite and is_psycopg(parsed)
+    if fast and "pool_pre_ping" not in engine_kwargs:
+        # A ping per checkout costs as much as a point read: idle connections only, below.
+        kwargs["pool_pre_ping"] = False
+    if fast and "pool_use_lifo" not in engine_kwargs:
+        kwargs["pool_use_lifo"] = True  # busy connections stay busy, with their prepared plans
+    shown = masked(parsed)
+    try:
+        engine = sa.create_engine(parsed, **kwargs)
+    except sa_exc.NoSuchModuleError:
+        raise ConfigurationError(
+            f"store URL {shown!r}: unknown database or driver {parsed.drivername!r}"
+        ) from None
+    except ImportError as exc:
+        hint = ""
+        if parsed.get_backend_name() == "postgresql":
+            hint = " (pip install failover[postgresql])"
+            if parsed.get_driver_name() != "psycopg":  # psycopg2, the default of postgresql://
+                hint = " (use postgresql+psycopg://, with pip install failover[postgresql])"
+        raise ConfigurationError(
+            f"store URL {shown!r}: the driver of {parsed.drivername!r} is not installed: "
+            f"{exc}{hint}"
+        ) from None
+    except (sa_exc.ArgumentError, TypeError) as exc:
+        raise ConfigurationError(f"store URL {shown!r}: {exc}") from None
+    if not (sqlite and is_memory(parsed)):  # one in-memory database: the child's own copy
+        # First of the checkout listeners: nothing may run on a parent's connection.
+        sa.event.listen(engine, "connect", _opened_here)
+        sa.event.listen(engine, "checkout", _checked_out_here)
+    if sqlite:
+        sa.event.listen(engine, "connect", _sqlite_pragmas)
+    if fast:
+        sa.event.listen(engine, "checkout", ping_when_idle)
+    return engine
+
+
+def is_psycopg(url: sa.URL) -> bool:
+    """Whether ``url`` is PostgreSQL through psycopg 3 (the fast path's driver)."""
+    try:
+        return url.get_backend_name() == "postgresql" and url.get_driver_name() == "psycopg"
+    except (sa_exc.NoSuchModuleError, sa_exc.ArgumentError):
+        return False  # create_engine says what is wrong with it

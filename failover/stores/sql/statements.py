@@ -1,0 +1,196 @@
+"""The statements of a `SqlStore`, one strategy object per driver path.
+
+`Statements` is what the store asks of a driver path: read one row, some rows, every row of a
+name; upsert rows; delete one. `CoreStatements` runs them through SQLAlchemy Core on every
+database (``INSERT ... ON CONFLICT (name, key) DO UPDATE`` on SQLite and PostgreSQL, an
+update-then-insert transaction elsewhere; on PostgreSQL ``find_many`` sends the keys as one array
+parameter). `failover.stores.sql.psycopg.PsycopgStatements` is the PostgreSQL fast path. Rows come
+back as ``(payload, payload_type, as_of, expire_on)``, with the key first for ``find_many`` and
+``find_all``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Protocol
+
+import sqlalchemy as sa
+from sqlalchemy import exc as sa_exc
+
+from ...errors import StoreError
+from .engine import first_line
+from .table import VALUES
+
+__all__ = ["CoreStatements", "Statements"]
+
+_IN_CHUNK = 1_000  # keys per IN (...) list where the database's parameter limit is unknown
+
+
+class Statements(Protocol):
+    """One driver path's statements over a store's table."""
+
+    def find(self, name: str, key: str) -> Any:
+        """The row of ``(name, key)``, or ``None``."""
+        ...
+
+    def find_many(self, name: str, keys: list[str]) -> Sequence[Any]:
+        """The rows of those of ``keys`` that are stored, key first."""
+        ...
+
+    def find_all(self, name: str) -> Sequence[Any]:
+        """Every row of ``name``, key first, by key."""
+        ...
+
+    def delete(self, name: str, key: str) -> None:
+        """Remove the row of ``(name, key)`` if present."""
+        ...
+
+    def upsert(self, rows: Sequence[dict[str, Any]]) -> None:
+        """Insert or replace ``rows`` (no two with one name and key), atomically."""
+        ...
+
+    def close(self) -> None:
+        """Give back what the path keeps (connections) when the store owns the engine."""
+        ...
+
+
+def _upsert(table: sa.Table, dialect: str) -> sa.Executable | None:
+    """The single-statement upsert of ``dialect``, or ``None`` where there is none portable."""
+    from sqlalchemy.dialects import postgresql, sqlite
+
+    inserts: dict[str, Any] = {"postgresql": postgresql.insert, "sqlite": sqlite.insert}
+    if dialect not in inserts:
+        return None
+    stmt = inserts[dialect](table)
+    upsert: sa.Executable = stmt.on_conflict_do_update(
+        index_elements=[table.c.name, table.c.key],
+        set_={c: stmt.excluded[c] for c in VALUES},
+    )
+    return upsert
+
+
+class CoreStatements:
+    """The statements through SQLAlchemy Core: every database SQLAlchemy supports.
+
+    Args:
+        engine: the store's engine.
+        table: the store's table.
+    """
+
+    def __init__(self, engine: sa.Engine, table: sa.Table) -> None:
+        self.engine = engine
+        self.table = table
+        dialect = engine.dialect.name
+        c = table.c
+        self._upsert = _upsert(table, dialect)
+        self._update = table.update().where(
+            c.name == sa.bindparam("b_name"), c.key == sa.bindparam("b_key")
+        )
+        columns = (c.payload, c.payload_type, c.as_of, c.expire_on)
+        by_name = c.name == sa.bindparam("n")
+        self._find = sa.select(*columns).where(by_name, c.key == sa.bindparam("k"))
+        self._find_all = sa.select(c.key, *columns).where(by_name).order_by(c.key)
+        self._delete = table.delete().where(by_name, c.key == sa.bindparam("k"))
+        self.single = engine  # for operations that are one statement
+        if dialect == "postgresql":
+            from sqlalchemy.dialects.postgresql import ARRAY
+
+            # The keys travel as one array parameter. Each is looked up in the primary key
+            # (LIMIT 1 keeps the planner from turning the lookups into a scan of every entry of
+            # the name, which `key = ANY(:keys)` gets from a generic plan: 100x slower).
+            keys = sa.bindparam("keys", type_=ARRAY(sa.String))
+            wanted = sa.func.unnest(keys).table_valued("key").render_derived(name="wanted")
+            found = (
+                sa.select(c.key, *columns)
+                .where(by_name, c.key == wanted.c.key)
+                .limit(1)
+                .lateral("found")
+            )
+            self._find_many = sa.select(found).select_from(wanted.join(found, sa.true()))
+            self.chunk = 0  # one array parameter: no limit
+            # One statement is atomic by itself: autocommit spares the round trips of BEGIN and
+            # COMMIT (or ROLLBACK, after a read).
+            self.single = engine.execution_options(isolation_level="AUTOCOMMIT")
+        else:
+            keys = sa.bindparam("keys", expanding=True)
+            self._find_many = sa.select(c.key, *columns).where(by_name, c.key.in_(keys))
+            self.chunk = _IN_CHUNK
+
+    def learn_limits(self, where: str) -> None:
+        """Learn SQLite's parameter limit (``find_many`` chunks keys by it).
+
+        Raises:
+            StoreError: the database cannot be reached.
+        """
+        if self.engine.dialect.name != "sqlite":
+            return
+        import sqlite3
+
+        try:
+            with self.engine.connect() as conn:
+                dbapi_connection: Any = conn.connection.dbapi_connection
+                limit = int(dbapi_connection.getlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER))
+        except sa_exc.SQLAlchemyError as exc:
+            raise StoreError(f"{where}: cannot connect: {first_line(exc)}") from exc
+        self.chunk = limit - 1  # one parameter is the name
+
+    def upsert(self, rows: Sequence[dict[str, Any]]) -> None:
+        """Insert or replace ``rows``: one statement (one batch) where the database has an
+        upsert, else an update-then-insert transaction, run again when another writer inserted
+        one of the keys meanwhile."""
+        if self._upsert is not None:
+            if len(rows) == 1:
+                with self.single.begin() as conn:
+                    conn.execute(self._upsert, rows[0])
+                return
+            # A batch is many statements on some drivers: one transaction.
+            with self.engine.begin() as conn:
+                conn.execute(self._upsert, list(rows))
+            return
+        try:
+            self._portable_upsert(rows)
+        except sa_exc.IntegrityError:
+            self._portable_upsert(rows)  # another writer inserted one of the keys meanwhile
+
+    def _portable_upsert(self, rows: Sequence[dict[str, Any]]) -> None:
+        """Update each row, then insert those that were not there, in one transaction."""
+        with self.engine.begin() as conn:
+            missing = []
+            for row in rows:
+                values = {c: row[c] for c in VALUES}
+                result = conn.execute(
+                    self._update, {"b_name": row["name"], "b_key": row["key"], **values}
+                )
+                if result.rowcount == 0:
+                    missing.append(row)
+            if missing:
+                conn.execute(self.table.insert(), missing)
+
+    def find(self, name: str, key: str) -> Any:
+        """The row of ``(name, key)``, or ``None``."""
+        with self.single.connect() as conn:
+            return conn.execute(self._find, {"n": name, "k": key}).first()
+
+    def find_many(self, name: str, keys: list[str]) -> list[Any]:
+        """The rows of those of ``keys`` that are stored, key first: one statement, chunked
+        only past the database's parameter limit."""
+        size = self.chunk or len(keys)
+        with self.single.connect() as conn:
+            return [
+                row
+                for i in range(0, len(keys), size)
+                for row in conn.execute(self._find_many, {"n": name, "keys": keys[i : i + size]})
+            ]
+
+    def find_all(self, name: str) -> Sequence[Any]:
+        """Every row of ``name``, key first, by key."""
+        with self.single.connect() as conn:
+            return conn.execute(self._find_all, {"n": name}).all()
+
+    def delete(self, name: str, key: str) -> None:
+        """Remove the row of ``(name, key)`` if present."""
+        with self.single.begin() as conn:
+            conn.execute(self._delete, {"n": name, "k": key})
+
+    def close(self) -> None:
+        """Nothing kept: the engine's pool holds the connections."""

@@ -1,0 +1,338 @@
+"""`SqlStore`: entries in one SQL table, through SQLAlchemy.
+
+The table is `failover.stores.sql.table`'s; the engine `make_engine`'s. Every operation is one
+statement, or one batch sent at once, run by the driver path's `Statements` (SQLAlchemy Core on
+every database, psycopg directly on ``postgresql+psycopg``): ``store_many`` is one batch,
+``find_many`` one select.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from datetime import datetime
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Engine
+
+from ...errors import ConfigurationError, StoreError
+from ...serialization.base import Codec
+from ...serialization.crypto import Cipher
+from ...serialization.rows import Serializer, micros
+from ..base import Capabilities, FailoverStore, Payload
+from ..tenant import TenantStores, safe_tenant_id
+from ..tenants import distinct_prefixes, prefix_of
+from .engine import first_line, make_engine, masked
+from .psycopg import PsycopgStatements, supported
+from .statements import CoreStatements, Statements
+from .table import create_table as create_missing_table
+from .table import make_table, split_prefix
+
+__all__ = ["SqlStore", "per_tenant_databases", "per_tenant_tables"]
+
+log = logging.getLogger(__name__)
+
+
+class SqlStore(Capabilities):
+    """Entries in a SQL table: the durable store, shared by processes and instances.
+
+    SQLite (a file) is the embedded default; PostgreSQL for many instances sharing one store;
+    any database SQLAlchemy supports works. Values go through ``codec`` (JSON by default, see
+    `failover.codec`), then through ``cipher`` when one is set.
+
+    Reading a row that cannot be decoded (a type off the allowlist, corrupt text, an unknown
+    codec, a signature or a decryption that fails) raises `SerializationError` from `find`,
+    which the engine counts as a recover ``error`` and treats as a miss; `find_many` and
+    `find_all` skip such rows with a warning.
+
+    Args:
+        url_or_engine: a SQLAlchemy URL, or an `sqlalchemy.Engine` to share (the store then
+            never disposes it).
+        table_prefix: prepended to the table name: ``[A-Za-z0-9_]*`` (at most 32), optionally
+            after a schema and a dot (``"tenants.acme_"``).
+        codec: turns values into text and back; default `JsonCodec`. Rows written as JSON stay
+            readable with any codec.
+        cipher: encrypts the payloads written (e.g. `FernetCipher`); encrypted rows need it to be
+            read, plain rows are read either way.
+        allowed_types: more types the JSON codec may restore (see `JsonCodec`).
+        create_table: create the table (and on PostgreSQL the schema) when missing.
+
+    Raises:
+        ConfigurationError: a bad table prefix (before any SQL runs), URL, codec or cipher.
+
+    Attributes:
+        does_io: ``True``: ``async def`` failovers reach it from a worker thread.
+        isolating: ``True``: values are encoded as they are stored and decoded anew on every
+            read, so the engine puts no copying layer in front (unless writes are queued).
+    """
+
+    does_io = True
+    isolating = True
+
+    def __init__(
+        self,
+        url_or_engine: str | sa.URL | Engine,
+        table_prefix: str = "",
+        codec: Codec | None = None,
+        cipher: Cipher | None = None,
+        allowed_types: Iterable[Any] = (),
+        create_table: bool = True,
+    ) -> None:
+        schema, prefix = split_prefix(table_prefix)
+        self._rows = Serializer(codec, cipher, allowed_types, owner="SqlStore")
+        self.codec, self.cipher = self._rows.codec, self._rows.cipher
+        self._owns_engine = not isinstance(url_or_engine, Engine)
+        self.engine: Engine = (
+            url_or_engine if isinstance(url_or_engine, Engine) else make_engine(url_or_engine)
+        )
+        self.table = table = make_table(schema, prefix)
+        self._create_table = create_table
+        self._where = f"SqlStore({masked(self.engine.url)}, table={table.fullname!r})"
+        self._rows.where = self._where
+        c = table.c
+        self._names = sa.select(c.name).distinct().order_by(c.name)
+        self._clean = table.delete().where(c.expire_on <= sa.bindparam("now"))
+        # A NULL expiry (possible only in a table of an earlier version) is a corrupt row. Its
+        # own statement: OR-ed into the range, SQLite scans the table instead of the index.
+        self._clean_null = table.delete().where(c.expire_on.is_(None))
+        self._core = CoreStatements(self.engine, table)
+        # postgresql+psycopg: the statements past SQLAlchemy's execution layer (sql.psycopg).
+        self._statements: Statements = (
+            PsycopgStatements(self.engine, table) if supported(self.engine) else self._core
+        )
+        self._ready = False
+        self._ready_lock = threading.Lock()
+        try:
+            self._prepare()
+        except StoreError as exc:
+            # A database down while the service starts must not keep it from starting.
+            log.warning("%s; retried on first use", first_line(exc))
+
+    def __repr__(self) -> str:
+        return self._where
+
+    # -- schema ---------------------------------------------------------------------------------
+
+    def _prepare(self) -> None:
+        """Create the table (with ``create_table``) and learn SQLite's parameter limit: once,
+        at construction or, when the database could not be reached then, on first use."""
+        with self._ready_lock:
+            if self._ready:
+                return
+            if self._create_table:
+                self.create_table()
+            self._core.learn_limits(self._where)
+            self._ready = True
+
+    def create_table(self) -> None:
+        """Create the table and its index when missing (and the schema, on PostgreSQL).
+
+        Safe to run from several processes at once.
+
+        Raises:
+            StoreError: the database refused or could not be reached.
+        """
+        create_missing_table(self.engine, self.table, self._where)
+
+    # -- rows -----------------------------------------------------------------------------------
+
+    def _row(self, payload: Payload) -> dict[str, Any]:
+        text, payload_type, as_of, expire_on = self._rows.stored(payload)
+        return {
+            "name": payload.name,
+            "key": payload.key,
+            "as_of": as_of,
+            "expire_on": expire_on,
+            "payload": text,
+            "payload_type": payload_type,
+        }
+
+    def _payload(self, name: str, key: str, row: Any) -> Payload:
+        # A row written by hand (NULL, out of range, or text in SQLite's untyped column) is as
+        # corrupt as a bad payload: a miss from find, skipped by find_many and find_all.
+        return self._rows.envelope(name, key, *row)
+
+    def _decoded(self, name: str, rows: Iterable[Any]) -> Iterable[tuple[str, Payload]]:
+        return self._rows.each(name, rows)
+
+    # -- FailoverStore --------------------------------------------------------------------------
+
+    def store(self, payload: Payload) -> None:
+        """Insert or replace one entry, in one statement.
+
+        Raises:
+            SerializationError: the codec cannot encode the value (nothing is written).
+        """
+        self._write([self._row(payload)])
+
+    def store_many(self, payloads: Sequence[Payload]) -> None:
+        """Insert or replace several entries, in one transaction and one batch.
+
+        Raises:
+            SerializationError: the codec cannot encode one of the values (nothing is written).
+        """
+        # The last write of a key wins, as one store() after another would; sorted, so that
+        # concurrent batches lock rows in one order and cannot deadlock.
+        rows = {(p.name, p.key): self._row(p) for p in payloads}
+        if rows:
+            self._write([rows[k] for k in sorted(rows)])
+
+    def _write(self, rows: list[dict[str, Any]]) -> None:
+        if not self._ready:
+            self._prepare()
+        self._statements.upsert(rows)
+
+    def find(self, name: str, key: str) -> Payload | None:
+        """The entry, expired or not, or ``None``.
+
+        Raises:
+            SerializationError: the row cannot be decoded.
+        """
+        if not self._ready:
+            self._prepare()
+        row = self._statements.find(name, key)
+        return None if row is None else self._payload(name, key, row)
+
+    def find_many(self, name: str, keys: Iterable[str]) -> dict[str, Payload]:
+        """The entries found among ``keys``, in one statement (chunked only past the
+        database's parameter limit); undecodable rows are skipped with a warning."""
+        wanted = list(dict.fromkeys(keys))
+        if not wanted:
+            return {}
+        if not self._ready:
+            self._prepare()
+        rows = self._statements.find_many(name, wanted)
+        return dict(self._decoded(name, rows))
+
+    def find_all(self, name: str) -> list[Payload]:
+        """Every entry of ``name``, expired ones included, by key; undecodable rows are skipped
+        with a warning."""
+        if not self._ready:
+            self._prepare()
+        rows = self._statements.find_all(name)
+        return [payload for _, payload in self._decoded(name, rows)]
+
+    @classmethod
+    def per_tenant(
+        cls,
+        url_or_engine: str | sa.URL | sa.Engine,
+        prefixes: Mapping[str, str] | None = None,
+        **store_kwargs: Any,
+    ) -> Callable[[str], FailoverStore]:
+        """A factory ``tenant -> SqlStore``: one table per tenant, one shared engine.
+
+        See `per_tenant_tables`, which this is.
+        """
+        return per_tenant_tables(url_or_engine, prefixes, **store_kwargs)
+
+    def names(self) -> list[str]:
+        """Every name that has entries, sorted."""
+        if not self._ready:
+            self._prepare()
+        with self._core.single.connect() as conn:
+            return list(conn.execute(self._names).scalars())
+
+    def delete(self, name: str, key: str) -> None:
+        """Remove the entry if present."""
+        if not self._ready:
+            self._prepare()
+        self._statements.delete(name, key)
+
+    def clean_by_expiry(self, now: datetime) -> int:
+        """Remove every entry whose ``expire_on`` is at or before ``now``, or NULL (two indexed
+        deletes, one transaction); return the count."""
+        if not self._ready:
+            self._prepare()
+        with self.engine.begin() as conn:
+            removed = conn.execute(self._clean, {"now": micros(now)}).rowcount
+            return int(removed + conn.execute(self._clean_null).rowcount)
+
+    def close(self) -> None:
+        """Dispose the engine's connections, when the store made the engine."""
+        if self._owns_engine:
+            self._statements.close()
+            self.engine.dispose()
+
+
+# -- one store per tenant -------------------------------------------------------------------------
+
+
+def per_tenant_tables(
+    url_or_engine: str | sa.URL | Engine,
+    prefixes: Mapping[str, str] | None = None,
+    **store_kwargs: Any,
+) -> TenantStores:
+    """One table per tenant, in one database, through one shared SQLAlchemy engine.
+
+    Args:
+        url_or_engine: a SQLAlchemy URL, or an `sqlalchemy.Engine` (never disposed here).
+        prefixes: the table prefix of each tenant, e.g. ``{"acme": "acme_"}``; a tenant not listed
+            is refused with `StoreError`. ``None``: the prefix is ``f"{tenant}_"``, for tenant ids
+            matching `failover.stores.tenant.TENANT_ID`.
+        **store_kwargs: passed to each `SqlStore` (``codec``, ``cipher``, ``allowed_types``...).
+
+    Returns:
+        A factory ``tenant -> SqlStore`` for `MultiTenantStore`.
+
+    Raises:
+        ConfigurationError: a prefix `SqlStore` refuses (checked here, for every tenant, before
+            any SQL runs), two tenants whose tables would be one table, or a bad URL.
+    """
+    owner = "per_tenant_tables"
+
+    def check(prefix: str, tenant: str) -> None:
+        try:
+            split_prefix(prefix)
+        except ConfigurationError as exc:
+            raise ConfigurationError(f"{owner}: tenant {tenant!r}: {exc}") from None
+
+    # SQLite table names ignore case: two prefixes differing only by case are one table.
+    mapping = (
+        None
+        if prefixes is None
+        else distinct_prefixes(owner, prefixes, check, True, "would share a table")
+    )
+    owned = not isinstance(url_or_engine, sa.Engine)
+    engine = url_or_engine if isinstance(url_or_engine, sa.Engine) else make_engine(url_or_engine)
+    of = prefix_of(owner, "table prefix", mapping, lambda tenant: f"{tenant}_")
+    return TenantStores(
+        lambda tenant: SqlStore(engine, table_prefix=of(tenant), **store_kwargs),
+        True,
+        f"{owner}({engine.url.render_as_string(hide_password=True)!r})",
+        engine.dispose if owned else None,
+    )
+
+
+def per_tenant_databases(url_template: str, **store_kwargs: Any) -> TenantStores:
+    """One database per tenant: ``url_template`` with ``{tenant}`` replaced by the tenant id.
+
+    For example ``"sqlite:////var/lib/app/failover-{tenant}.db"`` (one SQLite file per tenant)
+    or ``"postgresql+psycopg://app@db/failover_{tenant}"``. Tenant ids must match
+    `failover.stores.tenant.TENANT_ID`.
+
+    Args:
+        url_template: a SQLAlchemy URL containing ``{tenant}``.
+        **store_kwargs: passed to each `SqlStore`.
+
+    Returns:
+        A factory ``tenant -> SqlStore`` for `MultiTenantStore`.
+
+    Raises:
+        ConfigurationError: the template has no ``{tenant}``, or is not a URL `SqlStore` takes
+            (checked here, before the first tenant comes).
+    """
+    if not isinstance(url_template, str) or "{tenant}" not in url_template:
+        shown = masked(url_template) if isinstance(url_template, str) else url_template
+        raise ConfigurationError(
+            f"per_tenant_databases: the URL template must contain '{{tenant}}', got {shown!r}"
+        )
+    make_engine(url_template.replace("{tenant}", "tenant")).dispose()  # connects to nothing
+    return TenantStores(
+        lambda tenant: SqlStore(
+            url_template.replace("{tenant}", safe_tenant_id(tenant)), **store_kwargs
+        ),
+        True,
+        f"per_tenant_databases({masked(url_template)!r})",
+    )
