@@ -296,7 +296,8 @@ def _rate(currency: str) -> float:
 def test_the_command_warns_beyond_loopback_without_a_token(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from failover.cli import _loopback, main
+    from failover.cli import main
+    from failover.cli.dashboard import loopback as _loopback
 
     assert _loopback("127.0.0.1")
     assert _loopback("::1")

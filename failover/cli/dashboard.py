@@ -1,0 +1,121 @@
+"""``failover dashboard``: serve the read-only dashboard of a store."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import socketserver
+import sys
+import threading
+from typing import Any
+
+from ..engine import utcnow
+from .common import (
+    PROG,
+    CliError,
+    display,
+    open_store,
+    port,
+    store_argument,
+    table_prefix_argument,
+    until_signal,
+)
+
+__all__ = ["add", "loopback", "run"]
+
+
+def add(commands: Any) -> None:
+    """Add the command to the parser's ``commands`` (argparse's subparsers)."""
+    dashboard = commands.add_parser(
+        "dashboard",
+        help="serve the read-only dashboard of a store",
+        description=(
+            "Serve the dashboard of a store shared by your services: its names (entries, live "
+            "and expired, oldest and newest as_of, size) and each name's entries. Per-call "
+            "counts are per process: they come from each service's Prometheus metrics."
+        ),
+    )
+    store_argument(dashboard)
+    table_prefix_argument(dashboard)
+    dashboard.add_argument(
+        "--host",
+        default="127.0.0.1",
+        help="the address to listen on (default: 127.0.0.1, this machine only)",
+    )
+    dashboard.add_argument(
+        "--port", type=port, default=8050, help="the port to listen on (default: 8050)"
+    )
+    dashboard.add_argument(
+        "--auth-token",
+        metavar="TOKEN",
+        help="require this bearer token (open /?token=TOKEN once in a browser)",
+    )
+    dashboard.add_argument(
+        "--show-payloads",
+        action="store_true",
+        help="show a preview of each stored payload (they may hold personal data)",
+    )
+    dashboard.set_defaults(command=run)
+
+
+def loopback(host: str) -> bool:
+    """Whether ``host`` is this machine only."""
+    import ipaddress
+
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the command."""
+    from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
+
+    from ..dashboard import make_store_app
+
+    out = sys.stdout
+    logging.basicConfig(format=f"{PROG}: %(levelname)s: %(message)s")
+    if not loopback(args.host) and not args.auth_token:
+        print(
+            f"{PROG}: warning: listening on {args.host} without --auth-token: anyone who can "
+            "reach it can read the stored keys and times",
+            file=sys.stderr,
+        )
+    store = open_store(args.store, "dashboard", create=False, table_prefix=args.table_prefix)
+    app = make_store_app(
+        store, utcnow, show_payloads=args.show_payloads, token=args.auth_token or None
+    )
+
+    class Server(socketserver.ThreadingMixIn, WSGIServer):
+        daemon_threads = True
+
+    class Quiet(WSGIRequestHandler):
+        def log_message(self, format: str, *values: object) -> None:
+            return None  # no access log on stderr: the page refreshes every few seconds
+
+    try:
+        server = make_server(args.host, args.port, app, server_class=Server, handler_class=Quiet)
+    except OSError as exc:
+        store.close()
+        raise CliError(f"cannot listen on {args.host}:{args.port}: {exc.strerror}") from exc
+    host = f"[{args.host}]" if ":" in args.host else args.host
+    # Served on a thread: the main thread only waits for the signal, so the handler's exception
+    # never lands inside the server's own request handling (which swallows it).
+    serving = threading.Thread(target=server.serve_forever, name="failover-dashboard")
+
+    def stop() -> None:
+        if serving.is_alive():  # shutdown() would wait forever for a loop that never ran
+            server.shutdown()
+        server.server_close()
+        store.close()
+
+    started = (
+        f"{PROG} dashboard of {display(args.store)} on http://{host}:{args.port}/ "
+        "(SIGINT or SIGTERM stops it)"
+    )
+    signal_name = until_signal(started, serving.start, stop, out)
+    print(f"{PROG} dashboard stopped ({signal_name})", file=out, flush=True)
+    return 0
