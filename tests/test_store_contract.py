@@ -13,6 +13,8 @@ import pytest
 
 from failover import ReferentialPayload
 from failover.stores import FailoverStore
+from failover.stores.base import browsable
+from failover.stores.browsing import Browsable, Page, Summary
 
 from .conftest import FakeClock
 from .stores import EXPIRED_BY_THE_SERVER, FACTORIES
@@ -130,3 +132,63 @@ def test_concurrent_writers_and_readers(store: FailoverStore, clock: FakeClock) 
         th.join()
     assert errors == []
     assert len(store.find_all("n")) == 400
+
+
+# -- the browsing protocol (failover.stores.browsing) ---------------------------------------------
+
+
+def test_every_store_and_layer_browses(store: FailoverStore) -> None:
+    assert browsable(store)
+    assert isinstance(store, Browsable)
+
+
+def test_pages_follow_the_keys(store: Any, clock: FakeClock) -> None:
+    store.store_many([entry(clock, f"k{i:02d}", {"i": i}) for i in range(25)])
+    store.store_many([entry(clock, f"o{i}", name="other") for i in range(3)])
+    keys: list[str] = []
+    after = None
+    sizes = []
+    while True:
+        page = store.page("n", after, 10)
+        sizes.append(len(page.entries))
+        keys += [e.key for e in page.entries]
+        assert all(e.name == "n" and e.payload_type == "builtins.dict" for e in page.entries)
+        assert all(e.as_of == clock() and e.size > 0 for e in page.entries)
+        if page.next_after is None:
+            break
+        assert page.next_after == page.entries[-1].key
+        after = page.next_after
+    assert keys == [f"k{i:02d}" for i in range(25)]
+    assert sizes == [10, 10, 5]
+    assert {"n", "other"} <= set(store.names())
+    assert store.count("n") == 25
+    assert store.page("n", "k24", 10).entries == []
+    assert store.page("absent", None, 10) == Page([], None)
+
+
+def test_pages_see_writes_and_deletes_at_once(store: Any, clock: FakeClock) -> None:
+    store.store_many([entry(clock, f"k{i}") for i in range(5)])
+    store.delete("n", "k1")
+    store.store(entry(clock, "k9"))
+    store.store(entry(clock, "k0", {"replaced": True}))
+    page = store.page("n", None, 3)
+    assert [e.key for e in page.entries] == ["k0", "k2", "k3"]
+    assert page.next_after == "k3"
+    assert [e.key for e in store.page("n", "k3", 3).entries] == ["k4", "k9"]
+    assert store.count("n") == 5
+
+
+def test_summary_counts_and_measures(store: Any, clock: FakeClock) -> None:
+    first = clock()
+    store.store(entry(clock, "short", ttl=10))
+    clock.advance(5)
+    store.store(entry(clock, "long", ttl=1000))
+    clock.advance(60)
+    summary = store.summary("n", clock())
+    assert summary.name == "n"
+    # Stores that drop expired entries themselves (cachetools) count the live one only.
+    assert summary.count - summary.expired == 1
+    assert summary.newest == first + timedelta(seconds=5)
+    assert summary.oldest in (first, first + timedelta(seconds=5))
+    assert summary.size > 0
+    assert store.summary("absent", clock()) == Summary("absent", 0, 0, None, None, 0)

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Sequence
-from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from datetime import UTC, datetime
+from typing import Any, cast
 
 from ..engine import utcnow
+from ..stores.base import FailoverStore
+from ..stores.browsing import Browsable
 from .common import (
     display,
     open_store,
@@ -18,11 +20,9 @@ from .common import (
     time_text,
 )
 
-if TYPE_CHECKING:
-    from ..stores.redis import RedisStore
-    from ..stores.sql import SqlStore
-
 __all__ = ["add", "run"]
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 def add(commands: Any) -> None:
@@ -66,36 +66,26 @@ def run(args: argparse.Namespace) -> int:
 
 
 _Stored = tuple[str, str, datetime | None, datetime | None, int, str]
+_PAGE = 1_000  # entries per page read
 
 
-def _stored(store: SqlStore | RedisStore, name: str | None) -> Sequence[_Stored]:
-    """Every entry (of ``name``) as stored: name, key, as_of, expire_on, size, type."""
-    from ..stores.sql import SqlStore
-
-    if not isinstance(store, SqlStore):
-        return [
-            (e.name, e.key, e.as_of, e.expire_on, e.size, e.payload_type)
-            for e in store.entries(name)
-        ]
-    import sqlalchemy as sa
-
-    from ..serialization.rows import time_or_none
-
-    c = store.table.c
-    query = sa.select(c.name, c.key, c.as_of, c.expire_on, c.payload, c.payload_type)
-    if name is not None:
-        query = query.where(c.name == name)
-    with store.engine.connect() as conn:
-        rows = conn.execute(query.order_by(c.name, c.as_of, c.key)).all()
-    # Rows written by hand (times out of range or not numbers, a binary or NULL payload) are
-    # listed as they are, not a traceback: inspect is what one runs on a suspect table.
-    return [
-        (n, key, time_or_none(as_of), time_or_none(expire_on), _size(payload), str(type_))
-        for n, key, as_of, expire_on, payload, type_ in rows
-    ]
-
-
-def _size(payload: object) -> int:
-    if isinstance(payload, str):
-        return len(payload.encode(errors="surrogatepass"))
-    return len(payload) if isinstance(payload, bytes) else 0
+def _stored(store: FailoverStore, name: str | None) -> Sequence[_Stored]:
+    """Every entry (of ``name``) as stored, through the store's browsing protocol: name, key,
+    as_of, expire_on, size, type; by name, then ``as_of``, then key."""
+    browser = cast(Browsable, store)
+    found: list[_Stored] = []
+    for each in browser.names() if name is None else [name]:
+        listed: list[_Stored] = []
+        after: str | None = None
+        while True:
+            page = browser.page(each, after, _PAGE)
+            listed += [
+                (e.name, e.key, e.as_of, e.expire_on, e.size, e.payload_type) for e in page.entries
+            ]
+            if page.next_after is None:
+                break
+            after = page.next_after
+        # An unreadable time (a row written by hand) first, as a database sorts NULL.
+        listed.sort(key=lambda e: (e[2] is not None, e[2] or _EPOCH, e[1]))
+        found += listed
+    return found

@@ -36,6 +36,7 @@ from typing import Final
 from ..errors import ConfigurationError, SerializationError, StoreError
 from ..metrics import NULL_METRICS, Metrics
 from .base import Capabilities, FailoverStore, Payload, does_io
+from .browsing import BrowsingLayer, Page, Summary, overlaid
 
 __all__ = ["REJECTIONS", "AsyncWriteStore"]
 
@@ -308,7 +309,7 @@ def _flush_at_exit(ref: weakref.ref[_WriteQueue]) -> None:
         )
 
 
-class AsyncWriteStore(Capabilities):
+class AsyncWriteStore(BrowsingLayer, Capabilities):
     """Writes go to a bounded queue that one daemon thread drains in batches (`store_many`).
 
     Reads see the writes still queued (read-your-writes within the process). Writes of one key
@@ -473,6 +474,45 @@ class AsyncWriteStore(Capabilities):
             else:
                 found[key] = value
         return list(found.values())
+
+    # -- browsing (read-your-writes) ---------------------------------------------------------------
+
+    def browsed(self) -> FailoverStore:
+        """The inner store, with the queued writes laid over its pages."""
+        return self.inner
+
+    def _queued(self, name: str) -> dict[str, Payload | None]:
+        with self._q.lock:
+            writes = [(k, w[2]) for (n, k), w in self._q.pending.items() if n == name]
+        return {k: None if isinstance(v, _Tombstone) else v for k, v in writes}
+
+    def names(self) -> list[str]:
+        """Every name that has entries, writes still queued included."""
+        with self._q.lock:
+            queued = {
+                n for (n, _), w in self._q.pending.items() if not isinstance(w[2], _Tombstone)
+            }
+        return sorted(queued.union(self._browser().names()))
+
+    def page(self, name: str, after: str | None = None, limit: int = 50) -> Page:
+        """A page of the inner store with the writes still queued laid over it."""
+        return overlaid(self._browser(), name, self._queued(name), after, limit)
+
+    def count(self, name: str) -> int:
+        """The inner store's count, with the writes still queued counted in."""
+        queued = self._queued(name)
+        there = self.inner.find_many(name, queued) if queued else {}
+        added = sum(v is not None and k not in there for k, v in queued.items())
+        return (
+            self._browser().count(name)
+            + added
+            - sum(v is None and k in there for k, v in queued.items())
+        )
+
+    def summary(self, name: str, now: datetime) -> Summary:
+        """The inner store's summary, once the writes queued before it are written."""
+        self._q.flush(None)
+        return self._browser().summary(name, now)
 
     # -- flush and close --------------------------------------------------------------------------
 

@@ -1,6 +1,6 @@
 """The `FailoverStore` protocol every store and store layer implements, and what stores and
 layers declare about themselves (`Capabilities`), read in one place (`does_io`,
-`writes_async`, `isolating`, `flush`)."""
+`writes_async`, `isolating`, `browsable`, `flush`)."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from ..payload import ReferentialPayload
 __all__ = [
     "Capabilities",
     "FailoverStore",
+    "browsable",
     "does_io",
     "flush",
     "isolating",
@@ -78,6 +79,8 @@ class Capabilities:
         isolating: what a caller holds is never what is stored (values are encoded as they
             are stored and decoded anew on every read, or copied both ways), so no copying
             layer is needed in front (unless writes are queued).
+        browsable: the store implements `failover.stores.browsing.Browsable` (``names``,
+            ``page``, ``summary``): the command line and the dashboard can list its entries.
     """
 
     # Properties, so that a layer may answer per instance (as its inner store) and a raw store
@@ -95,6 +98,11 @@ class Capabilities:
     @property
     def isolating(self) -> bool:
         """What a caller holds is never what is stored (the default: ``False``)."""
+        return False
+
+    @property
+    def browsable(self) -> bool:
+        """Its entries can be listed (the default: ``False``)."""
         return False
 
     def layers_below(self) -> Sequence[object]:
@@ -128,6 +136,12 @@ def writes_async(store: object) -> bool:
 def isolating(store: object) -> bool:
     """Whether ``store`` declares that it isolates by encoding; ``False`` when it says nothing."""
     return bool(getattr(store, "isolating", False))
+
+
+def browsable(store: object) -> bool:
+    """Whether ``store`` declares the browsing protocol (`failover.stores.browsing.Browsable`);
+    ``False`` when it says nothing."""
+    return bool(getattr(store, "browsable", False))
 
 
 def flush(store: object, timeout: float | None = None) -> bool:

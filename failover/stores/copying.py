@@ -9,6 +9,7 @@ from typing import Any
 
 from ..payload import envelope
 from .base import Capabilities, FailoverStore, Payload, does_io, writes_async
+from .browsing import BrowsingLayer
 
 __all__ = ["CopyingStore", "deep_copy"]
 
@@ -63,7 +64,7 @@ def _copied(payload: Payload) -> Payload:
     )
 
 
-class CopyingStore(Capabilities):
+class CopyingStore(BrowsingLayer, Capabilities):
     """Stores and returns deep copies, so that what a caller does to a returned object never
     changes what is stored, and the reverse."""
 
@@ -88,6 +89,10 @@ class CopyingStore(Capabilities):
     def layers_below(self) -> tuple[FailoverStore]:
         """The inner store."""
         return (self.inner,)
+
+    def browsed(self) -> FailoverStore:
+        """The inner store: entries are listed as stored, nothing to copy."""
+        return self.inner
 
     def store(self, payload: Payload) -> None:
         """Store a copy."""

@@ -9,6 +9,7 @@ from datetime import datetime
 
 from ..errors import ConfigurationError
 from .base import Capabilities, Payload
+from .browsing import Page, Summary, page_of, summary_of
 
 __all__ = ["InMemoryStore"]
 
@@ -21,6 +22,7 @@ class InMemoryStore(Capabilities):
     """
 
     does_io = False
+    browsable = True
 
     def __init__(self, max_entries: int = 10_000) -> None:
         if not isinstance(max_entries, int) or max_entries < 0:
@@ -91,6 +93,24 @@ class InMemoryStore(Capabilities):
             for ident in expired:
                 del self._entries[ident]
             return len(expired)
+
+    def names(self) -> list[str]:
+        """Every name that has entries, sorted."""
+        with self._lock:
+            return sorted({n for n, _ in self._entries})
+
+    def page(self, name: str, after: str | None = None, limit: int = 50) -> Page:
+        """Up to ``limit`` entries of ``name`` after the key ``after``, by key (listed from
+        memory: the store is bounded by its cap)."""
+        return page_of(self.find_all(name), after, limit)
+
+    def count(self, name: str) -> int:
+        """How many entries ``name`` has."""
+        return len(self.find_all(name))
+
+    def summary(self, name: str, now: datetime) -> Summary:
+        """``name``'s entries counted and measured."""
+        return summary_of(name, self.find_all(name), now)
 
     def close(self) -> None:
         """Drop every entry."""

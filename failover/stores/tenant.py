@@ -26,6 +26,7 @@ from typing import Final
 from ..errors import ConfigurationError, StoreError
 from ..tenant import current_tenant, pinned
 from .base import Capabilities, FailoverStore, Payload, does_io, writes_async
+from .browsing import BrowsingLayer
 
 __all__ = [
     "TENANT_ID",
@@ -64,7 +65,7 @@ def safe_tenant_id(tenant: str) -> str:
     return tenant
 
 
-class MultiTenantStore(Capabilities):
+class MultiTenantStore(BrowsingLayer, Capabilities):
     """Routes each operation to the current tenant's store, made on first use.
 
     Each tenant's store is made exactly once, even when many threads meet a new tenant at the same
@@ -135,6 +136,16 @@ class MultiTenantStore(Capabilities):
     def layers_below(self) -> list[FailoverStore]:
         """The stores made so far, one per tenant: `flush` waits for each."""
         return list(self._stores.values())
+
+    @property
+    def browsable(self) -> bool:
+        """``True``: entries are listed from the current tenant's store (a store that cannot
+        list them raises `TypeError` then), never across tenants."""
+        return True
+
+    def browsed(self) -> FailoverStore:
+        """The current tenant's store."""
+        return self.current()
 
     @property
     def stores(self) -> dict[str, FailoverStore]:

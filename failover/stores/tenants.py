@@ -1,21 +1,27 @@
-"""The checks every per-tenant store factory shares: a mapping of tenant prefixes checked whole,
-and the prefix of one tenant.
+"""The per-tenant factories of the SQL and Redis stores, and the checks they share.
 
-The factories themselves: `failover.stores.factory.per_tenant_stores` (in-process stores),
-`failover.stores.sql.per_tenant_tables` and `per_tenant_databases`, `RedisStore.per_tenant`; the
-engine picks one from its store URL with `failover.stores.factory.per_tenant`. A tenant id that
-ends up in a table name, a file name or a key prefix must match
-`failover.stores.tenant.TENANT_ID`.
+- `tables`: one SQL table per tenant, one shared engine (`failover.stores.sql.per_tenant_tables`);
+- `databases`: one SQL database per tenant (`failover.stores.sql.per_tenant_databases`);
+- `key_prefixes`: one Redis key prefix per tenant, one shared client (`RedisStore.per_tenant`).
+
+Each takes the store class it makes (so that this module imports no store module, and the store
+modules can offer their factory). The in-process stores' factory (`per_tenant_stores`) and the
+engine's pick from a store URL (`per_tenant`) are in `failover.stores.factory`, beside
+`make_store` which they use. A tenant id that ends up in a table name, a file name or a key prefix
+must match `failover.stores.tenant.TENANT_ID`; a mapping of prefixes is checked whole, before the
+first tenant comes.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from typing import Any
 
 from ..errors import ConfigurationError, StoreError
-from .tenant import SHOWN, safe_tenant_id
+from .base import FailoverStore
+from .tenant import SHOWN, TenantStores, safe_tenant_id
 
-__all__ = ["distinct_prefixes", "prefix_of"]
+__all__ = ["databases", "distinct_prefixes", "key_prefixes", "prefix_of", "tables"]
 
 
 def prefix_of(
@@ -61,3 +67,106 @@ def distinct_prefixes(
                 f"(prefixes {prefixes[other]!r} and {prefix!r})"
             )
     return prefixes
+
+
+def tables(
+    store_class: Callable[..., FailoverStore],
+    url_or_engine: Any,
+    prefixes: Mapping[str, str] | None,
+    **store_kwargs: Any,
+) -> TenantStores:
+    """One table per tenant through one engine: see `failover.stores.sql.per_tenant_tables`."""
+    import sqlalchemy as sa
+
+    from .sql.engine import make_engine
+    from .sql.table import split_prefix
+
+    owner = "per_tenant_tables"
+
+    def check(prefix: str, tenant: str) -> None:
+        try:
+            split_prefix(prefix)
+        except ConfigurationError as exc:
+            raise ConfigurationError(f"{owner}: tenant {tenant!r}: {exc}") from None
+
+    # SQLite table names ignore case: two prefixes differing only by case are one table.
+    mapping = (
+        None
+        if prefixes is None
+        else distinct_prefixes(owner, prefixes, check, True, "would share a table")
+    )
+    owned = not isinstance(url_or_engine, sa.Engine)
+    engine = url_or_engine if isinstance(url_or_engine, sa.Engine) else make_engine(url_or_engine)
+    of = prefix_of(owner, "table prefix", mapping, lambda tenant: f"{tenant}_")
+    return TenantStores(
+        lambda tenant: store_class(engine, table_prefix=of(tenant), **store_kwargs),
+        True,
+        f"{owner}({engine.url.render_as_string(hide_password=True)!r})",
+        engine.dispose if owned else None,
+    )
+
+
+def databases(
+    store_class: Callable[..., FailoverStore], url_template: str, **store_kwargs: Any
+) -> TenantStores:
+    """One database per tenant: see `failover.stores.sql.per_tenant_databases`."""
+    from .sql.engine import make_engine, masked
+
+    if not isinstance(url_template, str) or "{tenant}" not in url_template:
+        shown = masked(url_template) if isinstance(url_template, str) else url_template
+        raise ConfigurationError(
+            f"per_tenant_databases: the URL template must contain '{{tenant}}', got {shown!r}"
+        )
+    make_engine(url_template.replace("{tenant}", "tenant")).dispose()  # connects to nothing
+    return TenantStores(
+        lambda tenant: store_class(
+            url_template.replace("{tenant}", safe_tenant_id(tenant)), **store_kwargs
+        ),
+        True,
+        f"per_tenant_databases({masked(url_template)!r})",
+    )
+
+
+def key_prefixes(
+    store_class: Callable[..., FailoverStore],
+    url_or_client: Any,
+    prefixes: Mapping[str, str] | None,
+    **store_kwargs: Any,
+) -> TenantStores:
+    """One key prefix per tenant through one client: see `RedisStore.per_tenant`."""
+    import redis
+
+    from .redis.client import DEFAULT_PREFIX, checked_prefix, make_client, masked, split_url
+
+    owner = "RedisStore.per_tenant"
+    base = store_kwargs.pop("prefix", DEFAULT_PREFIX)
+    socket_timeout = store_kwargs.pop("socket_timeout", 1.0)
+    close: Callable[[], None] | None = None
+    if isinstance(url_or_client, str):
+        url, url_prefix = split_url(url_or_client)
+        base = url_prefix if url_prefix is not None else base
+        client = make_client(url, socket_timeout)
+        shown, close = masked(url), client.close
+    elif isinstance(url_or_client, redis.Redis):
+        client, shown = url_or_client, repr(url_or_client)
+    else:
+        raise ConfigurationError(
+            f"{owner}: expected a redis:// URL or a redis.Redis client, got {url_or_client!r}"
+        )
+    checked_prefix(base, owner)
+    mapping = None
+    if prefixes is not None:
+        mapping = distinct_prefixes(
+            owner,
+            prefixes,
+            lambda prefix, tenant: checked_prefix(prefix, f"{owner}: tenant {tenant!r}"),
+            False,
+            "share the prefix",
+        )
+    store_class(client, base, **store_kwargs)  # bad options fail now, not at the first tenant
+    of = prefix_of(owner, "key prefix", mapping, lambda tenant: f"{base}t:{tenant}:")
+
+    def make(tenant: str) -> FailoverStore:
+        return store_class(client, of(tenant), **store_kwargs)
+
+    return TenantStores(make, True, f"{owner}({shown}, prefix={base!r})", close)

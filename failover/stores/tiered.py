@@ -12,6 +12,7 @@ from ..errors import ConfigurationError
 from ..metrics import Metrics
 from .async_write import AsyncWriteStore
 from .base import Capabilities, FailoverStore, Payload, does_io, writes_async
+from .browsing import BrowsingLayer
 
 __all__ = ["TieredStore"]
 
@@ -29,7 +30,7 @@ def _fresher(a: Payload | None, b: Payload | None) -> Payload | None:
     return a
 
 
-class TieredStore(Capabilities):
+class TieredStore(BrowsingLayer, Capabilities):
     """A process-local store (``near``) in front of a shared one (``far``, e.g. Redis or
     PostgreSQL).
 
@@ -85,6 +86,10 @@ class TieredStore(Capabilities):
     def layers_below(self) -> tuple[FailoverStore, FailoverStore]:
         """Both tiers: `flush` waits for the far one's queue."""
         return self.near, self.far
+
+    def browsed(self) -> FailoverStore:
+        """The far store: it holds every entry (the near one, this process's recent ones)."""
+        return self.far
 
     # -- writes -----------------------------------------------------------------------------------
 

@@ -11,6 +11,7 @@ import cachetools
 
 from ..errors import ConfigurationError
 from .base import Capabilities, Payload
+from .browsing import Page, Summary, page_of, summary_of
 
 __all__ = ["CachetoolsStore"]
 
@@ -29,6 +30,7 @@ class CachetoolsStore(Capabilities):
     """
 
     does_io = False
+    browsable = True
 
     def __init__(self, maxsize: int = 10_000, clock: Callable[[], datetime] | None = None) -> None:
         if not isinstance(maxsize, int) or maxsize <= 0:
@@ -89,6 +91,25 @@ class CachetoolsStore(Capabilities):
         """Remove entries expired at ``now``; return the count."""
         with self._lock:
             return len(self._cache.expire(now.timestamp()))
+
+    def names(self) -> list[str]:
+        """Every name that has live entries, sorted."""
+        with self._lock:
+            self._cache.expire()
+            return sorted({n for n, _ in self._cache})
+
+    def page(self, name: str, after: str | None = None, limit: int = 50) -> Page:
+        """Up to ``limit`` live entries of ``name`` after the key ``after``, by key (listed
+        from memory: the cache is bounded by ``maxsize``)."""
+        return page_of(self.find_all(name), after, limit)
+
+    def count(self, name: str) -> int:
+        """How many entries ``name`` has."""
+        return len(self.find_all(name))
+
+    def summary(self, name: str, now: datetime) -> Summary:
+        """``name``'s live entries counted and measured."""
+        return summary_of(name, self.find_all(name), now)
 
     def close(self) -> None:
         """Drop every entry."""

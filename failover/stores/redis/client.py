@@ -6,8 +6,10 @@ Also the checks of a key prefix, shared with the per-tenant factory.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable, Iterable
 from types import TracebackType
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+from typing import Any
+from urllib.parse import parse_qsl, quote, urlencode, urlsplit, urlunsplit
 
 try:
     import redis
@@ -18,7 +20,16 @@ except ImportError as exc:  # pragma: no cover - exercised where redis-py is not
 
 from ...errors import ConfigurationError, StoreError
 
-__all__ = ["DEFAULT_PREFIX", "Errors", "checked_prefix", "make_client", "masked", "split_url"]
+__all__ = [
+    "DEFAULT_PREFIX",
+    "Commands",
+    "Errors",
+    "Keys",
+    "checked_prefix",
+    "make_client",
+    "masked",
+    "split_url",
+]
 
 DEFAULT_PREFIX = "failover:"
 _PREFIX = re.compile(r"[!-~]{0,100}")  # printable ASCII, no spaces: readable in redis-cli
@@ -131,3 +142,65 @@ class Errors:
     ) -> None:
         if exc is not None and isinstance(exc, redis.RedisError):
             raise StoreError(f"{self.where}: {self.operation} failed: {exc}") from exc
+
+
+class Keys:
+    """The Redis keys of one store, under its prefix (a failover name ``N`` percent-encoded, so
+    that a ``:`` in a name can never make two entries share a key).
+
+    Args:
+        prefix: the store's key prefix.
+    """
+
+    def __init__(self, prefix: str) -> None:
+        self.prefix = prefix
+        self.names = f"{prefix}names"
+        """The set of the names that have entries."""
+        self._entry_prefixes: dict[str, str] = {}  # name -> "{prefix}e:{N}:"
+
+    def entries(self, name: str) -> str:
+        """What the keys of ``name``'s entries start with: ``{prefix}e:{N}:``."""
+        found = self._entry_prefixes.get(name)
+        if found is None:
+            if len(self._entry_prefixes) > 10_000:  # names come from code: this is a safeguard
+                self._entry_prefixes.clear()
+            found = self._entry_prefixes[name] = f"{self.prefix}e:{quote(name, safe='')}:"
+        return found
+
+    def index(self, name: str) -> str:
+        """``name``'s index of keys scored by expiry (ms): ``{prefix}i:{N}``."""
+        return f"{self.prefix}i:{quote(name, safe='')}"
+
+    def lex(self, name: str) -> str:
+        """``name``'s index of keys in key order (every score 0, read ``BYLEX``):
+        ``{prefix}k:{N}``."""
+        return f"{self.prefix}k:{quote(name, safe='')}"
+
+
+class Commands:
+    """Runs a store's commands, its errors turned into `StoreError` naming the store.
+
+    Args:
+        client: the redis-py client.
+        where: the store, as error messages name it.
+    """
+
+    def __init__(self, client: redis.Redis, where: str) -> None:
+        self.client = client
+        self.where = where
+
+    def one(self, operation: str, *command: Any) -> Any:
+        """One command's reply."""
+        execute: Callable[..., Any] = self.client.execute_command  # untyped in redis-py
+        with Errors(self.where, operation):
+            return execute(*command)
+
+    def pipelined(self, operation: str, commands: Iterable[tuple[Any, ...]]) -> list[Any]:
+        """The replies of ``commands``, sent in one round trip (not a transaction)."""
+        with Errors(self.where, operation):
+            pipe = self.client.pipeline(transaction=False)
+            queue: Callable[..., Any] = pipe.execute_command  # untyped in redis-py
+            for command in commands:
+                queue(*command)
+            replies: list[Any] = pipe.execute()
+            return replies

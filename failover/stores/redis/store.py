@@ -11,6 +11,9 @@ The keys under the store's prefix (``"failover:"`` by default), for a failover n
   each (milliseconds). `RedisStore.find_all` walks it instead of ``KEYS``/``SCAN`` over the
   database. Every write trims the keys expired since, and the index itself expires with its
   last entry.
+- ``{prefix}k:{N}``, a sorted set: the same keys, every score 0, so that they are read in key
+  order (``BYLEX``): the pages of `RedisStore.page` (see `failover.stores.redis.browsing`).
+  It expires with its last entry too.
 - ``{prefix}names``, a set: the names that have entries (`RedisStore.names`, ``failover
   inspect``).
 
@@ -26,7 +29,6 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
-from urllib.parse import quote
 
 import redis
 
@@ -34,17 +36,24 @@ from ...errors import ConfigurationError
 from ...serialization.base import Codec
 from ...serialization.crypto import Cipher
 from ...serialization.rows import Serializer
-from ..base import Capabilities, FailoverStore, Payload
+from .. import tenants
+from ..base import Capabilities, Payload
+from ..browsing import Page, StoredEntry, Summary, summary_of
 from ..tenant import TenantStores
-from ..tenants import distinct_prefixes, prefix_of
-from .client import DEFAULT_PREFIX, Errors, checked_prefix, make_client, masked, split_url
-from .entries import StoredEntry, describe
+from .browsing import CHUNK, RedisBrowsing
+from .client import (
+    DEFAULT_PREFIX,
+    Commands,
+    Keys,
+    checked_prefix,
+    make_client,
+    masked,
+    split_url,
+)
 
 __all__ = ["RedisStore"]
 
 log = logging.getLogger(__name__)
-
-_MGET_CHUNK = 1_000  # keys per MGET when find_all reads a whole index
 
 
 class RedisStore(Capabilities):
@@ -79,6 +88,7 @@ class RedisStore(Capabilities):
 
     does_io = True
     isolating = True
+    browsable = True
 
     def __init__(
         self,
@@ -120,8 +130,9 @@ class RedisStore(Capabilities):
         self._where = f"RedisStore({shown}, prefix={prefix!r})"
         self.serializer = Serializer(codec, cipher, allowed_types, owner=self._where)
         self._clock = clock
-        self._names_key = f"{prefix}names"
-        self._entry_prefixes: dict[str, str] = {}  # name -> "{prefix}e:{N}:"
+        self._keys = Keys(prefix)
+        self._redis = Commands(self.client, self._where)
+        self.browsing = RedisBrowsing(self._redis, self._keys)
 
     def __repr__(self) -> str:
         return self._where
@@ -135,38 +146,6 @@ class RedisStore(Capabilities):
     def cipher(self) -> Cipher | None:
         """The cipher payloads are encrypted with, if any."""
         return self.serializer.cipher
-
-    # -- keys -------------------------------------------------------------------------------------
-
-    def _entry_prefix(self, name: str) -> str:
-        found = self._entry_prefixes.get(name)
-        if found is None:
-            if len(self._entry_prefixes) > 10_000:  # names come from code: this is a safeguard
-                self._entry_prefixes.clear()
-            found = self._entry_prefixes[name] = f"{self.prefix}e:{quote(name, safe='')}:"
-        return found
-
-    def _index_key(self, name: str) -> str:
-        return f"{self.prefix}i:{quote(name, safe='')}"
-
-    def _errors(self, operation: str) -> Errors:
-        return Errors(self._where, operation)
-
-    def _command(self, operation: str, *command: Any) -> Any:
-        """One command's reply."""
-        execute: Callable[..., Any] = self.client.execute_command  # untyped in redis-py
-        with self._errors(operation):
-            return execute(*command)
-
-    def _pipelined(self, operation: str, commands: Iterable[tuple[Any, ...]]) -> list[Any]:
-        """The replies of ``commands``, sent in one round trip (not a transaction)."""
-        with self._errors(operation):
-            pipe = self.client.pipeline(transaction=False)
-            queue: Callable[..., Any] = pipe.execute_command  # untyped in redis-py
-            for command in commands:
-                queue(*command)
-            replies: list[Any] = pipe.execute()
-            return replies
 
     def _offset_ms(self) -> int:
         """Redis's (the wall clock's) time minus the store's clock, in milliseconds."""
@@ -241,28 +220,33 @@ class RedisStore(Capabilities):
             value, expires = self._value(payload)
             at = max(expires + offset, 1)  # 0 and below are refused: long expired, gone at once
             name, key = payload.name, payload.key
-            commands.append(("SET", self._entry_prefix(name) + key, value, "PXAT", at))
+            commands.append(("SET", self._keys.entries(name) + key, value, "PXAT", at))
             members = indexes.get(name)
             if members is None:
                 members = indexes[name] = {}
             members[key] = at
         now = int(time.time() * 1000)
         for name, members in indexes.items():
-            index = self._index_key(name)
+            index, lex = self._keys.index(name), self._keys.lex(name)
             scored: list[Any] = [index]
+            ordered: list[Any] = [lex]
             for key, at in members.items():
                 scored += (at, key)
+                ordered += (0, key)
             last = max(members.values())
             commands += (
                 ("ZADD", *scored),
                 ("ZREMRANGEBYSCORE", index, "-inf", now),
-                # The index lives as long as its longest-lived entry: set when it has no expiry
-                # yet (a new index), pushed later when this batch outlives it.
+                ("ZADD", *ordered),
+                # The indexes live as long as their longest-lived entry: set when they have no
+                # expiry yet (new ones), pushed later when this batch outlives them.
                 ("PEXPIREAT", index, last, "NX"),
                 ("PEXPIREAT", index, last, "GT"),
+                ("PEXPIREAT", lex, last, "NX"),
+                ("PEXPIREAT", lex, last, "GT"),
             )
-        commands.append(("SADD", self._names_key, *indexes))
-        self._pipelined("store", commands)
+        commands.append(("SADD", self._keys.names, *indexes))
+        self._redis.pipelined("store", commands)
 
     def find(self, name: str, key: str) -> Payload | None:
         """The entry, or ``None`` (Redis has removed expired ones).
@@ -271,7 +255,7 @@ class RedisStore(Capabilities):
             SerializationError: the entry cannot be decoded.
             StoreError: Redis cannot be reached.
         """
-        raw = self._command("find", "GET", self._entry_prefix(name) + key)
+        raw = self._redis.one("find", "GET", self._keys.entries(name) + key)
         return None if raw is None else self._load(name, key, raw)
 
     def find_many(self, name: str, keys: Iterable[str]) -> dict[str, Payload]:
@@ -284,26 +268,9 @@ class RedisStore(Capabilities):
         wanted = list(dict.fromkeys(keys))
         if not wanted:
             return {}
-        prefix = self._entry_prefix(name)
-        raws = self._command("find_many", "MGET", *[prefix + k for k in wanted])
+        prefix = self._keys.entries(name)
+        raws = self._redis.one("find_many", "MGET", *[prefix + k for k in wanted])
         return self._decoded(name, zip(wanted, raws, strict=True))
-
-    def _index(self, name: str) -> list[str]:
-        """The keys in ``name``'s index, sorted, once trimmed of those Redis expired."""
-        index = self._index_key(name)
-        now = int(time.time() * 1000)
-        members = self._pipelined(
-            "find_all", [("ZREMRANGEBYSCORE", index, "-inf", now), ("ZRANGE", index, 0, -1)]
-        )[1]
-        return sorted(m.decode() if isinstance(m, bytes) else m for m in members)
-
-    def _read_all(self, name: str, keys: list[str]) -> list[Any]:
-        prefix = self._entry_prefix(name)
-        chunks = (
-            ("MGET", *[prefix + k for k in keys[i : i + _MGET_CHUNK]])
-            for i in range(0, len(keys), _MGET_CHUNK)
-        )
-        return [raw for chunk in self._pipelined("find_all", chunks) for raw in chunk]
 
     def find_all(self, name: str) -> list[Payload]:
         """Every entry of ``name``, by key, read through the name's index (two round trips);
@@ -312,10 +279,10 @@ class RedisStore(Capabilities):
         Raises:
             StoreError: Redis cannot be reached.
         """
-        keys = self._index(name)
+        keys = self.browsing.keys_of(name)
         if not keys:
             return []
-        found = self._decoded(name, zip(keys, self._read_all(name, keys), strict=True))
+        found = self._decoded(name, zip(keys, self.browsing.values(name, keys), strict=True))
         return list(found.values())
 
     def delete(self, name: str, key: str) -> None:
@@ -324,9 +291,13 @@ class RedisStore(Capabilities):
         Raises:
             StoreError: Redis cannot be reached.
         """
-        self._pipelined(
+        self._redis.pipelined(
             "delete",
-            [("DEL", self._entry_prefix(name) + key), ("ZREM", self._index_key(name), key)],
+            [
+                ("DEL", self._keys.entries(name) + key),
+                ("ZREM", self._keys.index(name), key),
+                ("ZREM", self._keys.lex(name), key),
+            ],
         )
 
     def clean_by_expiry(self, now: datetime) -> int:
@@ -337,9 +308,18 @@ class RedisStore(Capabilities):
             StoreError: Redis cannot be reached.
         """
         cutoff = int(time.time() * 1000)
-        trims = [("ZREMRANGEBYSCORE", self._index_key(n), "-inf", cutoff) for n in self.names()]
-        if trims:
-            self._pipelined("clean_by_expiry", trims)
+        for name in self.names():
+            index = self._keys.index(name)
+            gone, _ = self._redis.pipelined(
+                "clean_by_expiry",
+                [
+                    ("ZRANGE", index, "-inf", cutoff, "BYSCORE"),
+                    ("ZREMRANGEBYSCORE", index, "-inf", cutoff),
+                ],
+            )
+            keys = [m.decode() if isinstance(m, bytes) else m for m in gone]
+            for i in range(0, len(keys), CHUNK):  # bounded scripts: others run between
+                self.browsing.drop_gone(name, keys[i : i + CHUNK])
         return 0
 
     def close(self) -> None:
@@ -355,12 +335,7 @@ class RedisStore(Capabilities):
         Raises:
             StoreError: Redis cannot be reached.
         """
-        members = self._command("names", "SMEMBERS", self._names_key)
-        names = sorted(m.decode() if isinstance(m, bytes) else m for m in members)
-        if not names:
-            return []
-        alive = self._pipelined("names", [("EXISTS", self._index_key(n)) for n in names])
-        return [name for name, exists in zip(names, alive, strict=True) if exists]
+        return self.browsing.names()
 
     def entries(self, name: str | None = None) -> list[StoredEntry]:
         """The entries as stored, not decoded (their types need no allowlist): of ``name``, or
@@ -369,29 +344,38 @@ class RedisStore(Capabilities):
         Raises:
             StoreError: Redis cannot be reached.
         """
-        listed: list[StoredEntry] = []
-        for each in self.names() if name is None else [name]:
-            keys = self._index(each)
-            for key, raw in zip(keys, self._read_all(each, keys) if keys else [], strict=True):
-                if raw is not None:
-                    listed.append(describe(each, key, raw))
-        return listed
+        return self.browsing.entries(name)
 
-    def entries_page(
-        self, name: str, after: str | None, limit: int
-    ) -> tuple[list[StoredEntry], int]:
-        """Up to ``limit`` entries of ``name`` with keys after ``after``, by key, as stored,
-        and how many keys the name's index holds. Only the page's values are read (the
-        index's keys are listed whole: they are small beside the values).
+    def page(self, name: str, after: str | None = None, limit: int = 50) -> Page:
+        """Up to ``limit`` entries of ``name`` after the key ``after``, by key, as stored (not
+        decoded): two round trips (``ZRANGE ... BYLEX``, ``MGET``) wherever the page is.
 
         Raises:
             StoreError: Redis cannot be reached.
         """
-        keys = self._index(name)
-        chosen = [k for k in keys if after is None or k > after][:limit]
-        raws = self._read_all(name, chosen) if chosen else []
-        listed = [describe(name, k, r) for k, r in zip(chosen, raws, strict=True) if r is not None]
-        return listed, len(keys)
+        return self.browsing.page(name, after, limit)
+
+    def count(self, name: str) -> int:
+        """How many entries ``name`` has: its expiry index's size, once trimmed of the keys
+        Redis expired (no value is read).
+
+        Raises:
+            StoreError: Redis cannot be reached.
+        """
+        index = self._keys.index(name)
+        now = int(time.time() * 1000)
+        commands = [("ZREMRANGEBYSCORE", index, "-inf", now), ("ZCARD", index)]
+        return int(self._redis.pipelined("count", commands)[1])
+
+    def summary(self, name: str, now: datetime) -> Summary:
+        """``name``'s entries counted (those expired at ``now`` among them), their ``as_of``
+        range and total size: Redis has no aggregate over values, so every entry of the name
+        is read (their headers give the times).
+
+        Raises:
+            StoreError: Redis cannot be reached.
+        """
+        return summary_of(name, self.entries(name), now)
 
     @classmethod
     def per_tenant(
@@ -416,35 +400,4 @@ class RedisStore(Capabilities):
         Raises:
             ConfigurationError: a bad URL or prefix, or two tenants sharing a prefix.
         """
-        owner = "RedisStore.per_tenant"
-        base = store_kwargs.pop("prefix", DEFAULT_PREFIX)
-        socket_timeout = store_kwargs.pop("socket_timeout", 1.0)
-        close: Callable[[], None] | None = None
-        if isinstance(url_or_client, str):
-            url, url_prefix = split_url(url_or_client)
-            base = url_prefix if url_prefix is not None else base
-            client = make_client(url, socket_timeout)
-            shown, close = masked(url), client.close
-        elif isinstance(url_or_client, redis.Redis):
-            client, shown = url_or_client, repr(url_or_client)
-        else:
-            raise ConfigurationError(
-                f"{owner}: expected a redis:// URL or a redis.Redis client, got {url_or_client!r}"
-            )
-        checked_prefix(base, owner)
-        mapping = None
-        if prefixes is not None:
-            mapping = distinct_prefixes(
-                owner,
-                prefixes,
-                lambda prefix, tenant: checked_prefix(prefix, f"{owner}: tenant {tenant!r}"),
-                False,
-                "share the prefix",
-            )
-        RedisStore(client, base, **store_kwargs)  # bad options fail now, not at the first tenant
-        of = prefix_of(owner, "key prefix", mapping, lambda tenant: f"{base}t:{tenant}:")
-
-        def make(tenant: str) -> FailoverStore:
-            return RedisStore(client, of(tenant), **store_kwargs)
-
-        return TenantStores(make, True, f"{owner}({shown}, prefix={base!r})", close)
+        return tenants.key_prefixes(cls, url_or_client, prefixes, **store_kwargs)

@@ -17,13 +17,15 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
-from ...errors import ConfigurationError, StoreError
+from ...errors import StoreError
 from ...serialization.base import Codec
 from ...serialization.crypto import Cipher
 from ...serialization.rows import Serializer, micros
+from .. import tenants
 from ..base import Capabilities, FailoverStore, Payload
-from ..tenant import TenantStores, safe_tenant_id
-from ..tenants import distinct_prefixes, prefix_of
+from ..browsing import Page, Summary
+from ..tenant import TenantStores
+from .browsing import SqlBrowsing
 from .engine import first_line, make_engine, masked
 from .psycopg import PsycopgStatements, supported
 from .statements import CoreStatements, Statements
@@ -70,6 +72,7 @@ class SqlStore(Capabilities):
 
     does_io = True
     isolating = True
+    browsable = True
 
     def __init__(
         self,
@@ -92,12 +95,12 @@ class SqlStore(Capabilities):
         self._where = f"SqlStore({masked(self.engine.url)}, table={table.fullname!r})"
         self._rows.where = self._where
         c = table.c
-        self._names = sa.select(c.name).distinct().order_by(c.name)
         self._clean = table.delete().where(c.expire_on <= sa.bindparam("now"))
         # A NULL expiry (possible only in a table of an earlier version) is a corrupt row. Its
         # own statement: OR-ed into the range, SQLite scans the table instead of the index.
         self._clean_null = table.delete().where(c.expire_on.is_(None))
         self._core = CoreStatements(self.engine, table)
+        self.browsing = SqlBrowsing(self._core.single, table)
         # postgresql+psycopg: the statements past SQLAlchemy's execution layer (sql.psycopg).
         self._statements: Statements = (
             PsycopgStatements(self.engine, table) if supported(self.engine) else self._core
@@ -231,8 +234,27 @@ class SqlStore(Capabilities):
         """Every name that has entries, sorted."""
         if not self._ready:
             self._prepare()
-        with self._core.single.connect() as conn:
-            return list(conn.execute(self._names).scalars())
+        return self.browsing.names()
+
+    def page(self, name: str, after: str | None = None, limit: int = 50) -> Page:
+        """Up to ``limit`` entries of ``name`` after the key ``after``, by key, as stored (not
+        decoded): one select on the primary key, as fast for the last page as the first."""
+        if not self._ready:
+            self._prepare()
+        return self.browsing.page(name, after, limit)
+
+    def count(self, name: str) -> int:
+        """How many entries ``name`` has: one count over a range of the primary key."""
+        if not self._ready:
+            self._prepare()
+        return self.browsing.count(name)
+
+    def summary(self, name: str, now: datetime) -> Summary:
+        """``name``'s entries counted (those expired at ``now`` among them), their ``as_of``
+        range and the payloads' total length: one aggregate."""
+        if not self._ready:
+            self._prepare()
+        return self.browsing.summary(name, now)
 
     def delete(self, name: str, key: str) -> None:
         """Remove the entry if present."""
@@ -256,7 +278,7 @@ class SqlStore(Capabilities):
             self.engine.dispose()
 
 
-# -- one store per tenant -------------------------------------------------------------------------
+# -- one store per tenant (made in failover.stores.tenants) ---------------------------------------
 
 
 def per_tenant_tables(
@@ -280,29 +302,7 @@ def per_tenant_tables(
         ConfigurationError: a prefix `SqlStore` refuses (checked here, for every tenant, before
             any SQL runs), two tenants whose tables would be one table, or a bad URL.
     """
-    owner = "per_tenant_tables"
-
-    def check(prefix: str, tenant: str) -> None:
-        try:
-            split_prefix(prefix)
-        except ConfigurationError as exc:
-            raise ConfigurationError(f"{owner}: tenant {tenant!r}: {exc}") from None
-
-    # SQLite table names ignore case: two prefixes differing only by case are one table.
-    mapping = (
-        None
-        if prefixes is None
-        else distinct_prefixes(owner, prefixes, check, True, "would share a table")
-    )
-    owned = not isinstance(url_or_engine, sa.Engine)
-    engine = url_or_engine if isinstance(url_or_engine, sa.Engine) else make_engine(url_or_engine)
-    of = prefix_of(owner, "table prefix", mapping, lambda tenant: f"{tenant}_")
-    return TenantStores(
-        lambda tenant: SqlStore(engine, table_prefix=of(tenant), **store_kwargs),
-        True,
-        f"{owner}({engine.url.render_as_string(hide_password=True)!r})",
-        engine.dispose if owned else None,
-    )
+    return tenants.tables(SqlStore, url_or_engine, prefixes, **store_kwargs)
 
 
 def per_tenant_databases(url_template: str, **store_kwargs: Any) -> TenantStores:
@@ -323,16 +323,4 @@ def per_tenant_databases(url_template: str, **store_kwargs: Any) -> TenantStores
         ConfigurationError: the template has no ``{tenant}``, or is not a URL `SqlStore` takes
             (checked here, before the first tenant comes).
     """
-    if not isinstance(url_template, str) or "{tenant}" not in url_template:
-        shown = masked(url_template) if isinstance(url_template, str) else url_template
-        raise ConfigurationError(
-            f"per_tenant_databases: the URL template must contain '{{tenant}}', got {shown!r}"
-        )
-    make_engine(url_template.replace("{tenant}", "tenant")).dispose()  # connects to nothing
-    return TenantStores(
-        lambda tenant: SqlStore(
-            url_template.replace("{tenant}", safe_tenant_id(tenant)), **store_kwargs
-        ),
-        True,
-        f"per_tenant_databases({masked(url_template)!r})",
-    )
+    return tenants.databases(SqlStore, url_template, **store_kwargs)
