@@ -192,3 +192,11 @@ def test_summary_counts_and_measures(store: Any, clock: FakeClock) -> None:
     assert summary.oldest in (first, first + timedelta(seconds=5))
     assert summary.size > 0
     assert store.summary("absent", clock()) == Summary("absent", 0, 0, None, None, 0)
+
+
+def test_delete_many(store: Any, clock: FakeClock) -> None:
+    store.store_many([entry(clock, f"k{i}") for i in range(6)])
+    store.delete_many("n", ["k0", "k2", "k4", "absent", "k0"])
+    store.delete_many("n", [])
+    assert sorted(p.key for p in store.find_all("n")) == ["k1", "k3", "k5"]
+    assert store.find("n", "k2") is None

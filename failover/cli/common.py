@@ -8,18 +8,13 @@ import signal
 import threading
 from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime, timedelta
-from pathlib import Path
 from types import FrameType
-from typing import TYPE_CHECKING, TextIO
+from typing import TextIO
 
-from ..errors import FailoverError
+from ..errors import FailoverError, StoreError
+from ..stores.base import FailoverStore
 from ..stores.factory import make_store
-
-if TYPE_CHECKING:
-    import sqlalchemy as sa
-
-    from ..stores.redis import RedisStore
-    from ..stores.sql import SqlStore
+from ..stores.opening import in_process, masked_url, open_shared
 
 __all__ = [
     "PROG",
@@ -80,32 +75,7 @@ def store_argument(parser: argparse.ArgumentParser) -> None:
 
 def display(url: str) -> str:
     """The URL without its password, fit for printing."""
-    if "@" not in url:
-        return url
-    from ..stores.sql.engine import masked
-
-    return masked(sqlalchemy_url(url) or url)
-
-
-def sqlalchemy_url(url: str) -> sa.URL | None:
-    """``url`` parsed by SQLAlchemy; ``None`` when it cannot be (the store reports that itself)."""
-    from sqlalchemy.engine import make_url
-    from sqlalchemy.exc import ArgumentError
-
-    try:
-        return make_url(url)
-    except (ArgumentError, ValueError):
-        return None
-
-
-def in_process(url: str) -> bool:
-    """Whether the store at ``url`` lives inside this process: nothing of it outlives a command."""
-    if url.partition("://")[0].lower() in ("memory", "cachetools"):
-        return True
-    from ..stores.sql.engine import is_memory
-
-    parsed = sqlalchemy_url(url) if url.lower().startswith("sqlite") else None
-    return parsed is not None and is_memory(parsed)
+    return masked_url(url)
 
 
 def render_table(headers: Sequence[str], rows: Iterable[Sequence[str]]) -> str:
@@ -141,9 +111,7 @@ def time_text(value: datetime | None) -> str:
     return "-" if value is None else value.isoformat(sep=" ", timespec="seconds")
 
 
-def open_store(
-    url: str, command: str, *, create: bool, table_prefix: str = ""
-) -> SqlStore | RedisStore:
+def open_store(url: str, command: str, *, create: bool, table_prefix: str = "") -> FailoverStore:
     """The store at ``url``, reached once already.
 
     Reaching it here turns an unreachable database into one error, where the store would log a
@@ -161,32 +129,15 @@ def open_store(
             f"{PROG} {command} reads the shared store of a tiered one: --store "
             f"{display(shared(url))}"
         )
-    if is_redis(url):
-        return _open_redis(url, table_prefix)
-    from sqlalchemy.exc import SQLAlchemyError
-
-    from ..stores.factory import check_sql_scheme
-    from ..stores.sql import SqlStore, make_engine
-
-    check_sql_scheme(url, url.partition("://")[0].lower())  # names the nearest known scheme
-    probe = make_engine(url)
+    if is_redis(url) and table_prefix:
+        raise CliError(
+            "--table-prefix is for SQL stores; a Redis store's key prefix is the URL's "
+            "prefix option (redis://host/0?prefix=myapp:)"
+        )
     try:
-        database = probe.url.database
-        if (
-            not create
-            and probe.dialect.name == "sqlite"
-            and database not in (None, "", ":memory:")
-            and not Path(database).is_file()
-        ):
-            raise CliError(f"{display(url)}: no such SQLite file")
-        try:
-            with probe.connect():
-                pass
-        except SQLAlchemyError as exc:
-            raise CliError(f"cannot reach {display(url)}: {one_line(exc)}") from exc
-    finally:
-        probe.dispose()
-    return SqlStore(url, table_prefix=table_prefix, create_table=create)
+        return open_shared(url, create=create, table_prefix=table_prefix)
+    except StoreError as exc:
+        raise CliError(str(exc)) from exc
 
 
 def shared(url: str) -> str:
@@ -197,23 +148,6 @@ def shared(url: str) -> str:
 def is_redis(url: str) -> bool:
     """Whether ``url`` is a Redis store's."""
     return url.partition("://")[0].lower() in ("redis", "rediss", "unix")
-
-
-def _open_redis(url: str, table_prefix: str) -> RedisStore:
-    from ..stores.redis import RedisStore
-
-    if table_prefix:
-        raise CliError(
-            "--table-prefix is for SQL stores; a Redis store's key prefix is the URL's "
-            "prefix option (redis://host/0?prefix=myapp:)"
-        )
-    store = RedisStore(url)
-    try:
-        store.client.ping()
-    except Exception as exc:  # redis-py's errors, imported only with it
-        store.close()
-        raise CliError(f"cannot reach {display(url)}: {one_line(exc)}") from exc
-    return store
 
 
 def table_prefix_argument(parser: argparse.ArgumentParser) -> None:

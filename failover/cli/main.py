@@ -53,10 +53,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _user_errors() -> tuple[type[BaseException], ...]:
-    # SQLAlchemy is imported only when an error has to be matched, to keep --help fast.
-    from sqlalchemy.exc import SQLAlchemyError
+    # The drivers are imported only when an error has to be matched, to keep --help fast.
+    from ..stores.opening import driver_errors
 
-    return (CliError, FailoverError, SQLAlchemyError, OSError)
+    return (CliError, FailoverError, *driver_errors(), OSError)
 
 
 def _version() -> str:

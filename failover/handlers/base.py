@@ -11,7 +11,7 @@ from ..context import CallContext, Miss
 from ..definition import FailoverDefinition
 from ..expiry import FixedTtl
 from ..keys import canonical, digest, make_key
-from ..stores.base import FailoverStore, Payload
+from ..stores.base import FailoverStore, Payload, delete_many
 
 __all__ = [
     "Handler",
@@ -82,15 +82,17 @@ def drop_expired(store: FailoverStore, expired: Payload) -> None:
 
 
 def drop_all_expired(store: FailoverStore, name: str, expired: list[Payload]) -> None:
-    """`drop_expired` for several entries of ``name``, read again in one batch."""
+    """`drop_expired` for several entries of ``name``, read again in one batch and deleted in
+    one."""
     if len(expired) == 1:
         drop_expired(store, expired[0])
         return
     again = store.find_many(name, [p.key for p in expired])
-    for payload in expired:
-        now = again.get(payload.key)
-        if now is not None and now.as_of == payload.as_of:
-            store.delete(name, payload.key)
+    unchanged = [
+        p.key for p in expired if (now := again.get(p.key)) is not None and now.as_of == p.as_of
+    ]
+    if unchanged:
+        delete_many(store, name, unchanged)  # one statement (round trip), not one per slice
 
 
 def expire_on(definition: FailoverDefinition, now: datetime) -> datetime:

@@ -22,7 +22,7 @@ from ..errors import SplitterError
 from ..metrics import Metrics
 from ..payload import enrich, envelope
 from ..scatter import CallArguments, StoreContext, slice_context
-from ..stores.base import Payload
+from ..stores.base import Payload, delete_many
 from .base import drop_all_expired, envelope_key, expire_on, slice_key
 from .default import DefaultHandler
 
@@ -125,8 +125,7 @@ class ScatterGatherHandler:
             keys = [p.key for p in store.find_all(name)]
         else:
             keys = [key for key, _ in self._requested(d, _whole(ctx, None))]
-        for key in dict.fromkeys(keys):
-            store.delete(name, key)
+        delete_many(store, name, keys)  # one statement (round trip) for every slice
         self.inner.forget(name, envelope_key(ctx))  # the call's next success is stored
 
     def _requested(

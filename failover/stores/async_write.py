@@ -35,7 +35,7 @@ from typing import Final
 
 from ..errors import ConfigurationError, SerializationError, StoreError
 from ..metrics import NULL_METRICS, Metrics
-from .base import Capabilities, FailoverStore, Payload, does_io
+from .base import Capabilities, FailoverStore, Payload, delete_many, does_io
 from .browsing import BrowsingLayer, Page, Summary, overlaid
 
 __all__ = ["REJECTIONS", "AsyncWriteStore"]
@@ -242,11 +242,14 @@ class _WriteQueue:
                     log.warning(
                         "failover: writing %d queued entries failed", len(stores), exc_info=True
                     )
+            by_name: dict[str, list[str]] = {}
             for name, key, _ in deletes:
+                by_name.setdefault(name, []).append(key)
+            for name, keys in by_name.items():  # one statement (round trip) per name
                 try:
-                    self.inner.delete(name, key)
+                    delete_many(self.inner, name, keys)
                 except Exception:
-                    failed += 1
+                    failed += len(keys)
                     log.warning("failover: a queued delete of %r failed", name, exc_info=True)
             with self.lock:
                 # A failed write is forgotten too: reads must not show what is not stored.
@@ -433,6 +436,12 @@ class AsyncWriteStore(BrowsingLayer, Capabilities):
         """
         self._q.submit([(name, key, _DELETED)])
 
+    def delete_many(self, name: str, keys: Iterable[str]) -> None:
+        """Queue the deletes as one batch (admitted, or rejected, together)."""
+        writes: list[_Write] = [(name, key, _DELETED) for key in dict.fromkeys(keys)]
+        if writes:
+            self._q.submit(writes)
+
     def clean_by_expiry(self, now: datetime) -> int:
         """Flush the queue, then remove expired entries; returns the true count."""
         self._q.flush(None)
@@ -499,15 +508,14 @@ class AsyncWriteStore(BrowsingLayer, Capabilities):
         return overlaid(self._browser(), name, self._queued(name), after, limit)
 
     def count(self, name: str) -> int:
-        """The inner store's count, with the writes still queued counted in."""
-        queued = self._queued(name)
-        there = self.inner.find_many(name, queued) if queued else {}
+        """The inner store's count, with the writes still queued counted in (the worker waits
+        meanwhile: a write made between the two reads would be counted twice, or not at all)."""
+        with self._q.io_lock:
+            queued = self._queued(name)
+            there = self.inner.find_many(name, queued) if queued else {}
+            counted = self._browser().count(name)
         added = sum(v is not None and k not in there for k, v in queued.items())
-        return (
-            self._browser().count(name)
-            + added
-            - sum(v is None and k in there for k, v in queued.items())
-        )
+        return counted + added - sum(v is None and k in there for k, v in queued.items())
 
     def summary(self, name: str, now: datetime) -> Summary:
         """The inner store's summary, once the writes queued before it are written."""

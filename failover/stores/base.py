@@ -15,6 +15,7 @@ __all__ = [
     "Capabilities",
     "FailoverStore",
     "browsable",
+    "delete_many",
     "does_io",
     "flush",
     "isolating",
@@ -100,6 +101,14 @@ class Capabilities:
         """What a caller holds is never what is stored (the default: ``False``)."""
         return False
 
+    def delete_many(self, name: str, keys: Iterable[str]) -> None:
+        """Remove the entries of ``name`` under ``keys`` that are present: one ``delete`` each
+        here; a store that can do it in one statement or round trip says so by overriding this.
+        """
+        store: Any = self
+        for key in dict.fromkeys(keys):
+            store.delete(name, key)
+
     @property
     def browsable(self) -> bool:
         """Its entries can be listed (the default: ``False``)."""
@@ -136,6 +145,17 @@ def writes_async(store: object) -> bool:
 def isolating(store: object) -> bool:
     """Whether ``store`` declares that it isolates by encoding; ``False`` when it says nothing."""
     return bool(getattr(store, "isolating", False))
+
+
+def delete_many(store: FailoverStore, name: str, keys: Iterable[str]) -> None:
+    """Remove several entries of ``name``: in one go where ``store`` has ``delete_many`` (the
+    library's stores and layers), else one ``delete`` each (a store of your own may have none)."""
+    method = getattr(store, "delete_many", None)
+    if callable(method):
+        method(name, keys)
+        return
+    for key in dict.fromkeys(keys):
+        store.delete(name, key)
 
 
 def browsable(store: object) -> bool:

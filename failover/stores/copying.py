@@ -8,7 +8,7 @@ from datetime import datetime
 from typing import Any
 
 from ..payload import envelope
-from .base import Capabilities, FailoverStore, Payload, does_io, writes_async
+from .base import Capabilities, FailoverStore, Payload, delete_many, does_io, writes_async
 from .browsing import BrowsingLayer
 
 __all__ = ["CopyingStore", "deep_copy"]
@@ -118,6 +118,10 @@ class CopyingStore(BrowsingLayer, Capabilities):
     def delete(self, name: str, key: str) -> None:
         """Remove the entry."""
         self.inner.delete(name, key)
+
+    def delete_many(self, name: str, keys: Iterable[str]) -> None:
+        """Remove the entries."""
+        delete_many(self.inner, name, keys)
 
     def clean_by_expiry(self, now: datetime) -> int:
         """Remove expired entries."""

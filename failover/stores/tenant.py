@@ -25,7 +25,7 @@ from typing import Final
 
 from ..errors import ConfigurationError, StoreError
 from ..tenant import current_tenant, pinned
-from .base import Capabilities, FailoverStore, Payload, does_io, writes_async
+from .base import Capabilities, FailoverStore, Payload, delete_many, does_io, writes_async
 from .browsing import BrowsingLayer
 
 __all__ = [
@@ -257,6 +257,10 @@ class MultiTenantStore(BrowsingLayer, Capabilities):
     def delete(self, name: str, key: str) -> None:
         """Remove the current tenant's entry if present."""
         self.current().delete(name, key)
+
+    def delete_many(self, name: str, keys: Iterable[str]) -> None:
+        """Remove the current tenant's entries under ``keys``."""
+        delete_many(self.current(), name, keys)
 
     # -- every tenant ---------------------------------------------------------------------------
 

@@ -11,7 +11,7 @@ from typing import TypeVar
 from ..errors import ConfigurationError
 from ..metrics import Metrics
 from .async_write import AsyncWriteStore
-from .base import Capabilities, FailoverStore, Payload, does_io, writes_async
+from .base import Capabilities, FailoverStore, Payload, delete_many, does_io, writes_async
 from .browsing import BrowsingLayer
 
 __all__ = ["TieredStore"]
@@ -111,6 +111,14 @@ class TieredStore(BrowsingLayer, Capabilities):
             self._deletes += 1
             self.near.delete(name, key)
         self.far.delete(name, key)
+
+    def delete_many(self, name: str, keys: Iterable[str]) -> None:
+        """Delete from both tiers, in one go each."""
+        keys = list(keys)
+        with self._lock:
+            self._deletes += 1
+            delete_many(self.near, name, keys)
+        delete_many(self.far, name, keys)
 
     # -- reads ------------------------------------------------------------------------------------
 

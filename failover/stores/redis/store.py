@@ -300,6 +300,24 @@ class RedisStore(Capabilities):
             ],
         )
 
+    def delete_many(self, name: str, keys: Iterable[str]) -> None:
+        """Remove the entries of ``name`` under ``keys`` that are present (one round trip).
+
+        Raises:
+            StoreError: Redis cannot be reached.
+        """
+        wanted = list(dict.fromkeys(keys))
+        if wanted:
+            prefix = self._keys.entries(name)
+            self._redis.pipelined(
+                "delete",
+                [
+                    ("DEL", *[prefix + k for k in wanted]),
+                    ("ZREM", self._keys.index(name), *wanted),
+                    ("ZREM", self._keys.lex(name), *wanted),
+                ],
+            )
+
     def clean_by_expiry(self, now: datetime) -> int:
         """Nothing to delete: Redis removes each entry at its ``expire_on``. Trims the names'
         indexes of the keys it removed, and returns 0.

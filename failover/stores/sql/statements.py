@@ -45,6 +45,10 @@ class Statements(Protocol):
         """Remove the row of ``(name, key)`` if present."""
         ...
 
+    def delete_many(self, name: str, keys: list[str]) -> None:
+        """Remove the rows of ``name`` under ``keys`` (distinct), in one statement."""
+        ...
+
     def upsert(self, rows: Sequence[dict[str, Any]]) -> None:
         """Insert or replace ``rows`` (no two with one name and key), atomically."""
         ...
@@ -91,6 +95,19 @@ class CoreStatements:
         self._find = sa.select(*columns).where(by_name, c.key == sa.bindparam("k"))
         self._find_all = sa.select(c.key, *columns).where(by_name).order_by(c.key)
         self._delete = table.delete().where(by_name, c.key == sa.bindparam("k"))
+        self._clean = table.delete().where(c.expire_on <= sa.bindparam("now"))
+        # A NULL expiry (possible only in a table of an earlier version) is a corrupt row. Its
+        # own statement: OR-ed into the range, SQLite scans the table instead of the index.
+        self._clean_null = table.delete().where(c.expire_on.is_(None))
+        # A batch: the keys of at most `batch` expired rows (read on the expiry index), deleted
+        # by primary key. Not every database takes LIMIT in such a subquery: those delete all
+        # at once.
+        self._batched = dialect in ("sqlite", "postgresql")
+        self._expired_keys = sa.select(c.name, c.key).where(c.expire_on <= sa.bindparam("now"))
+        self._table_sql = engine.dialect.identifier_preparer.format_table(table)
+        self._delete_many = table.delete().where(
+            by_name, c.key.in_(sa.bindparam("keys", expanding=True))
+        )
         self.single = engine  # for operations that are one statement
         if dialect == "postgresql":
             from sqlalchemy.dialects.postgresql import ARRAY
@@ -191,6 +208,47 @@ class CoreStatements:
         """Remove the row of ``(name, key)`` if present."""
         with self.single.begin() as conn:
             conn.execute(self._delete, {"n": name, "k": key})
+
+    def delete_many(self, name: str, keys: list[str]) -> None:
+        """Remove the rows of ``name`` under ``keys``: one statement (chunked only past the
+        database's parameter limit), one transaction."""
+        size = self.chunk or _IN_CHUNK
+        with self.engine.begin() as conn:
+            for i in range(0, len(keys), size):
+                conn.execute(self._delete_many, {"n": name, "keys": keys[i : i + size]})
+
+    def _clean_batch(self, batch: int) -> sa.Executable:
+        """The delete of one batch of at most ``batch`` expired rows."""
+        if self.engine.dialect.name == "sqlite":
+            # By rowid: the subquery reads the expiry index, the delete goes straight to rows.
+            t = self._table_sql
+            return sa.text(
+                f"DELETE FROM {t} WHERE rowid IN "
+                f"(SELECT rowid FROM {t} WHERE expire_on <= :now LIMIT {int(batch)})"
+            )
+        c = self.table.c
+        return self.table.delete().where(
+            sa.tuple_(c.name, c.key).in_(self._expired_keys.limit(batch))
+        )
+
+    def clean(self, now: int, batch: int) -> int:
+        """Delete the rows expired at ``now`` (microseconds), ``batch`` rows per transaction
+        where the database allows it; then those with a NULL expiry. The count deleted."""
+        removed = 0
+        if self._batched:
+            delete = self._clean_batch(batch)
+            while True:
+                with self.engine.begin() as conn:  # committed: the write lock is free again
+                    count = conn.execute(delete, {"now": now}).rowcount
+                removed += count
+                if count < batch:
+                    break
+        else:
+            with self.engine.begin() as conn:
+                removed += conn.execute(self._clean, {"now": now}).rowcount
+        with self.engine.begin() as conn:
+            removed += conn.execute(self._clean_null).rowcount
+        return int(removed)
 
     def close(self) -> None:
         """Nothing kept: the engine's pool holds the connections."""

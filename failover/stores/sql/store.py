@@ -73,6 +73,8 @@ class SqlStore(Capabilities):
     does_io = True
     isolating = True
     browsable = True
+    clean_batch = 10_000
+    """Expired rows deleted per transaction by `clean_by_expiry` (SQLite, PostgreSQL)."""
 
     def __init__(
         self,
@@ -94,11 +96,6 @@ class SqlStore(Capabilities):
         self._create_table = create_table
         self._where = f"SqlStore({masked(self.engine.url)}, table={table.fullname!r})"
         self._rows.where = self._where
-        c = table.c
-        self._clean = table.delete().where(c.expire_on <= sa.bindparam("now"))
-        # A NULL expiry (possible only in a table of an earlier version) is a corrupt row. Its
-        # own statement: OR-ed into the range, SQLite scans the table instead of the index.
-        self._clean_null = table.delete().where(c.expire_on.is_(None))
         self._core = CoreStatements(self.engine, table)
         self.browsing = SqlBrowsing(self._core.single, table)
         # postgresql+psycopg: the statements past SQLAlchemy's execution layer (sql.psycopg).
@@ -262,14 +259,26 @@ class SqlStore(Capabilities):
             self._prepare()
         self._statements.delete(name, key)
 
-    def clean_by_expiry(self, now: datetime) -> int:
-        """Remove every entry whose ``expire_on`` is at or before ``now``, or NULL (two indexed
-        deletes, one transaction); return the count."""
+    def delete_many(self, name: str, keys: Iterable[str]) -> None:
+        """Remove the entries of ``name`` under ``keys`` that are present, in one statement."""
+        wanted = list(dict.fromkeys(keys))
+        if not wanted:
+            return
         if not self._ready:
             self._prepare()
-        with self.engine.begin() as conn:
-            removed = conn.execute(self._clean, {"now": micros(now)}).rowcount
-            return int(removed + conn.execute(self._clean_null).rowcount)
+        self._statements.delete_many(name, wanted)
+
+    def clean_by_expiry(self, now: datetime) -> int:
+        """Remove every entry whose ``expire_on`` is at or before ``now``, or NULL; return the
+        count.
+
+        On SQLite and PostgreSQL the expired rows go in batches of `clean_batch`, each its own
+        short transaction: a million expired rows never make one transaction, and writers get
+        the table between batches. Elsewhere, one indexed delete.
+        """
+        if not self._ready:
+            self._prepare()
+        return self._core.clean(micros(now), self.clean_batch)
 
     def close(self) -> None:
         """Dispose the engine's connections, when the store made the engine."""
