@@ -3,7 +3,8 @@
 import typing
 
 from .async_write import AsyncWriteStore
-from .base import Capabilities, FailoverStore
+from .base import Capabilities, FailoverStore, browsable, delete_many
+from .browsing import Browsable, Page, StoredEntry, Summary
 from .copying import CopyingStore
 from .factory import make_store
 from .memory import InMemoryStore
@@ -13,15 +14,21 @@ from .ttl import CachetoolsStore
 
 __all__ = [
     "AsyncWriteStore",
+    "Browsable",
     "CachetoolsStore",
     "Capabilities",
     "CopyingStore",
     "FailoverStore",
     "InMemoryStore",
     "MultiTenantStore",
+    "Page",
     "RedisStore",
     "SqlStore",
+    "StoredEntry",
+    "Summary",
     "TieredStore",
+    "browsable",
+    "delete_many",
     "make_store",
     "per_tenant_databases",
     "per_tenant_tables",
