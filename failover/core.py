@@ -78,6 +78,7 @@ class Runtime:
 
     __slots__ = (
         "_return_type",
+        "batched",
         "binder",
         "blocking",
         "blocking_writes",
@@ -112,6 +113,9 @@ class Runtime:
         self.binder = binder
         self.fn = fn
         self.handler = handler
+        # The handler chain has `arecover`: an async caller's recovery is batched with the
+        # loop's others instead of taking a worker thread of its own.
+        self.batched = bool(getattr(handler, "batches_reads", False))
         # The execution layer (guards, soft timeout), bound by the engine; None: call directly.
         self.execution: Execution | None = None
         self.refusals: tuple[type[Exception], ...] = ()
@@ -225,6 +229,23 @@ class Runtime:
                 exc_info=True,
             )
             return Miss.ERROR
+
+    async def arecover(self, ctx: CallContext, cause: Exception) -> ReferentialPayload[Any] | Miss:
+        """`recover` for an async caller when the store does I/O: never blocks the event loop."""
+        if not self.batched:
+            return await self.on_worker(self.recover, ctx, cause)
+        try:
+            found: ReferentialPayload[Any] | Miss = await self.handler.arecover(  # type: ignore[attr-defined]
+                ctx, cause
+            )
+        except Exception:
+            log.warning(
+                "failover %r: recovering failed; treated as a miss",
+                self.definition.name,
+                exc_info=True,
+            )
+            return Miss.ERROR
+        return found
 
     def resolve(
         self,

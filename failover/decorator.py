@@ -202,7 +202,7 @@ def _async_shell(state: State, envelope: bool) -> Callable[..., Any]:
                 rt.stats.raised(seconds, exc)
                 raise
             if rt.blocking:
-                found = await rt.on_worker(rt.recover, ctx, exc)
+                found = await rt.arecover(ctx, exc)
             else:
                 found = rt.recover(ctx, exc)
             out = rt.resolve(ctx, exc, found, seconds)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import threading
 from collections.abc import Callable
 from datetime import datetime, timedelta
@@ -12,6 +13,8 @@ from ..definition import FailoverDefinition
 from ..keys import make_key
 from ..payload import envelope
 from ..stores.base import FailoverStore, Payload
+from ..stores.batching import ReadBatcher
+from ..tenant import pinned
 from .base import drop_expired, expire_on, key_of
 
 __all__ = ["DefaultHandler"]
@@ -27,6 +30,10 @@ class DefaultHandler:
     again. The last store times are kept for at most ``max_coalesced`` keys, the ones stored
     longest ago leaving first (they are the first to leave the interval anyway).
 
+    Reads batched: recoveries (and peeks) of one failover that arrive together share one
+    ``find_many`` (`ReadBatcher`); async callers await theirs (`arecover`) without a thread
+    each.
+
     Args:
         store: the store chain.
         clock: the engine's clock.
@@ -34,6 +41,8 @@ class DefaultHandler:
         tenant: the current tenant, when stores are per tenant (one key's times per tenant).
         max_coalesced: the most keys whose last store time is kept.
     """
+
+    batches_reads = True  # `arecover` reads through the batcher, on the event loop
 
     def __init__(
         self,
@@ -52,6 +61,7 @@ class DefaultHandler:
         # stored again. The dict's order is the store order: oldest first.
         self._until: dict[Any, datetime] = {}
         self._last_lock = threading.Lock()
+        self.reads = ReadBatcher(store)
 
     def __repr__(self) -> str:
         return f"DefaultHandler({self.store_!r})"
@@ -124,19 +134,43 @@ class DefaultHandler:
         return False
 
     def _live(self, ctx: CallContext) -> Payload | Miss:
-        definition = ctx.definition
         key = key_of(ctx)
-        found = self.store_.find(definition.effective_name, key)
+        tenant = None if self.tenant is None else self.tenant()
+        found = self.reads.find(ctx.definition.effective_name, key, tenant)
+        checked = self._checked(ctx, found)
+        if found is not None and checked is Miss.EXPIRED:
+            drop_expired(self.store_, found)
+        return checked
+
+    def _checked(self, ctx: CallContext, found: Payload | None) -> Payload | Miss:
         if found is None:
             return Miss.MISS
-        if definition.expiry.is_expired(found, self.clock()):
-            drop_expired(self.store_, found)
+        if ctx.definition.expiry.is_expired(found, self.clock()):
             return Miss.EXPIRED
         return envelope(found.name, found.key, found.payload, found.as_of, found.expire_on, False)
 
     def recover(self, ctx: CallContext, cause: Exception) -> Payload | Miss:
         """The stored entry, stale, or why there is none."""
         return self._live(ctx)
+
+    async def arecover(self, ctx: CallContext, cause: Exception) -> Payload | Miss:
+        """`recover` for a task: the read batched with the loop's other recoveries of the
+        failover, never blocking the event loop."""
+        key = key_of(ctx)
+        tenant = None if self.tenant is None else self.tenant()
+        found = await self.reads.afind(ctx.definition.effective_name, key, tenant)
+        checked = self._checked(ctx, found)
+        if found is not None and checked is Miss.EXPIRED:
+            await asyncio.to_thread(self._drop, found, tenant)
+        return checked
+
+    def _drop(self, expired: Payload, tenant: str | None) -> None:
+        token = pinned.set(tenant) if tenant is not None else None
+        try:
+            drop_expired(self.store_, expired)
+        finally:
+            if token is not None:
+                pinned.reset(token)
 
     def peek(self, ctx: CallContext) -> Payload | None:
         """The stored, unexpired entry, or ``None``."""

@@ -45,6 +45,10 @@ class MetricsHandler:
         except Exception:
             self.metrics.recovered(name, "error", perf_counter() - start)
             raise
+        self._counted(name, found, start)
+        return found
+
+    def _counted(self, name: str, found: Payload | Miss, start: float) -> None:
         if isinstance(found, Miss):
             self.metrics.recovered(name, "not_recovered", perf_counter() - start)
         else:
@@ -52,6 +56,22 @@ class MetricsHandler:
             if found.as_of is not None:
                 age = max(0.0, (self.clock() - found.as_of).total_seconds())
             self.metrics.recovered(name, "recovered", perf_counter() - start, age)
+
+    @property
+    def batches_reads(self) -> bool:
+        """Whether the layer inside has `arecover`."""
+        return bool(getattr(self.inner, "batches_reads", False))
+
+    async def arecover(self, ctx: CallContext, cause: Exception) -> Payload | Miss:
+        """`recover` for a task, counted the same way (only when `batches_reads`)."""
+        start = perf_counter()
+        name = ctx.definition.name
+        try:
+            found: Payload | Miss = await self.inner.arecover(ctx, cause)  # type: ignore[attr-defined]
+        except Exception:
+            self.metrics.recovered(name, "error", perf_counter() - start)
+            raise
+        self._counted(name, found, start)
         return found
 
     def peek(self, ctx: CallContext) -> Payload | None:

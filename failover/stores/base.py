@@ -12,6 +12,7 @@ from typing import Any, Protocol, runtime_checkable
 from ..payload import ReferentialPayload
 
 __all__ = [
+    "AsyncFailoverStore",
     "Capabilities",
     "FailoverStore",
     "browsable",
@@ -19,6 +20,7 @@ __all__ = [
     "does_io",
     "flush",
     "isolating",
+    "native_async",
     "walk",
     "writes_async",
 ]
@@ -64,6 +66,28 @@ class FailoverStore(Protocol):
         ...
 
 
+class AsyncFailoverStore(Protocol):
+    """The async methods a store may add to `FailoverStore`, for ``async def`` callers: the
+    same operations without a worker thread. A store that has them says so with
+    `Capabilities.native_async`; layers pass them through to the store they wrap."""
+
+    async def afind(self, name: str, key: str) -> Payload | None:
+        """`FailoverStore.find`, awaited."""
+        ...
+
+    async def afind_many(self, name: str, keys: Iterable[str]) -> dict[str, Payload]:
+        """`FailoverStore.find_many`, awaited."""
+        ...
+
+    async def astore_many(self, payloads: Sequence[Payload]) -> None:
+        """`FailoverStore.store_many`, awaited."""
+        ...
+
+    async def aclose(self) -> None:
+        """Close what the async methods opened (their connections, on this event loop)."""
+        ...
+
+
 class Capabilities:
     """What a store, a store layer or a tenant store factory declares about itself.
 
@@ -82,6 +106,8 @@ class Capabilities:
             layer is needed in front (unless writes are queued).
         browsable: the store implements `failover.stores.browsing.Browsable` (``names``,
             ``page``, ``summary``): the command line and the dashboard can list its entries.
+        native_async: the store has the `AsyncFailoverStore` methods, doing its I/O on the
+            event loop (an async driver): async callers await them instead of a worker thread.
     """
 
     # Properties, so that a layer may answer per instance (as its inner store) and a raw store
@@ -112,6 +138,11 @@ class Capabilities:
     @property
     def browsable(self) -> bool:
         """Its entries can be listed (the default: ``False``)."""
+        return False
+
+    @property
+    def native_async(self) -> bool:
+        """The store awaits its I/O natively (the default: ``False``)."""
         return False
 
     def layers_below(self) -> Sequence[object]:
@@ -162,6 +193,12 @@ def browsable(store: object) -> bool:
     """Whether ``store`` declares the browsing protocol (`failover.stores.browsing.Browsable`);
     ``False`` when it says nothing."""
     return bool(getattr(store, "browsable", False))
+
+
+def native_async(store: object) -> bool:
+    """Whether ``store`` declares the `AsyncFailoverStore` methods (`Capabilities.native_async`);
+    ``False`` when it says nothing (async callers then reach it on a worker thread)."""
+    return bool(getattr(store, "native_async", False))
 
 
 def flush(store: object, timeout: float | None = None) -> bool:

@@ -11,7 +11,7 @@ from ..payload import envelope
 from .base import Capabilities, FailoverStore, Payload, delete_many, does_io, writes_async
 from .browsing import BrowsingLayer
 
-__all__ = ["CopyingStore", "deep_copy"]
+__all__ = ["CopyingStore", "copied", "deep_copy"]
 
 _IMMUTABLE = frozenset({str, int, float, bool, bytes, type(None), complex})
 _MAX_DEPTH = 64
@@ -50,7 +50,8 @@ def deep_copy(value: Any) -> Any:
         return copy.deepcopy(value)
 
 
-def _copied(payload: Payload) -> Payload:
+def copied(payload: Payload) -> Payload:
+    """A copy of ``payload`` whose value shares nothing mutable with it."""
     value = payload.payload
     tp = type(value)
     if tp in _IMMUTABLE:
@@ -96,24 +97,24 @@ class CopyingStore(BrowsingLayer, Capabilities):
 
     def store(self, payload: Payload) -> None:
         """Store a copy."""
-        self.inner.store(_copied(payload))
+        self.inner.store(copied(payload))
 
     def store_many(self, payloads: Sequence[Payload]) -> None:
         """Store copies."""
-        self.inner.store_many([_copied(p) for p in payloads])
+        self.inner.store_many([copied(p) for p in payloads])
 
     def find(self, name: str, key: str) -> Payload | None:
         """A copy of the stored entry."""
         payload = self.inner.find(name, key)
-        return None if payload is None else _copied(payload)
+        return None if payload is None else copied(payload)
 
     def find_many(self, name: str, keys: Iterable[str]) -> dict[str, Payload]:
         """Copies of the stored entries."""
-        return {k: _copied(p) for k, p in self.inner.find_many(name, keys).items()}
+        return {k: copied(p) for k, p in self.inner.find_many(name, keys).items()}
 
     def find_all(self, name: str) -> list[Payload]:
         """Copies of every entry of ``name``."""
-        return [_copied(p) for p in self.inner.find_all(name)]
+        return [copied(p) for p in self.inner.find_all(name)]
 
     def delete(self, name: str, key: str) -> None:
         """Remove the entry."""

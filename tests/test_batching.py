@@ -1,0 +1,237 @@
+"""Batched recoveries (`failover.stores.batching.ReadBatcher`): concurrent recoveries of one
+failover answered by one ``find_many``, counted on a real ``redis-server`` (``INFO
+commandstats``) and a real SQLite file (SQLAlchemy's statement events); each caller gets its own
+entry; the event loop keeps running while the store reads."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+
+import failover
+from failover.stores import SqlStore
+from failover.stores.batching import ReadBatcher
+
+from .redis_server import RedisServer
+
+N = 1_000
+
+
+class Down(Exception):
+    pass
+
+
+class Flaky:
+    """An async upstream that answers, or raises while ``down``."""
+
+    def __init__(self) -> None:
+        self.down = False
+
+    async def __call__(self, code: int) -> dict[str, Any]:
+        if self.down:
+            raise Down(code)
+        return {"code": code, "rates": [1.0, 2.0]}
+
+
+@pytest.fixture(scope="module")
+def own_redis() -> Iterator[RedisServer]:
+    """A server of this module's own: its command counts are this test's alone."""
+    server = RedisServer().start()
+    yield server
+    server.stop()
+
+
+def commands(client: Any) -> dict[str, int]:
+    """Calls per command since the last ``CONFIG RESETSTAT``, the counting commands left out."""
+    stats = client.info("commandstats")
+    counts = {name.removeprefix("cmdstat_"): int(v["calls"]) for name, v in stats.items()}
+    return {c: n for c, n in counts.items() if c not in ("info", "config|resetstat")}
+
+
+async def test_concurrent_async_recoveries_share_one_mget_and_a_lone_one_is_one_get(
+    own_redis: RedisServer,
+) -> None:
+    engine = failover.Failover(own_redis.url, metrics=False)
+    upstream = Flaky()
+    rates = failover.failover("batch.rates", engine=engine)(upstream)
+    await asyncio.gather(*(rates(i) for i in range(N)))
+    assert await asyncio.to_thread(engine.flush, 10)
+    client = own_redis.client()
+    upstream.down = True
+    try:
+        client.config_resetstat()
+        served = await asyncio.gather(*(rates.referential(i) for i in range(N)))
+        assert [s.payload["code"] for s in served] == list(range(N))
+        assert not any(s.up_to_date for s in served)
+        counted = commands(client)
+        assert set(counted) == {"mget"}
+        assert counted["mget"] <= 3  # one with the default batch bound; "a few" at most
+        client.config_resetstat()
+        lone = await rates(7)
+        assert lone["code"] == 7
+        assert commands(client) == {"get": 1}
+    finally:
+        client.close()
+        await asyncio.to_thread(engine.close)
+
+
+async def test_each_caller_gets_its_own_entry(tmp_path: Path) -> None:
+    engine = failover.Failover(f"sqlite:///{tmp_path / 'f.db'}", metrics=False)
+    upstream = Flaky()
+    rates = failover.failover("batch.same", engine=engine)(upstream)
+    await rates(1)
+    assert await asyncio.to_thread(engine.flush, 10)
+    upstream.down = True
+    try:
+        served = await asyncio.gather(*(rates(1) for _ in range(20)))
+        assert all(s == {"code": 1, "rates": [1.0, 2.0]} for s in served)
+        assert len({id(s) for s in served}) == 20
+        assert len({id(s["rates"]) for s in served}) == 20  # no mutable part shared either
+    finally:
+        await asyncio.to_thread(engine.close)
+
+
+def counting(store: SqlStore) -> list[str]:
+    """The SQL statements ``store``'s engine executes from now on."""
+    statements: list[str] = []
+    sa.event.listen(
+        store.engine, "before_cursor_execute", lambda *a: statements.append(a[2].split()[0])
+    )
+    return statements
+
+
+async def test_sqlite_recoveries_share_one_select(tmp_path: Path) -> None:
+    store = SqlStore(f"sqlite:///{tmp_path / 'f.db'}")
+    engine = failover.Failover(store, metrics=False, async_writes=False)
+    upstream = Flaky()
+    rates = failover.failover("batch.sql", engine=engine)(upstream)
+    await asyncio.gather(*(rates(i) for i in range(200)))
+    upstream.down = True
+    statements = counting(store)
+    try:
+        served = await asyncio.gather(*(rates(i) for i in range(200)))
+        assert [s["code"] for s in served] == list(range(200))
+        assert statements == ["SELECT"]
+    finally:
+        await asyncio.to_thread(engine.close)
+
+
+class GatedStore(failover.InMemoryStore):
+    """A real in-memory store whose batch reads wait (on the worker thread) for ``gate``."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.gate = threading.Event()
+        self.opened: bool | None = None
+        self.batches = 0
+
+    @property
+    def does_io(self) -> bool:
+        return True  # as a database would: async callers must not read it on the event loop
+
+    def find_many(self, name: str, keys: Any) -> dict[str, Any]:
+        self.batches += 1
+        self.opened = self.gate.wait(10)
+        return super().find_many(name, keys)
+
+
+async def test_the_event_loop_keeps_ticking_during_a_thousand_recoveries() -> None:
+    store = GatedStore()
+    engine = failover.Failover(store, metrics=False, async_writes=False)
+    upstream = Flaky()
+    rates = failover.failover("batch.ticks", engine=engine)(upstream)
+    await asyncio.gather(*(rates(i) for i in range(N)))
+    upstream.down = True
+    ticks = 0
+
+    async def ticker() -> None:
+        nonlocal ticks
+        while ticks < 100:  # the read waits for these ticks: a blocked loop never makes them
+            ticks += 1
+            await asyncio.sleep(0)
+        store.gate.set()
+
+    try:
+        recoveries = asyncio.gather(*(rates(i) for i in range(N)))
+        await ticker()
+        served = await recoveries
+        assert [s["code"] for s in served] == list(range(N))
+        assert store.opened is True
+        assert ticks == 100
+        assert store.batches == 1
+    finally:
+        await asyncio.to_thread(engine.close)
+
+
+async def test_a_waiter_that_gives_up_leaves_the_others_their_entries() -> None:
+    store = GatedStore()
+    engine = failover.Failover(store, metrics=False, async_writes=False)
+    upstream = Flaky()
+    rates = failover.failover("batch.cancel", engine=engine)(upstream)
+    await asyncio.gather(*(rates(i) for i in range(10)))
+    upstream.down = True
+    try:
+        tasks = [asyncio.create_task(rates(i)) for i in range(10)]
+        await asyncio.sleep(0)
+        tasks[3].cancel()
+        store.gate.set()
+        done = await asyncio.gather(*tasks, return_exceptions=True)
+        assert isinstance(done[3], asyncio.CancelledError)
+        assert [d["code"] for i, d in enumerate(done) if i != 3] == [  # type: ignore[index]
+            i for i in range(10) if i != 3
+        ]
+    finally:
+        await asyncio.to_thread(engine.close)
+
+
+def test_threads_get_their_own_entries_and_the_store_error() -> None:
+    store = failover.InMemoryStore()
+    batcher = ReadBatcher(store, window=0.01, max_batch=8)
+    engine = failover.Failover(store, metrics=False)
+    fill = failover.failover("batch.threads", engine=engine)(lambda code: {"code": code})
+    for i in range(40):
+        fill(i)
+    name = fill.definition.effective_name
+    keys = {i: fill.referential(i).key for i in range(40)}
+    got: dict[int, Any] = {}
+    start = threading.Barrier(40)
+
+    def read(i: int) -> None:
+        start.wait()
+        got[i] = batcher.find(name, keys[i])
+
+    threads = [threading.Thread(target=read, args=(i,)) for i in range(40)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert {i: p.payload for i, p in got.items()} == {i: {"code": i} for i in range(40)}
+    engine.close()
+
+    class Gone(failover.InMemoryStore):
+        def find_many(self, name: str, keys: Any) -> dict[str, Any]:
+            raise OSError("disk gone")
+
+    with pytest.raises(OSError, match="disk gone"):
+        _two_reads(ReadBatcher(Gone()))
+
+
+def _two_reads(batcher: ReadBatcher) -> None:
+    """Two reads in one batch (the second joins the first's): both meet the store's error."""
+    errors: list[BaseException] = []
+
+    async def both() -> None:
+        results = await asyncio.gather(
+            batcher.afind("n", "a"), batcher.afind("n", "b"), return_exceptions=True
+        )
+        errors.extend(r for r in results if isinstance(r, BaseException))
+
+    asyncio.run(both())
+    assert len(errors) == 2
+    raise errors[0]
