@@ -2,10 +2,10 @@
 
 Run with ``.venv/bin/python bench/cleanup.py``. A SQLite file holds 1,000,000 expired rows
 (``--rows``); `SqlStore.clean_by_expiry` deletes them in batches of ``clean_batch`` rows (10,000
-by default, ``--batch``), each its own transaction. Meanwhile a writer thread stores one live
-entry after another. Printed: the whole cleanup's time, the longest batch (from its DELETE to its
-COMMIT: how long the write lock was held at most), and the writer's slowest store (how long a
-writer waited at most for the lock).
+by default, ``--batch``), each its own transaction, resting as long as each batch took.
+Meanwhile a writer thread stores one live entry after another. Printed: the whole cleanup's
+time, the longest batch (from its DELETE to its COMMIT: how long the write lock was held at
+most), and the writer's slowest store (how long a writer waited at most for the lock).
 """
 
 from __future__ import annotations

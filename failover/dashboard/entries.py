@@ -14,9 +14,9 @@ from datetime import datetime
 from typing import Any, cast
 
 from ..stores.base import FailoverStore, browsable
-from ..stores.browsing import Browsable, StoredEntry
+from ..stores.browsing import Browsable, StoredEntry, Summary
 
-__all__ = ["Entry", "NameSummary", "Page", "page", "summary"]
+__all__ = ["Entry", "Page", "page", "summary", "summary_dict"]
 
 PAYLOAD_PREVIEW = 500
 """Characters of a payload shown with ``show_payloads=True``."""
@@ -61,28 +61,17 @@ class Page:
     next_after: str | None
 
 
-@dataclass(frozen=True, slots=True)
-class NameSummary:
-    """What a store holds under one name."""
-
-    name: str
-    count: int
-    expired: int
-    oldest: datetime | None
-    newest: datetime | None
-    size: int
-
-    def to_dict(self) -> dict[str, Any]:
-        """A JSON-ready dictionary."""
-        return {
-            "name": self.name,
-            "entries": self.count,
-            "live": self.count - self.expired,
-            "expired": self.expired,
-            "oldest_as_of": _iso(self.oldest),
-            "newest_as_of": _iso(self.newest),
-            "size": self.size,
-        }
+def summary_dict(summary: Summary) -> dict[str, Any]:
+    """A name's summary as the dashboard serves it (JSON-ready)."""
+    return {
+        "name": summary.name,
+        "entries": summary.count,
+        "live": summary.count - summary.expired,
+        "expired": summary.expired,
+        "oldest_as_of": _iso(summary.oldest),
+        "newest_as_of": _iso(summary.newest),
+        "size": summary.size,
+    }
 
 
 def _browser(store: FailoverStore) -> Browsable:
@@ -112,18 +101,14 @@ def page(
     return Page(name, entries, total, found.next_after)
 
 
-def summary(store: FailoverStore, now: datetime) -> list[NameSummary]:
+def summary(store: FailoverStore, now: datetime) -> list[Summary]:
     """Per name: entries, expired ones, oldest and newest ``as_of``, total size.
 
     Raises:
         TypeError: the store is not browsable.
     """
     browser = _browser(store)
-    found = []
-    for name in browser.names():
-        s = browser.summary(name, now)
-        found.append(NameSummary(name, s.count, s.expired, s.oldest, s.newest, s.size))
-    return found
+    return [browser.summary(name, now) for name in browser.names()]
 
 
 def _entry(e: StoredEntry, payloads: bool) -> Entry:

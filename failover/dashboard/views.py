@@ -8,7 +8,8 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from ..health import OUTCOMES, WINDOW, FailoverHealth, PoolHealth, Status, settings_of
-from .entries import NameSummary, Page, page, summary
+from ..stores.browsing import Summary
+from .entries import Page, page, summary, summary_dict
 
 if TYPE_CHECKING:
     from ..engine import Failover
@@ -41,7 +42,7 @@ class Overview:
     at: datetime
     store: str
     failovers: list[FailoverRow] = field(default_factory=list)
-    names: list[NameSummary] = field(default_factory=list)
+    names: list[Summary] = field(default_factory=list)
     window: int = WINDOW
     pools: list[PoolHealth] = field(default_factory=list)
 
@@ -77,7 +78,7 @@ class Overview:
             "window_seconds": self.window,
         }
         if self.names:
-            data["names"] = [n.to_dict() for n in self.names]
+            data["names"] = [summary_dict(n) for n in self.names]
         else:
             data["kpis"] = self.kpis()
             data["failovers"] = [row.to_dict() for row in self.failovers]
