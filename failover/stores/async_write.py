@@ -14,302 +14,25 @@ How it stays correct:
   handled (written, skipped or failed); a flush waits on a condition until the second count
   reaches the first. A write made on the caller's thread is counted too: reads see it at once,
   and it may be what a queued write of its key was skipped for.
-- *Lifetime.* The worker thread holds the `_WriteQueue`, never the `AsyncWriteStore`, so a
+- *Lifetime.* The worker thread holds the `WriteQueue`, never the `AsyncWriteStore`, so a
   store dropped without `AsyncWriteStore.close` is still collected; its worker then writes
   what is left and ends. The interpreter-exit hook holds the queue weakly.
 """
 
 from __future__ import annotations
 
-import atexit
-import contextvars
-import functools
-import logging
-import threading
 import time
 import weakref
-from collections import deque
 from collections.abc import Iterable, Sequence
 from datetime import datetime
-from typing import Final
 
-from ..errors import ConfigurationError, SerializationError, StoreError
+from ..errors import ConfigurationError
 from ..metrics import NULL_METRICS, Metrics
-from .base import Capabilities, FailoverStore, Payload, delete_many, does_io
+from .base import Capabilities, FailoverStore, Payload, does_io
 from .browsing import BrowsingLayer, Page, Summary, overlaid
+from .write_queue import DELETED, REJECTIONS, Tombstone, Write, WriteQueue
 
 __all__ = ["REJECTIONS", "AsyncWriteStore"]
-
-log = logging.getLogger(__name__)
-
-REJECTIONS: Final = ("discard", "caller_runs", "abort")
-"""What `AsyncWriteStore` does with writes that find the queue full."""
-
-_EXIT_FLUSH_SECONDS = 30.0
-"""How long interpreter exit waits for queued writes, all queues (tenants) together: a dead
-database must not hang the exit."""
-_exit_deadline: list[float] = []  # set by the first exit hook that runs
-
-
-class _Tombstone:
-    """A delete not yet written, as reads see it: the entry is gone."""
-
-    __slots__ = ()
-
-    def __repr__(self) -> str:
-        return "<deleted>"
-
-
-_DELETED: Final = _Tombstone()
-
-# One write: (name, key, payload or _DELETED). Each write is a new tuple, and its identity tells
-# whether it is still the newest write of its key in `pending`.
-_Write = tuple[str, str, Payload | _Tombstone]
-
-
-class _WriteQueue:
-    """The queue, the writes not yet written, and the worker that drains them."""
-
-    def __init__(
-        self,
-        inner: FailoverStore,
-        queue_size: int,
-        batch_size: int,
-        rejection: str,
-        metrics: Metrics,
-    ) -> None:
-        self.inner = inner
-        self.queue_size = queue_size
-        self.batch_size = batch_size
-        self.rejection = rejection
-        self.metrics = metrics
-        self.queue: deque[_Write] = deque()
-        self.pending: dict[tuple[str, str], _Write] = {}
-        # One lock for the queue and `pending`; the worker waits on `has_work`, flushes on
-        # `progress`, so that a write wakes the worker only, and only when it is idle.
-        self.lock = threading.Lock()
-        self.has_work = threading.Condition(self.lock)
-        self.progress = threading.Condition(self.lock)
-        self.io_lock = threading.Lock()
-        self.queued = 0  # writes ever accepted: queued, or being made on a caller's thread
-        self.handled = 0  # writes ever handled: written, skipped or failed
-        self.worker: threading.Thread | None = None
-        self.stopped = False  # closed or exiting: writes are made on the caller's thread
-        self.dropping = False  # inside a burst of discarded writes (warned already)
-        self.idle = False  # the worker waits for writes (only then is it worth a notify)
-        self.worker_done = False  # the worker ended (stopped, or killed by a BaseException)
-        self.exit_hook = functools.partial(_flush_at_exit, weakref.ref(self))
-
-    def submit(self, writes: list[_Write]) -> None:
-        with self.lock:
-            if not self.stopped:
-                queue = self.queue
-                # An empty queue takes a batch larger than queue_size, which could never fit.
-                if not queue or len(queue) + len(writes) <= self.queue_size:
-                    if self.worker is not None or self._start_worker():
-                        self._mark_pending(writes)
-                        queue.extend(writes)
-                        self.queued += len(writes)
-                        if self.idle:
-                            self.has_work.notify()
-                        return
-                    self.stopped = True  # interpreter shutdown: no new threads
-                elif self.rejection != "caller_runs":
-                    # A delete is an invalidate(): dropping it would serve what the user
-                    # removed, so under "discard" deletes are written here instead.
-                    kept = self._reject(writes)
-                    if not kept:
-                        return
-                    writes = kept
-            # Written right here: closed, exiting, or rejection="caller_runs" at a full queue.
-            self._mark_pending(writes)
-            self.queued += len(writes)
-        try:
-            self.write(writes)
-        finally:
-            with self.lock:
-                self.handled += len(writes)
-                self.progress.notify_all()
-
-    def _mark_pending(self, writes: list[_Write]) -> None:
-        # Called with `lock` held: each write becomes the newest of its key.
-        pending = self.pending
-        for write in writes:
-            pending[write[0], write[1]] = write
-
-    def _reject(self, writes: list[_Write]) -> list[_Write]:
-        """At a full queue (``lock`` held): raise for "abort"; for "discard", drop the stores
-        and return the deletes, which the caller writes on its own thread."""
-        if self.rejection == "abort":
-            raise StoreError(
-                f"AsyncWriteStore: the queue is full ({self.queue_size} writes waiting); "
-                f"{len(writes)} write(s) refused (rejection='abort')"
-            )
-        deletes = [w for w in writes if isinstance(w[2], _Tombstone)]
-        dropped = len(writes) - len(deletes)
-        if not dropped:
-            return deletes
-        self.metrics.async_dropped(dropped)
-        self.metrics.async_queue(len(self.queue))
-        if not self.dropping:
-            self.dropping = True
-            log.warning(
-                "failover: the async-writes queue is full (%d writes waiting); discarding "
-                "writes until it drains (rejection='discard')",
-                self.queue_size,
-            )
-        return deletes
-
-    def _start_worker(self) -> bool:
-        # Called with `lock` held. The worker runs in a copy of this thread's context, so context
-        # variables (a tenant, a request id) are what they were here, in its log records too.
-        worker = threading.Thread(
-            target=contextvars.copy_context().run,
-            args=(self.run,),
-            name="failover-async-writes",
-            daemon=True,
-        )
-        try:
-            worker.start()
-        except RuntimeError:  # interpreter shutdown
-            return False
-        self.worker = worker
-        atexit.register(self.exit_hook)
-        return True
-
-    def run(self) -> None:
-        """The worker: drain the queue until stopped; however it ends, waiters wake up."""
-        try:
-            self._drain()
-        finally:
-            with self.lock:
-                self.worker_done = True
-                self.stopped = True  # from now on, writes are made on the caller's thread
-                lost = len(self.queue)
-                self.progress.notify_all()
-            if lost:
-                log.error("failover: the async-writes worker ended with %d writes unwritten", lost)
-
-    def _drain(self) -> None:
-        queue, lock = self.queue, self.lock
-        while True:
-            with lock:
-                while not queue and not self.stopped:
-                    self.idle = True
-                    self.has_work.wait()
-                    self.idle = False
-                if not queue:
-                    return
-                batch = [queue.popleft() for _ in range(min(self.batch_size, len(queue)))]
-            try:
-                self.write(batch)
-            except Exception:  # a bug of ours must not stop the writes that follow
-                log.exception("failover: the async-writes worker failed on a batch")
-            with lock:
-                self.handled += len(batch)
-                size = len(queue)
-                if not size:
-                    self.dropping = False  # the burst of discarded writes, if any, is over
-                self.progress.notify_all()
-            try:
-                self.metrics.async_queue(size)
-            except Exception:  # a custom metrics object must not end the worker: writes would stall
-                log.debug("failover: updating the async-writes queue metric failed", exc_info=True)
-
-    def write(self, writes: list[_Write]) -> None:
-        """Write what is still the newest write of its key, then forget it as pending."""
-        failed = 0
-        with self.io_lock:
-            with self.lock:
-                pending = self.pending
-                newest = [w for w in writes if pending.get((w[0], w[1])) is w]
-            stores: list[Payload] = []
-            deletes: list[_Write] = []
-            for write in newest:
-                if isinstance(write[2], _Tombstone):
-                    deletes.append(write)
-                else:
-                    stores.append(write[2])
-            if stores:
-                try:
-                    self.inner.store_many(stores)
-                except SerializationError:
-                    # A value the store cannot encode must not cost the rest of its batch: the
-                    # store refused before writing, and encoding again one by one is cheap.
-                    failed += self._store_each(stores)
-                except Exception:
-                    failed += len(stores)
-                    log.warning(
-                        "failover: writing %d queued entries failed", len(stores), exc_info=True
-                    )
-            by_name: dict[str, list[str]] = {}
-            for name, key, _ in deletes:
-                by_name.setdefault(name, []).append(key)
-            for name, keys in by_name.items():  # one statement (round trip) per name
-                try:
-                    delete_many(self.inner, name, keys)
-                except Exception:
-                    failed += len(keys)
-                    log.warning("failover: a queued delete of %r failed", name, exc_info=True)
-            with self.lock:
-                # A failed write is forgotten too: reads must not show what is not stored.
-                for write in newest:
-                    ident = (write[0], write[1])
-                    if pending.get(ident) is write:
-                        del pending[ident]
-        if failed:
-            self.metrics.async_failed(failed)
-
-    def _store_each(self, payloads: list[Payload]) -> int:
-        failed = 0
-        for payload in payloads:
-            try:
-                self.inner.store(payload)
-            except Exception:
-                failed += 1
-                log.warning(
-                    "failover: writing the queued entry (%r, %r) failed",
-                    payload.name,
-                    payload.key,
-                    exc_info=True,
-                )
-        return failed
-
-    def flush(self, timeout: float | None) -> bool:
-        with self.lock:
-            target = self.queued
-            self.progress.wait_for(lambda: self.handled >= target or self.worker_done, timeout)
-            return self.handled >= target
-
-    def stop_soon(self) -> None:
-        """Let the worker write what is queued and end; later writes are made in place."""
-        with self.lock:
-            self.stopped = True
-            self.has_work.notify()
-
-    def stop(self, timeout: float | None) -> bool:
-        """Flush, then stop the worker; ``False`` when the timeout came first."""
-        flushed = self.flush(timeout)
-        self.stop_soon()
-        worker = self.worker
-        if worker is not None and worker is not threading.current_thread():
-            worker.join(timeout)
-        atexit.unregister(self.exit_hook)
-        return flushed
-
-
-def _flush_at_exit(ref: weakref.ref[_WriteQueue]) -> None:
-    queue = ref()
-    if queue is None:
-        return
-    if not _exit_deadline:
-        _exit_deadline.append(time.monotonic() + _EXIT_FLUSH_SECONDS)
-    # Flush and join share what is left of the one deadline, whatever the number of queues.
-    if not queue.stop(max(0.0, _exit_deadline[0] - time.monotonic()) / 2):
-        log.error(
-            "failover: %d queued writes were not written before the interpreter exited",
-            len(queue.queue),
-        )
 
 
 class AsyncWriteStore(BrowsingLayer, Capabilities):
@@ -357,7 +80,7 @@ class AsyncWriteStore(BrowsingLayer, Capabilities):
                 f"got {rejection!r}"
             )
         self.inner = inner
-        self._q = _WriteQueue(
+        self._q = WriteQueue(
             inner, queue_size, batch_size, rejection, NULL_METRICS if metrics is None else metrics
         )
         # Dropped without close(): the worker writes what is queued, then ends.
@@ -434,11 +157,11 @@ class AsyncWriteStore(BrowsingLayer, Capabilities):
         Raises:
             StoreError: the queue is full and ``rejection="abort"``.
         """
-        self._q.submit([(name, key, _DELETED)])
+        self._q.submit([(name, key, DELETED)])
 
     def delete_many(self, name: str, keys: Iterable[str]) -> None:
         """Queue the deletes as one batch (admitted, or rejected, together)."""
-        writes: list[_Write] = [(name, key, _DELETED) for key in dict.fromkeys(keys)]
+        writes: list[Write] = [(name, key, DELETED) for key in dict.fromkeys(keys)]
         if writes:
             self._q.submit(writes)
 
@@ -455,7 +178,7 @@ class AsyncWriteStore(BrowsingLayer, Capabilities):
         if write is None:
             return self.inner.find(name, key)
         value = write[2]
-        return None if isinstance(value, _Tombstone) else value
+        return None if isinstance(value, Tombstone) else value
 
     def find_many(self, name: str, keys: Iterable[str]) -> dict[str, Payload]:
         """The entries found among ``keys``, writes still queued included."""
@@ -465,7 +188,7 @@ class AsyncWriteStore(BrowsingLayer, Capabilities):
             queued = {k: w[2] for k in keys if (w := q.pending.get((name, k))) is not None}
         found = self.inner.find_many(name, [k for k in keys if k not in queued])
         for key, value in queued.items():
-            if not isinstance(value, _Tombstone):
+            if not isinstance(value, Tombstone):
                 found[key] = value
         return found
 
@@ -478,7 +201,7 @@ class AsyncWriteStore(BrowsingLayer, Capabilities):
             queued = {k: w[2] for (n, k), w in q.pending.items() if n == name}
         found = {p.key: p for p in self.inner.find_all(name)}
         for key, value in queued.items():
-            if isinstance(value, _Tombstone):
+            if isinstance(value, Tombstone):
                 found.pop(key, None)
             else:
                 found[key] = value
@@ -493,14 +216,12 @@ class AsyncWriteStore(BrowsingLayer, Capabilities):
     def _queued(self, name: str) -> dict[str, Payload | None]:
         with self._q.lock:
             writes = [(k, w[2]) for (n, k), w in self._q.pending.items() if n == name]
-        return {k: None if isinstance(v, _Tombstone) else v for k, v in writes}
+        return {k: None if isinstance(v, Tombstone) else v for k, v in writes}
 
     def names(self) -> list[str]:
         """Every name that has entries, writes still queued included."""
         with self._q.lock:
-            queued = {
-                n for (n, _), w in self._q.pending.items() if not isinstance(w[2], _Tombstone)
-            }
+            queued = {n for (n, _), w in self._q.pending.items() if not isinstance(w[2], Tombstone)}
         return sorted(queued.union(self._browser().names()))
 
     def page(self, name: str, after: str | None = None, limit: int = 50) -> Page:

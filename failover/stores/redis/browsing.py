@@ -168,3 +168,28 @@ class RedisBrowsing:
                 if raw is not None:
                     listed.append(describe(each, key, raw))
         return listed
+
+    def count(self, name: str) -> int:
+        """How many entries ``name`` has: its expiry index's size, once trimmed of the keys
+        Redis expired (no value is read)."""
+        index = self.keys.index(name)
+        now = int(time.time() * 1000)
+        commands = [("ZREMRANGEBYSCORE", index, "-inf", now), ("ZCARD", index)]
+        return int(self.redis.pipelined("count", commands)[1])
+
+    def trim(self) -> None:
+        """Trim every name's indexes of the keys whose entries Redis expired: the expiry index
+        by score, the key-order index by a script that keeps a key stored again meanwhile."""
+        cutoff = int(time.time() * 1000)
+        for name in self.names():
+            index = self.keys.index(name)
+            gone, _ = self.redis.pipelined(
+                "clean_by_expiry",
+                [
+                    ("ZRANGE", index, "-inf", cutoff, "BYSCORE"),
+                    ("ZREMRANGEBYSCORE", index, "-inf", cutoff),
+                ],
+            )
+            keys = [_text(m) for m in gone]
+            for i in range(0, len(keys), CHUNK):  # bounded scripts: others run between
+                self.drop_gone(name, keys[i : i + CHUNK])

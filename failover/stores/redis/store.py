@@ -40,7 +40,7 @@ from .. import tenants
 from ..base import Capabilities, Payload
 from ..browsing import Page, StoredEntry, Summary, summary_of
 from ..tenant import TenantStores
-from .browsing import CHUNK, RedisBrowsing
+from .browsing import RedisBrowsing
 from .client import (
     DEFAULT_PREFIX,
     Commands,
@@ -325,19 +325,7 @@ class RedisStore(Capabilities):
         Raises:
             StoreError: Redis cannot be reached.
         """
-        cutoff = int(time.time() * 1000)
-        for name in self.names():
-            index = self._keys.index(name)
-            gone, _ = self._redis.pipelined(
-                "clean_by_expiry",
-                [
-                    ("ZRANGE", index, "-inf", cutoff, "BYSCORE"),
-                    ("ZREMRANGEBYSCORE", index, "-inf", cutoff),
-                ],
-            )
-            keys = [m.decode() if isinstance(m, bytes) else m for m in gone]
-            for i in range(0, len(keys), CHUNK):  # bounded scripts: others run between
-                self.browsing.drop_gone(name, keys[i : i + CHUNK])
+        self.browsing.trim()
         return 0
 
     def close(self) -> None:
@@ -380,10 +368,7 @@ class RedisStore(Capabilities):
         Raises:
             StoreError: Redis cannot be reached.
         """
-        index = self._keys.index(name)
-        now = int(time.time() * 1000)
-        commands = [("ZREMRANGEBYSCORE", index, "-inf", now), ("ZCARD", index)]
-        return int(self._redis.pipelined("count", commands)[1])
+        return self.browsing.count(name)
 
     def summary(self, name: str, now: datetime) -> Summary:
         """``name``'s entries counted (those expired at ``now`` among them), their ``as_of``
