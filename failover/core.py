@@ -18,6 +18,7 @@ from .context import CallContext, Miss, RecoverContext
 from .definition import FailoverDefinition
 from .errors import StoreError
 from .execution import Execution
+from .flight import Flights
 from .handlers import Handler, envelope_key
 from .health import FailoverStats
 from .payload import ReferentialPayload, enrich, envelope, plain_kind
@@ -85,6 +86,7 @@ class Runtime:
         "clock",
         "definition",
         "execution",
+        "flights",
         "fn",
         "handler",
         "new_tenants_block",
@@ -130,6 +132,8 @@ class Runtime:
         self.blocking = blocking
         self.blocking_writes = blocking_writes
         self.router = router
+        # Single flight: the calls in flight per key, for their callers to share.
+        self.flights = Flights() if definition.single_flight else None
         # A new tenant's store is made on its first use, and may connect to a database then.
         self.new_tenants_block = blocking and router is not None
         self._return_type: Any = _UNRESOLVED
@@ -199,6 +203,21 @@ class Runtime:
         if plain_kind(type(result)):
             return result
         return enrich(result, True, ctx.now)
+
+    async def asucceeded(self, ctx: CallContext, result: Any, seconds: float) -> Any:
+        """`succeeded` for an async caller: store I/O never blocks the event loop."""
+        if self.blocking_writes or (self.new_tenants_block and self.tenant_unmade()):
+            return await self.on_worker(self.succeeded, ctx, result, seconds)
+        return self.succeeded(ctx, result, seconds)
+
+    def shared(self, ctx: CallContext, result: Any, now: datetime | None, seconds: float) -> Any:
+        """A result another call of the same key got (single flight), stored by that call:
+        reported as live and enriched, not stored again."""
+        ctx.now = now
+        self.stats.live(now, seconds)
+        if plain_kind(type(result)):
+            return result
+        return enrich(result, True, now)
 
     def tenant_unmade(self) -> bool:
         """Whether the current tenant's store is still to be made (only with `new_tenants_block`:
@@ -329,6 +348,16 @@ class Runtime:
             self.stats.raised(seconds, cause)
             return None
         return self.resolve(ctx, cause, self.recover(ctx, cause), seconds)
+
+    async def afailed(
+        self, ctx: CallContext, cause: Exception, seconds: float
+    ) -> ReferentialPayload[Any] | None:
+        """`failed` for an async caller: recovery never blocks the event loop."""
+        if not self.accepts(cause):
+            self.stats.raised(seconds, cause)
+            return None
+        found = await self.arecover(ctx, cause) if self.blocking else self.recover(ctx, cause)
+        return self.resolve(ctx, cause, found, seconds)
 
     def made_envelope(
         self, ctx: CallContext, value: Any, cause: BaseException | None = None

@@ -15,6 +15,7 @@ from .context import CallContext
 from .core import Binder, Runtime
 from .definition import FailoverDefinition
 from .errors import ConfigurationError
+from .flight import aflown, flown
 from .handlers import envelope_key
 from .payload import ReferentialPayload
 from .settings import Options, check_names, resolve
@@ -160,6 +161,8 @@ def _sync_shell(state: State, envelope: bool) -> Callable[..., Any]:
             result = fn(*args, **kwargs)
             return state.passthrough(args, kwargs, result) if envelope else result
         ctx = rt.context(args, kwargs)
+        if rt.flights is not None:
+            return flown(rt, ctx, fn, args, kwargs, envelope)
         ex = rt.execution
         start = perf_counter()
         try:
@@ -189,6 +192,8 @@ def _async_shell(state: State, envelope: bool) -> Callable[..., Any]:
             result = await fn(*args, **kwargs)
             return state.passthrough(args, kwargs, result) if envelope else result
         ctx = rt.context(args, kwargs)
+        if rt.flights is not None:
+            return await aflown(rt, ctx, fn, args, kwargs, envelope)
         ex = rt.execution
         start = perf_counter()
         try:
@@ -197,19 +202,12 @@ def _async_shell(state: State, envelope: bool) -> Callable[..., Any]:
             else:
                 result = await ex.acall(ctx, fn, args, kwargs)
         except Exception as exc:
-            seconds = perf_counter() - start
-            if not rt.accepts(exc):
-                rt.stats.raised(seconds, exc)
-                raise
-            if rt.blocking:
-                found = await rt.arecover(ctx, exc)
-            else:
-                found = rt.recover(ctx, exc)
-            out = rt.resolve(ctx, exc, found, seconds)
+            out = await rt.afailed(ctx, exc, perf_counter() - start)
             if out is None:
                 raise
             return out if envelope else out.payload
         seconds = perf_counter() - start
+        # Runtime.asucceeded, inlined: no coroutine of its own on the hot path.
         if rt.blocking_writes or (rt.new_tenants_block and rt.tenant_unmade()):
             value = await rt.on_worker(rt.succeeded, ctx, result, seconds)
         else:
@@ -372,7 +370,7 @@ def failover(name: Any = None, /, **options: Unpack[Options]) -> Any:
             ``expiry``, ``exceptions``, ``exclude``, ``store_if``, ``policy``,
             ``on_recovered``, ``splitter``, ``recover_all``, ``breaker``, ``max_concurrency``,
             ``bulkhead``, ``weight``, ``acquire_timeout``, ``timeout``, ``store_interval``,
-            ``engine``.
+            ``single_flight``, ``engine``.
 
     Raises:
         ConfigurationError: an unknown setting, or one that cannot work, naming the failover

@@ -49,6 +49,7 @@ class FailoverDefinition:
         is_method: whether the first parameter (``self``/``cls``) is left out of keys.
         weight: bulkhead permits one call takes.
         bulkhead: the name of the shared bulkhead pool the failover draws from, or ``None``.
+        single_flight: concurrent calls with the same key share one upstream call.
     """
 
     name: str
@@ -76,6 +77,7 @@ class FailoverDefinition:
     return_annotation: Any = field(default=None, repr=False)
     weight: int = 1
     bulkhead: str | None = None
+    single_flight: bool = False
 
     def __repr__(self) -> str:
         policy = "engine's" if self.policy is None else getattr(self.policy, "value", self.policy)

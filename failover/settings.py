@@ -55,6 +55,8 @@ class Options(TypedDict, total=False):
             result is stored.
         store_interval: write coalescing: the least time between two stores of one key;
             ``None``: the engine's.
+        single_flight: concurrent calls with the same key share one upstream call and one
+            store write; each waits at most its own ``timeout``.
         engine: the engine to use; default: the process-wide default engine, resolved per call.
     """
 
@@ -76,6 +78,7 @@ class Options(TypedDict, total=False):
     acquire_timeout: timedelta | float | str | None
     timeout: float | None
     store_interval: timedelta | float | str | None
+    single_flight: bool
     engine: Failover | None
 
 
@@ -98,6 +101,7 @@ DEFAULTS: dict[str, Any] = {
     "acquire_timeout": 0.0,
     "timeout": None,
     "store_interval": None,
+    "single_flight": False,
     "engine": None,
 }
 assert set(DEFAULTS) == set(Options.__annotations__), "Options and DEFAULTS must name the same"
@@ -164,6 +168,11 @@ def resolve(
     timeout = o["timeout"]
     if timeout is not None:
         timeout = _seconds(timeout, owner, "timeout", zero_ok=False)
+    single_flight = o["single_flight"]
+    if not isinstance(single_flight, bool):
+        raise ConfigurationError(
+            f"{owner}: single_flight= must be True or False, got {single_flight!r}"
+        )
     interval = o["store_interval"]
     if isinstance(interval, int | float) and not isinstance(interval, bool) and interval == 0:
         interval = timedelta(0)  # off for this failover, whatever the engine's
@@ -194,6 +203,7 @@ def resolve(
         return_annotation=inspect.signature(fn).return_annotation,
         weight=weight,
         bulkhead=pool,
+        single_flight=single_flight,
     )
 
 
