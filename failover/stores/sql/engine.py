@@ -101,37 +101,56 @@ def make_engine(url: str | sa.URL, **engine_kwargs: Any) -> Engine:
         raise ConfigurationError(
             f"store URL {masked(url)!r} is not a SQLAlchemy URL (e.g. 'sqlite:///failover.db')"
         ) from None
-    kwargs: dict[str, Any]
     sqlite = parsed.get_backend_name() == "sqlite"
+    fast = not sqlite and is_psycopg(parsed)
+    engine = _created(parsed, {**_pool(parsed, sqlite, fast, engine_kwargs), **engine_kwargs})
+    if not (sqlite and is_memory(parsed)):  # one in-memory database: the child's own copy
+        # First of the checkout listeners: nothing may run on a parent's connection.
+        sa.event.listen(engine, "connect", _opened_here)
+        sa.event.listen(engine, "checkout", _checked_out_here)
+    if sqlite:
+        sa.event.listen(engine, "connect", _sqlite_pragmas)
+    if fast:
+        sa.event.listen(engine, "checkout", ping_when_idle)
+    return engine
+
+
+def _pool(
+    parsed: sa.URL, sqlite: bool, fast: bool, engine_kwargs: dict[str, Any]
+) -> dict[str, Any]:
+    """The engine's default settings for ``parsed`` (``engine_kwargs`` win over them)."""
+    kwargs: dict[str, Any]
     if sqlite and is_memory(parsed):
-        kwargs = {
+        return {
             "poolclass": sa.QueuePool,
             "pool_size": 1,
             "max_overflow": 0,
             "connect_args": {"check_same_thread": False},
         }
-    elif sqlite:
+    if sqlite:
         folder = Path(parsed.database or "").parent
         if not parsed.query.get("uri") and not folder.is_dir():
             raise ConfigurationError(
                 f"store URL {masked(parsed)!r}: the folder {str(folder)!r} does not exist"
             )
-        kwargs = {"poolclass": sa.QueuePool, **_SQLITE_POOL}
-    else:
-        kwargs = dict(_SERVER_POOL)
-        if parsed.get_backend_name() == "postgresql":
-            # An unreachable server fails in seconds, not after the system's TCP timeout.
-            kwargs["connect_args"] = {"connect_timeout": _CONNECT_TIMEOUT_S}
-    kwargs.update(engine_kwargs)
-    fast = not sqlite and is_psycopg(parsed)
+        return {"poolclass": sa.QueuePool, **_SQLITE_POOL}
+    kwargs = dict(_SERVER_POOL)
+    if parsed.get_backend_name() == "postgresql":
+        # An unreachable server fails in seconds, not after the system's TCP timeout.
+        kwargs["connect_args"] = {"connect_timeout": _CONNECT_TIMEOUT_S}
     if fast and "pool_pre_ping" not in engine_kwargs:
         # A ping per checkout costs as much as a point read: idle connections only, below.
         kwargs["pool_pre_ping"] = False
     if fast and "pool_use_lifo" not in engine_kwargs:
         kwargs["pool_use_lifo"] = True  # busy connections stay busy, with their prepared plans
+    return kwargs
+
+
+def _created(parsed: sa.URL, kwargs: dict[str, Any]) -> Engine:
+    """`sqlalchemy.create_engine`, its refusals as `ConfigurationError` naming the URL."""
     shown = masked(parsed)
     try:
-        engine = sa.create_engine(parsed, **kwargs)
+        return sa.create_engine(parsed, **kwargs)
     except sa_exc.NoSuchModuleError:
         raise ConfigurationError(
             f"store URL {shown!r}: unknown database or driver {parsed.drivername!r}"
@@ -148,15 +167,6 @@ def make_engine(url: str | sa.URL, **engine_kwargs: Any) -> Engine:
         ) from None
     except (sa_exc.ArgumentError, TypeError) as exc:
         raise ConfigurationError(f"store URL {shown!r}: {exc}") from None
-    if not (sqlite and is_memory(parsed)):  # one in-memory database: the child's own copy
-        # First of the checkout listeners: nothing may run on a parent's connection.
-        sa.event.listen(engine, "connect", _opened_here)
-        sa.event.listen(engine, "checkout", _checked_out_here)
-    if sqlite:
-        sa.event.listen(engine, "connect", _sqlite_pragmas)
-    if fast:
-        sa.event.listen(engine, "checkout", ping_when_idle)
-    return engine
 
 
 def is_psycopg(url: sa.URL) -> bool:
