@@ -20,6 +20,7 @@ from datetime import datetime
 from typing import Any, NamedTuple, Protocol, cast, runtime_checkable
 
 from ..payload import ReferentialPayload
+from ..serialization.base import type_name
 from .base import browsable
 
 __all__ = [
@@ -129,14 +130,13 @@ def _json(value: Any) -> str:
 def describe(payload: ReferentialPayload[Any]) -> StoredEntry:
     """An in-process entry as listed: its value as JSON (repr where JSON has no form)."""
     text = _json(payload.payload)
-    tp = type(payload.payload)
     return StoredEntry(
         payload.name,
         payload.key,
         payload.as_of,
         payload.expire_on,
         len(text.encode(errors="surrogatepass")),
-        f"{tp.__module__}.{tp.__qualname__}",
+        type_name(type(payload.payload)),
         text[:PREVIEW],
     )
 
