@@ -125,7 +125,7 @@ async def run(redis_url: str, pg_url: str | None, rounds: int) -> dict[str, floa
         return await measure(cases, rounds)
     finally:
         for engine in engines:
-            await asyncio.to_thread(engine.close)
+            await engine.aclose()
 
 
 def main() -> int:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections.abc import Iterator
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -65,6 +66,7 @@ async def test_concurrent_async_recoveries_share_one_mget_and_a_lone_one_is_one_
     client = own_redis.client()
     upstream.down = True
     try:
+        await rates(0)  # the loop's async connection is made (its HELLO) before counting
         client.config_resetstat()
         served = await asyncio.gather(*(rates.referential(i) for i in range(N)))
         assert [s.payload["code"] for s in served] == list(range(N))
@@ -76,9 +78,47 @@ async def test_concurrent_async_recoveries_share_one_mget_and_a_lone_one_is_one_
         lone = await rates(7)
         assert lone["code"] == 7
         assert commands(client) == {"get": 1}
+        # Read on the event loop by redis.asyncio: the loop has a client of its own.
+        assert asyncio.get_running_loop() in engine.raw_store._aio._clients
+        await engine.aclose()
+        assert client.info("clients")["connected_clients"] == 1  # this one: the store's closed
     finally:
         client.close()
-        await asyncio.to_thread(engine.close)
+        await engine.aclose()
+
+
+async def test_async_store_methods_read_your_writes_through_the_layers(
+    own_redis: RedisServer,
+) -> None:
+    from failover.payload import envelope
+    from failover.stores import AsyncWriteStore, CopyingStore, RedisStore
+
+    raw = RedisStore(own_redis.url, prefix="rw:")
+    gate = threading.Event()
+
+    class Held(CopyingStore):
+        """A copying layer whose writes wait for ``gate``: they stay queued above it."""
+
+        def store_many(self, payloads: Any) -> None:
+            gate.wait(10)
+            super().store_many(payloads)
+
+    queued = AsyncWriteStore(Held(raw))
+    assert queued.native_async
+    now = failover.engine.utcnow()
+    later = now + timedelta(hours=1)
+    stored = [envelope("n", k, {"k": k}, now, later, True) for k in ("a", "b")]
+    await raw.astore_many(stored[:1])
+    assert (await raw.afind("n", "a")).payload == {"k": "a"}  # type: ignore[union-attr]
+    await queued.astore_many(stored[1:])  # queued: the worker waits for the gate
+    assert (await queued.afind("n", "b")).payload == {"k": "b"}  # type: ignore[union-attr]
+    found = await queued.afind_many("n", ["a", "b", "c"])
+    assert {k: p.payload for k, p in found.items()} == {"a": {"k": "a"}, "b": {"k": "b"}}
+    gate.set()
+    assert await asyncio.to_thread(queued.flush, 10)
+    assert (await raw.afind_many("n", ["b"]))["b"].payload == {"k": "b"}
+    await queued.aclose()
+    await asyncio.to_thread(queued.close)
 
 
 async def test_each_caller_gets_its_own_entry(tmp_path: Path) -> None:

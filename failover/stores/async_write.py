@@ -25,10 +25,11 @@ import time
 import weakref
 from collections.abc import Iterable, Sequence
 from datetime import datetime
+from typing import Any
 
 from ..errors import ConfigurationError
 from ..metrics import NULL_METRICS, Metrics
-from .base import Capabilities, FailoverStore, Payload, does_io
+from .base import Capabilities, FailoverStore, Payload, does_io, native_async
 from .browsing import BrowsingLayer, Page, Summary, overlaid
 from .write_queue import DELETED, REJECTIONS, Tombstone, Write, WriteQueue
 
@@ -123,6 +124,11 @@ class AsyncWriteStore(BrowsingLayer, Capabilities):
         """Whether the inner store does I/O (reads still do, on the caller's thread)."""
         return does_io(self.inner)
 
+    @property
+    def native_async(self) -> bool:
+        """Whether the inner store has async methods (reads pass through to them)."""
+        return native_async(self.inner)
+
     def layers_below(self) -> tuple[FailoverStore]:
         """The inner store."""
         return (self.inner,)
@@ -182,15 +188,42 @@ class AsyncWriteStore(BrowsingLayer, Capabilities):
 
     def find_many(self, name: str, keys: Iterable[str]) -> dict[str, Payload]:
         """The entries found among ``keys``, writes still queued included."""
+        queued, rest = self._pending(name, keys)
+        return _laid_over(self.inner.find_many(name, rest), queued)
+
+    def _pending(self, name: str, keys: Iterable[str]) -> tuple[dict[str, Any], list[str]]:
+        """The queued writes of ``keys``, and the keys to read from the inner store."""
         keys = list(keys)
         q = self._q
         with q.lock:
             queued = {k: w[2] for k in keys if (w := q.pending.get((name, k))) is not None}
-        found = self.inner.find_many(name, [k for k in keys if k not in queued])
-        for key, value in queued.items():
-            if not isinstance(value, Tombstone):
-                found[key] = value
-        return found
+        return queued, [k for k in keys if k not in queued]
+
+    # -- async: the inner store's own, with read-your-writes as above -------------------------
+
+    async def afind(self, name: str, key: str) -> Payload | None:
+        """`find`, the inner store's read awaited."""
+        write = self._q.pending.get((name, key))
+        if write is None:
+            found: Payload | None = await self.inner.afind(name, key)  # type: ignore[attr-defined]
+            return found
+        value = write[2]
+        return None if isinstance(value, Tombstone) else value
+
+    async def afind_many(self, name: str, keys: Iterable[str]) -> dict[str, Payload]:
+        """`find_many`, the inner store's read awaited."""
+        queued, rest = self._pending(name, keys)
+        inner: Any = self.inner
+        return _laid_over(await inner.afind_many(name, rest) if rest else {}, queued)
+
+    async def astore_many(self, payloads: Sequence[Payload]) -> None:
+        """`store_many`: queued, never waiting on I/O."""
+        self.store_many(payloads)
+
+    async def aclose(self) -> None:
+        """Close the inner store's async clients of this loop."""
+        inner: Any = self.inner
+        await inner.aclose()
 
     def find_all(self, name: str) -> list[Payload]:
         """Every entry of ``name``, writes still queued included."""
@@ -271,3 +304,13 @@ class AsyncWriteStore(BrowsingLayer, Capabilities):
         self._q.stop(None)
         self._finalizer.detach()
         self.inner.close()
+
+
+def _laid_over(found: dict[str, Payload], queued: dict[str, Any]) -> dict[str, Payload]:
+    """``found`` with the queued writes laid over it (a queued delete hides an entry)."""
+    for key, value in queued.items():
+        if isinstance(value, Tombstone):
+            found.pop(key, None)
+        else:
+            found[key] = value
+    return found

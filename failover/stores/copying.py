@@ -8,7 +8,15 @@ from datetime import datetime
 from typing import Any
 
 from ..payload import envelope
-from .base import Capabilities, FailoverStore, Payload, delete_many, does_io, writes_async
+from .base import (
+    Capabilities,
+    FailoverStore,
+    Payload,
+    delete_many,
+    does_io,
+    native_async,
+    writes_async,
+)
 from .browsing import BrowsingLayer
 
 __all__ = ["CopyingStore", "copied", "deep_copy"]
@@ -87,6 +95,11 @@ class CopyingStore(BrowsingLayer, Capabilities):
         """Whether the inner store's writes never block the caller."""
         return writes_async(self.inner)
 
+    @property
+    def native_async(self) -> bool:
+        """Whether the inner store has async methods (they pass through, copied)."""
+        return native_async(self.inner)
+
     def layers_below(self) -> tuple[FailoverStore]:
         """The inner store."""
         return (self.inner,)
@@ -111,6 +124,24 @@ class CopyingStore(BrowsingLayer, Capabilities):
     def find_many(self, name: str, keys: Iterable[str]) -> dict[str, Payload]:
         """Copies of the stored entries."""
         return {k: copied(p) for k, p in self.inner.find_many(name, keys).items()}
+
+    async def afind(self, name: str, key: str) -> Payload | None:
+        """`find`, awaited."""
+        payload = await self.inner.afind(name, key)  # type: ignore[attr-defined]
+        return None if payload is None else copied(payload)
+
+    async def afind_many(self, name: str, keys: Iterable[str]) -> dict[str, Payload]:
+        """`find_many`, awaited."""
+        found = await self.inner.afind_many(name, keys)  # type: ignore[attr-defined]
+        return {k: copied(p) for k, p in found.items()}
+
+    async def astore_many(self, payloads: Sequence[Payload]) -> None:
+        """`store_many`, awaited."""
+        await self.inner.astore_many([copied(p) for p in payloads])  # type: ignore[attr-defined]
+
+    async def aclose(self) -> None:
+        """Close the inner store's async clients of this loop."""
+        await self.inner.aclose()  # type: ignore[attr-defined]
 
     def find_all(self, name: str) -> list[Payload]:
         """Copies of every entry of ``name``."""

@@ -40,6 +40,7 @@ from .. import tenants
 from ..base import Capabilities, Payload
 from ..browsing import Page, StoredEntry, Summary, summary_of
 from ..tenant import TenantStores
+from .aio import AsyncClients, AsyncRedisMethods
 from .browsing import RedisBrowsing
 from .client import (
     DEFAULT_PREFIX,
@@ -56,7 +57,7 @@ __all__ = ["RedisStore"]
 log = logging.getLogger(__name__)
 
 
-class RedisStore(Capabilities):
+class RedisStore(AsyncRedisMethods, Capabilities):
     """Entries in Redis: shared by every instance, expired by Redis itself.
 
     Values go through the same `Serializer` as `SqlStore`'s (the JSON codec and its allowlist
@@ -114,11 +115,13 @@ class RedisStore(Capabilities):
             self.client: redis.Redis = make_client(url, socket_timeout)
             self._owns_client = True
             shown = masked(url)
+            async_url: str | None = url
         elif isinstance(url_or_client, redis.Redis):
             prefix = checked_prefix(prefix, "RedisStore")
             self.client = url_or_client
             self._owns_client = False
             shown = repr(url_or_client)
+            async_url = None  # its options are the caller's: async callers use a worker
         else:
             raise ConfigurationError(
                 f"RedisStore: expected a redis:// URL or a redis.Redis client, "
@@ -132,6 +135,9 @@ class RedisStore(Capabilities):
         self._clock = clock
         self._keys = Keys(prefix)
         self._redis = Commands(self.client, self._where)
+        self._aio = (
+            None if async_url is None else AsyncClients(async_url, socket_timeout, self._where)
+        )
         self.browsing = RedisBrowsing(self._redis, self._keys)
 
     def __repr__(self) -> str:
@@ -211,8 +217,14 @@ class RedisStore(Capabilities):
             SerializationError: the codec cannot encode one of the values (nothing is written).
             StoreError: Redis cannot be reached, or refused.
         """
+        commands = self._writes(payloads)
+        if commands:
+            self._redis.pipelined("store", commands)
+
+    def _writes(self, payloads: Sequence[Payload]) -> list[tuple[Any, ...]]:
+        """The commands that write ``payloads`` and their indexes (none for no payloads)."""
         if not payloads:
-            return
+            return []
         offset = self._offset_ms()
         commands: list[tuple[Any, ...]] = []
         indexes: dict[str, dict[str, int]] = {}
@@ -246,7 +258,7 @@ class RedisStore(Capabilities):
                 ("PEXPIREAT", lex, last, "GT"),
             )
         commands.append(("SADD", self._keys.names, *indexes))
-        self._redis.pipelined("store", commands)
+        return commands
 
     def find(self, name: str, key: str) -> Payload | None:
         """The entry, or ``None`` (Redis has removed expired ones).
@@ -332,6 +344,8 @@ class RedisStore(Capabilities):
         """Close the client's connections, when the store made the client."""
         if self._owns_client:
             self.client.close()
+        if self._aio is not None:
+            self._aio.close()
 
     # -- beyond the protocol ----------------------------------------------------------------------
 

@@ -1,0 +1,154 @@
+"""The async side of a `RedisStore` (`failover.stores.base.AsyncFailoverStore`): the same
+commands through ``redis.asyncio``, on the caller's event loop.
+
+``redis.asyncio`` connections belong to the loop that made them, so each event loop gets a
+client of its own, made from the store's URL on first use and closed by ``aclose()`` (that
+loop's) or ``close()`` (every loop's, each on its own loop).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+import redis
+import redis.asyncio
+from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
+
+from ..base import Payload
+from .client import Errors, Keys
+
+__all__ = ["AsyncClients", "AsyncRedisMethods"]
+
+log = logging.getLogger(__name__)
+
+
+class AsyncClients:
+    """One ``redis.asyncio`` client per event loop, for one store URL.
+
+    Args:
+        url: the store's URL (its ``prefix`` option taken out).
+        socket_timeout: seconds before a connect, a read or a write gives up.
+        where: the store, as error messages name it.
+    """
+
+    def __init__(self, url: str, socket_timeout: float, where: str) -> None:
+        self.url = url
+        self.socket_timeout = socket_timeout
+        self.where = where
+        self._lock = threading.Lock()
+        self._clients: dict[asyncio.AbstractEventLoop, redis.asyncio.Redis] = {}
+
+    def client(self) -> redis.asyncio.Redis:
+        """The running loop's client (made, not connected, on first use)."""
+        loop = asyncio.get_running_loop()
+        found = self._clients.get(loop)
+        if found is None:
+            with self._lock:
+                for old in [lp for lp in self._clients if lp.is_closed()]:
+                    del self._clients[old]  # a finished loop's connections died with it
+                found = self._clients[loop] = redis.asyncio.Redis.from_url(
+                    self.url,
+                    socket_timeout=self.socket_timeout,
+                    socket_connect_timeout=self.socket_timeout,
+                    retry=Retry(NoBackoff(), 1, (redis.ConnectionError,)),
+                )
+        return found
+
+    async def one(self, operation: str, *command: Any) -> Any:
+        """One command's reply."""
+        execute: Callable[..., Any] = self.client().execute_command  # untyped in redis-py
+        with Errors(self.where, operation):
+            return await execute(*command)
+
+    async def pipelined(self, operation: str, commands: Iterable[tuple[Any, ...]]) -> list[Any]:
+        """The replies of ``commands``, sent in one round trip (not a transaction)."""
+        with Errors(self.where, operation):
+            pipe = self.client().pipeline(transaction=False)
+            queue: Callable[..., Any] = pipe.execute_command  # untyped in redis-py
+            for command in commands:
+                queue(*command)
+            replies: list[Any] = await pipe.execute()
+            return replies
+
+    async def aclose(self) -> None:
+        """Close the running loop's client."""
+        loop = asyncio.get_running_loop()
+        with self._lock:
+            client = self._clients.pop(loop, None)
+        if client is not None:
+            await client.aclose()
+
+    def close(self) -> None:
+        """Close every loop's client without waiting (the caller may be running on that
+        loop, which may end right after): each connection dropped on its own loop's thread; a
+        closed loop's are just forgotten."""
+        with self._lock:
+            clients, self._clients = self._clients, {}
+        for loop, client in clients.items():
+            if loop.is_closed():
+                continue
+            try:
+                loop.call_soon_threadsafe(_drop, client)
+            except RuntimeError:  # the loop closed meanwhile
+                log.debug("%s: a loop closed before its client", self.where)
+
+
+def _drop(client: redis.asyncio.Redis) -> None:
+    """Close ``client``'s connections at once. redis.asyncio only closes them by awaiting
+    (``aclose``), which a sync ``close()`` cannot do; ``_close`` is the connection's own
+    "close without waiting", the one its ``__del__`` uses."""
+    pool: Any = client.connection_pool
+    in_use = getattr(pool, "_in_use_connections", ())
+    for connection in [*getattr(pool, "_available_connections", ()), *in_use]:
+        connection._close()
+
+
+class AsyncRedisMethods:
+    """`RedisStore`'s async methods: its `find`, `find_many` and `store_many` awaited on the
+    event loop (with a URL; a store given a client of yours has none: see `native_async`)."""
+
+    _aio: AsyncClients | None
+    _keys: Keys
+    _load: Callable[[str, str, bytes | str], Payload]
+    _decoded: Callable[[str, Iterable[tuple[str, Any]]], dict[str, Payload]]
+    _writes: Callable[[Sequence[Payload]], list[tuple[Any, ...]]]
+
+    @property
+    def native_async(self) -> bool:
+        """Whether the store has async I/O (made from a URL: it can make async clients)."""
+        return self._aio is not None
+
+    def _async(self) -> AsyncClients:
+        if self._aio is None:
+            raise TypeError(f"{self!r} was given a client: it has no async methods")
+        return self._aio
+
+    async def afind(self, name: str, key: str) -> Payload | None:
+        """`RedisStore.find`, awaited (one ``GET``)."""
+        raw = await self._async().one("find", "GET", self._keys.entries(name) + key)
+        return None if raw is None else self._load(name, key, raw)
+
+    async def afind_many(self, name: str, keys: Iterable[str]) -> dict[str, Payload]:
+        """`RedisStore.find_many`, awaited (one ``MGET``)."""
+        wanted = list(dict.fromkeys(keys))
+        if not wanted:
+            return {}
+        prefix = self._keys.entries(name)
+        raws = await self._async().one("find_many", "MGET", *[prefix + k for k in wanted])
+        return self._decoded(name, zip(wanted, raws, strict=True))
+
+    async def astore_many(self, payloads: Sequence[Payload]) -> None:
+        """`RedisStore.store_many`, awaited (one pipeline)."""
+        commands = self._writes(payloads)
+        if commands:
+            await self._async().pipelined("store", commands)
+
+    async def aclose(self) -> None:
+        """Close the running loop's async client."""
+        if self._aio is not None:
+            await self._aio.aclose()
