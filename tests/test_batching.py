@@ -275,3 +275,27 @@ def _two_reads(batcher: ReadBatcher) -> None:
     asyncio.run(both())
     assert len(errors) == 2
     raise errors[0]
+
+
+async def test_postgresql_recoveries_are_read_on_the_loop_by_psycopg(postgres_url: str) -> None:
+    from . import postgres
+
+    store = postgres.pg_store()
+    assert store.native_async
+    engine = failover.Failover(store, metrics=False)
+    upstream = Flaky()
+    rates = failover.failover("batch.pg", engine=engine)(upstream)
+    await asyncio.gather(*(rates(i) for i in range(N)))
+    assert await asyncio.to_thread(engine.flush, 10)
+    upstream.down = True
+    loop = asyncio.get_running_loop()
+    try:
+        served = await asyncio.gather(*(rates(i) for i in range(N)))
+        assert [s["code"] for s in served] == list(range(N))
+        assert len(store._aio._idle[loop]) == 1  # one connection of this loop served them all
+        assert (await rates(5))["code"] == 5
+        assert (await store.afind("nowhere", "k")) is None
+        assert await store.afind_many("nowhere", []) == {}
+    finally:
+        await engine.aclose()
+    assert loop not in store._aio._idle

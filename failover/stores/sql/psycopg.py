@@ -29,10 +29,13 @@ import threading
 import time
 import weakref
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
 from sqlalchemy import exc as sa_exc
+
+if TYPE_CHECKING:
+    from .aio import AsyncConnections
 
 __all__ = ["PsycopgStatements", "Spares", "ping_when_idle", "supported"]
 
@@ -283,6 +286,17 @@ class PsycopgStatements:
     def find_many(self, name: str, keys: list[str]) -> list[Any]:
         """The rows of those of ``keys`` that are stored, key first."""
         rows: list[Any] = self._run(self._find_many, (keys, name), 2)
+        return rows
+
+    async def afind(self, connections: AsyncConnections, name: str, key: str) -> Any:
+        """`find` on one of ``connections`` (async, on the running loop)."""
+        return await connections.run(self._find, (name, key), 1)
+
+    async def afind_many(
+        self, connections: AsyncConnections, name: str, keys: list[str]
+    ) -> list[Any]:
+        """`find_many` on one of ``connections`` (async, on the running loop)."""
+        rows: list[Any] = await connections.run(self._find_many, (keys, name), 2)
         return rows
 
     def find_all(self, name: str) -> list[Any]:

@@ -8,6 +8,7 @@ every database, psycopg directly on ``postgresql+psycopg``): ``store_many`` is o
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -102,6 +103,11 @@ class SqlStore(Capabilities):
         self._statements: Statements = (
             PsycopgStatements(self.engine, table) if supported(self.engine) else self._core
         )
+        self._aio: Any = None  # psycopg's async connections, for async callers
+        if isinstance(self._statements, PsycopgStatements):
+            from .aio import AsyncConnections  # psycopg is there: the statements use it
+
+            self._aio = AsyncConnections(self.engine.url)
         self._ready = False
         self._ready_lock = threading.Lock()
         try:
@@ -206,6 +212,43 @@ class SqlStore(Capabilities):
         rows = self._statements.find_many(name, wanted)
         return dict(self._decoded(name, rows))
 
+    # -- async (PostgreSQL through psycopg: failover.stores.base.AsyncFailoverStore) ---------
+
+    @property
+    def native_async(self) -> bool:
+        """Whether async callers read on the event loop (PostgreSQL through psycopg: its async
+        connections); other databases keep the worker thread."""
+        return self._aio is not None
+
+    async def _aready(self) -> Any:
+        if self._aio is None:
+            raise TypeError(f"{self!r} has no async driver: read it on a worker thread")
+        if not self._ready:
+            await asyncio.to_thread(self._prepare)
+        return self._statements
+
+    async def afind(self, name: str, key: str) -> Payload | None:
+        """`find`, awaited (one statement on the loop's connection)."""
+        row = await (await self._aready()).afind(self._aio, name, key)
+        return None if row is None else self._payload(name, key, row)
+
+    async def afind_many(self, name: str, keys: Iterable[str]) -> dict[str, Payload]:
+        """`find_many`, awaited (one statement on the loop's connection)."""
+        wanted = list(dict.fromkeys(keys))
+        if not wanted:
+            return {}
+        rows = await (await self._aready()).afind_many(self._aio, name, wanted)
+        return dict(self._decoded(name, rows))
+
+    async def astore_many(self, payloads: Sequence[Payload]) -> None:
+        """`store_many` on a worker thread (writes from async callers are queued anyway)."""
+        await asyncio.to_thread(self.store_many, payloads)
+
+    async def aclose(self) -> None:
+        """Close the running loop's async connections."""
+        if self._aio is not None:
+            await self._aio.aclose()
+
     def find_all(self, name: str) -> list[Payload]:
         """Every entry of ``name``, expired ones included, by key; undecodable rows are skipped
         with a warning."""
@@ -282,6 +325,8 @@ class SqlStore(Capabilities):
 
     def close(self) -> None:
         """Dispose the engine's connections, when the store made the engine."""
+        if self._aio is not None:
+            self._aio.close()
         if self._owns_engine:
             self._statements.close()
             self.engine.dispose()
