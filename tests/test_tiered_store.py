@@ -4,6 +4,7 @@ while the far one is down."""
 
 from __future__ import annotations
 
+import asyncio
 import threading
 from collections.abc import Iterator
 from datetime import timedelta
@@ -257,3 +258,23 @@ def test_a_delete_during_a_read_is_not_undone_by_the_refill(clock: FakeClock) ->
     reader.join(5)
     assert tiered.near.find("n", "k") is None  # the refill did not bring it back
     assert tiered.find("n", "k") is None
+
+
+async def test_async_reads_await_the_far_store_and_keep_its_entries_near(
+    own_server: RedisServer, clock: FakeClock
+) -> None:
+    far = redis_far(own_server, clock)
+    store = TieredStore(InMemoryStore(), far)
+    assert store.native_async
+    far.store_many([entry(clock, "a", {"v": "a"}), entry(clock, "b", {"v": "b"})])
+    found = await store.afind_many("n", ["a", "b", "c"])
+    assert {k: p.payload for k, p in found.items()} == {"a": {"v": "a"}, "b": {"v": "b"}}
+    assert store.near.find("n", "a") is not None  # kept near for the next outage
+    await store.astore_many([entry(clock, "c", {"v": "c"})])
+    assert (await store.afind("n", "c")).payload == {"v": "c"}  # type: ignore[union-attr]
+    await store.aclose()
+    own_server.kill()
+    assert (await store.afind("n", "a")).payload == {"v": "a"}  # type: ignore[union-attr]
+    with pytest.raises(StoreError):
+        await store.afind("n", "never-stored")  # near misses and far is down: an error
+    await asyncio.to_thread(store.close)

@@ -4,14 +4,22 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from datetime import datetime
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from ..errors import ConfigurationError
 from ..metrics import Metrics
 from .async_write import AsyncWriteStore
-from .base import Capabilities, FailoverStore, Payload, delete_many, does_io, writes_async
+from .base import (
+    Capabilities,
+    FailoverStore,
+    Payload,
+    delete_many,
+    does_io,
+    native_async,
+    writes_async,
+)
 from .browsing import BrowsingLayer
 
 __all__ = ["TieredStore"]
@@ -164,6 +172,12 @@ class TieredStore(BrowsingLayer, Capabilities):
         deletes = self._deletes
         near = self.near.find_many(name, keys)
         far = self._from_far(lambda: self.far.find_many(name, keys), bool(near), "find_many")
+        return self._merged(near, far, deletes)
+
+    def _merged(
+        self, near: dict[str, Payload], far: dict[str, Payload] | None, deletes: int
+    ) -> dict[str, Payload]:
+        """Per key, the fresher of the tiers' entries; ``far``'s fresher ones kept in ``near``."""
         found = dict(near)
         kept = []
         for key, payload in (far or {}).items():
@@ -173,6 +187,50 @@ class TieredStore(BrowsingLayer, Capabilities):
         if kept:
             self._keep(kept, deletes)
         return found
+
+    # -- async: the far store's own reads, awaited (the near one is process memory) -----------
+
+    @property
+    def native_async(self) -> bool:
+        """Whether the far store has async methods (and the near one does no I/O)."""
+        return native_async(self.far) and not does_io(self.near)
+
+    async def _afrom_far(self, read: Awaitable[T], answered: bool, operation: str) -> T | None:
+        """`_from_far`, awaited."""
+        try:
+            return await read
+        except Exception:
+            if not answered:
+                raise
+            log.debug(
+                "failover: %s: the far store failed; answering from the near one",
+                operation,
+                exc_info=True,
+            )
+            return None
+
+    async def afind(self, name: str, key: str) -> Payload | None:
+        """`find`, the far store's read awaited."""
+        found = await self.afind_many(name, [key])
+        return found.get(key)
+
+    async def afind_many(self, name: str, keys: Iterable[str]) -> dict[str, Payload]:
+        """`find_many`, the far store's read awaited."""
+        keys = list(keys)
+        deletes = self._deletes
+        near = self.near.find_many(name, keys)
+        far_store: Any = self.far
+        far = await self._afrom_far(far_store.afind_many(name, keys), bool(near), "find_many")
+        return self._merged(near, far, deletes)
+
+    async def astore_many(self, payloads: Sequence[Payload]) -> None:
+        """`store_many`: the near store at once, the far one queued: no waiting on I/O."""
+        self.store_many(payloads)
+
+    async def aclose(self) -> None:
+        """Close the far store's async clients of this loop."""
+        far_store: Any = self.far
+        await far_store.aclose()
 
     def find_all(self, name: str) -> list[Payload]:
         """Every entry of ``name`` in either tier, the fresher of each key, by key."""
