@@ -12,7 +12,7 @@ from ..context import CallContext, Miss
 from ..definition import FailoverDefinition
 from ..keys import make_key
 from ..payload import envelope
-from ..stores.base import FailoverStore, Payload
+from ..stores.base import FailoverStore, Payload, does_io
 from ..stores.batching import ReadBatcher
 from ..tenant import pinned
 from .base import drop_expired, expire_on, key_of
@@ -61,7 +61,8 @@ class DefaultHandler:
         # stored again. The dict's order is the store order: oldest first.
         self._until: dict[Any, datetime] = {}
         self._last_lock = threading.Lock()
-        self.reads = ReadBatcher(store)
+        # A store without I/O (process memory) answers at once: nothing to gather reads for.
+        self.reads = ReadBatcher(store) if does_io(store) else None
 
     def __repr__(self) -> str:
         return f"DefaultHandler({self.store_!r})"
@@ -135,8 +136,11 @@ class DefaultHandler:
 
     def _live(self, ctx: CallContext) -> Payload | Miss:
         key = key_of(ctx)
-        tenant = None if self.tenant is None else self.tenant()
-        found = self.reads.find(ctx.definition.effective_name, key, tenant)
+        if self.reads is None:
+            found = self.store_.find(ctx.definition.effective_name, key)
+        else:
+            tenant = None if self.tenant is None else self.tenant()
+            found = self.reads.find(ctx.definition.effective_name, key, tenant)
         checked = self._checked(ctx, found)
         if found is not None and checked is Miss.EXPIRED:
             drop_expired(self.store_, found)
@@ -156,6 +160,8 @@ class DefaultHandler:
     async def arecover(self, ctx: CallContext, cause: Exception) -> Payload | Miss:
         """`recover` for a task: the read batched with the loop's other recoveries of the
         failover, never blocking the event loop."""
+        if self.reads is None:  # no I/O: read in place
+            return self._live(ctx)
         key = key_of(ctx)
         tenant = None if self.tenant is None else self.tenant()
         found = await self.reads.afind(ctx.definition.effective_name, key, tenant)
