@@ -242,12 +242,13 @@ class Runtime:
         try:
             return self.handler.recover(ctx, cause)
         except Exception:
-            log.warning(
-                "failover %r: recovering failed; treated as a miss",
-                self.definition.name,
-                exc_info=True,
-            )
-            return Miss.ERROR
+            return self._recover_failed()
+
+    def _recover_failed(self) -> Miss:
+        log.warning(
+            "failover %r: recovering failed; treated as a miss", self.definition.name, exc_info=True
+        )
+        return Miss.ERROR
 
     async def arecover(self, ctx: CallContext, cause: Exception) -> ReferentialPayload[Any] | Miss:
         """`recover` for an async caller when the store does I/O: never blocks the event loop."""
@@ -258,12 +259,7 @@ class Runtime:
                 ctx, cause
             )
         except Exception:
-            log.warning(
-                "failover %r: recovering failed; treated as a miss",
-                self.definition.name,
-                exc_info=True,
-            )
-            return Miss.ERROR
+            return self._recover_failed()
         return found
 
     def resolve(

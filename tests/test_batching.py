@@ -299,3 +299,32 @@ async def test_postgresql_recoveries_are_read_on_the_loop_by_psycopg(postgres_ur
     finally:
         await engine.aclose()
     assert loop not in store._aio._idle
+
+
+async def test_concurrent_scatter_gather_recoveries_share_one_mget(own_redis: RedisServer) -> None:
+    from failover.scatter import DictSplitter
+
+    engine = failover.Failover(own_redis.url, metrics=False)
+    down = False
+
+    @failover.failover("batch.fx", splitter=DictSplitter(), engine=engine)
+    async def rates(currencies: tuple[str, ...]) -> dict[str, float]:
+        if down:
+            raise Down("fx")
+        return {c: float(len(c)) for c in currencies}
+
+    codes = [f"C{i:03d}" for i in range(60)]
+    await rates(tuple(codes))
+    assert await asyncio.to_thread(engine.flush, 10)
+    down = True
+    client = own_redis.client()
+    try:
+        assert await rates(("C000",)) == {"C000": 4.0}  # the loop's connection made first
+        client.config_resetstat()
+        calls = [tuple(codes[i : i + 3]) for i in range(0, 60, 3)]  # 20 calls, 3 slices each
+        got = await asyncio.gather(*(rates(c) for c in calls))
+        assert got == [dict.fromkeys(call, 4.0) for call in calls]
+        assert commands(client) == {"mget": 1}
+    finally:
+        client.close()
+        await engine.aclose()

@@ -6,18 +6,19 @@ import asyncio
 import threading
 from collections.abc import Callable
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, TypeVar
 
 from ..context import CallContext, Miss
 from ..definition import FailoverDefinition
 from ..keys import make_key
 from ..payload import envelope
 from ..stores.base import FailoverStore, Payload, does_io
-from ..stores.batching import ReadBatcher
-from ..tenant import pinned
+from ..stores.batching import ReadBatcher, pinned_call
 from .base import drop_expired, expire_on, key_of
 
 __all__ = ["DefaultHandler"]
+
+T = TypeVar("T")
 
 
 class DefaultHandler:
@@ -139,8 +140,7 @@ class DefaultHandler:
         if self.reads is None:
             found = self.store_.find(ctx.definition.effective_name, key)
         else:
-            tenant = None if self.tenant is None else self.tenant()
-            found = self.reads.find(ctx.definition.effective_name, key, tenant)
+            found = self.reads.find(ctx.definition.effective_name, key, self.current_tenant())
         checked = self._checked(ctx, found)
         if found is not None and checked is Miss.EXPIRED:
             drop_expired(self.store_, found)
@@ -163,20 +163,20 @@ class DefaultHandler:
         if self.reads is None:  # no I/O: read in place
             return self._live(ctx)
         key = key_of(ctx)
-        tenant = None if self.tenant is None else self.tenant()
+        tenant = self.current_tenant()
         found = await self.reads.afind(ctx.definition.effective_name, key, tenant)
         checked = self._checked(ctx, found)
         if found is not None and checked is Miss.EXPIRED:
-            await asyncio.to_thread(self._drop, found, tenant)
+            await self.on_worker(tenant, drop_expired, self.store_, found)
         return checked
 
-    def _drop(self, expired: Payload, tenant: str | None) -> None:
-        token = pinned.set(tenant) if tenant is not None else None
-        try:
-            drop_expired(self.store_, expired)
-        finally:
-            if token is not None:
-                pinned.reset(token)
+    def current_tenant(self) -> str | None:
+        """The caller's tenant, when stores are per tenant."""
+        return None if self.tenant is None else self.tenant()
+
+    async def on_worker(self, tenant: str | None, fn: Callable[..., T], *args: Any) -> T:
+        """``fn(*args)`` on a worker thread, ``tenant`` (the caller's) pinned there."""
+        return await asyncio.to_thread(pinned_call, tenant, fn, *args)
 
     def peek(self, ctx: CallContext) -> Payload | None:
         """The stored, unexpired entry, or ``None``."""

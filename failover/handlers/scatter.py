@@ -147,12 +147,56 @@ class ScatterGatherHandler:
         else:
             requested = self._requested(d, whole)
             found = store.find_many(name, [key for key, _ in requested]) if requested else {}
+        expired = self._expired(d, found)
+        if expired:
+            drop_all_expired(store, name, expired)
+        return self._merged(ctx, cause, report, whole, requested, found, bool(expired))
+
+    @property
+    def batches_reads(self) -> bool:
+        """Whether `arecover` reads through the default handler's batcher."""
+        return self.inner.batches_reads
+
+    async def arecover(self, ctx: CallContext, cause: Exception) -> Payload | Miss:
+        """`recover` for a task: a call's slices read with the loop's other recoveries of the
+        name (one ``find_many`` for them all), never blocking the event loop."""
+        d, inner = ctx.definition, self.inner
+        if d.splitter is None:
+            return await inner.arecover(ctx, cause)
+        if inner.reads is None:  # no I/O: read in place
+            return self._gather(ctx, cause, True)
+        tenant = inner.current_tenant()
+        if _everything(ctx):  # every slice of the name: one find_all, on a worker
+            return await inner.on_worker(tenant, self._gather, ctx, cause, True)
+        whole = _whole(ctx, cause)
+        requested = self._requested(d, whole)
+        keys = [key for key, _ in requested]
+        found = await inner.reads.afind_many(d.effective_name, keys, tenant) if keys else {}
+        expired = self._expired(d, found)
+        if expired:
+            await inner.on_worker(tenant, drop_all_expired, self.store_, d.effective_name, expired)
+        return self._merged(ctx, cause, True, whole, requested, found, bool(expired))
+
+    def _expired(self, d: FailoverDefinition, found: dict[str, Payload]) -> list[Payload]:
+        """The expired entries among ``found``, taken out of it."""
         now, is_expired = self.clock(), d.expiry.is_expired
         expired = [p for p in found.values() if is_expired(p, now)]
-        if expired:
-            for payload in expired:
-                del found[payload.key]
-            drop_all_expired(store, name, expired)
+        for payload in expired:
+            del found[payload.key]
+        return expired
+
+    def _merged(
+        self,
+        ctx: CallContext,
+        cause: Exception | None,
+        report: bool,
+        whole: RecoverContext[Any],
+        requested: list[tuple[str, RecoverContext[Any]]] | None,
+        found: dict[str, Payload],
+        expired: bool,
+    ) -> Payload | Miss:
+        """The call's merged slices, from the unexpired entries ``found``."""
+        d, name = ctx.definition, ctx.definition.effective_name
         if not found:
             return Miss.EXPIRED if expired else Miss.MISS
         if requested is None:  # no request: every live slice, without arguments

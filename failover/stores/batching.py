@@ -11,25 +11,29 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import threading
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from ..tenant import pinned
 from .base import FailoverStore, Payload, native_async
 from .copying import copied
 
-__all__ = ["ReadBatcher"]
+__all__ = ["ReadBatcher", "pinned_call"]
 
+T = TypeVar("T")
 _Slot = tuple[str | None, str]  # (tenant, failover name)
 
 
 class _Batch:
     """The keys of one ``find_many`` and what it found (or raised)."""
 
-    __slots__ = ("done", "error", "found", "fresh", "full", "keys", "waiters")
+    __slots__ = ("count", "done", "error", "found", "fresh", "full", "keys", "waiters")
 
     def __init__(self) -> None:
         self.keys: list[str] = []
-        self.waiters: list[tuple[str, asyncio.Future[Payload | None]]] = []
+        # A task's key (a point read) or keys (a scatter/gather call's slices), and its future.
+        self.waiters: list[tuple[str | list[str], asyncio.Future[Any]]] = []
+        self.count = 0  # keys asked by the waiters
         self.found: dict[str, Payload] = {}
         self.fresh: dict[str, Payload] = {}  # the entries not handed to a caller yet
         self.error: BaseException | None = None
@@ -102,19 +106,25 @@ class ReadBatcher:
         return _own(batch, key)
 
     def _find_many(self, tenant: str | None, name: str, keys: list[str]) -> dict[str, Payload]:
-        if tenant is None:
-            return _read(self.store, name, keys)
-        token = pinned.set(tenant)  # the readers' tenant, whichever thread reads for them
-        try:
-            return _read(self.store, name, keys)
-        finally:
-            pinned.reset(token)
+        return pinned_call(tenant, _read, self.store, name, keys)
 
     # -- tasks -------------------------------------------------------------------------------
 
     async def afind(self, name: str, key: str, tenant: str | None = None) -> Payload | None:
         """`find` for a task: never blocks the event loop; the reads of one loop turn share
         one ``find_many`` (the store's own async one when it has it, else on a worker thread)."""
+        found: Payload | None = await self._join(name, key, tenant, 1)
+        return found
+
+    async def afind_many(
+        self, name: str, keys: list[str], tenant: str | None = None
+    ) -> dict[str, Payload]:
+        """The entries found among ``keys`` (a scatter/gather call's slices), read with the
+        other reads of the loop turn, as `afind`."""
+        found: dict[str, Payload] = await self._join(name, keys, tenant, len(keys))
+        return found
+
+    def _join(self, name: str, keys: str | list[str], tenant: str | None, count: int) -> Any:
         loop = asyncio.get_running_loop()
         slot = (loop, (tenant, name))
         batch = self._tasks.get(slot)
@@ -122,11 +132,12 @@ class ReadBatcher:
             batch = self._tasks[slot] = _Batch()
             # Fired after the tasks already runnable in this turn have had their go.
             loop.call_soon(self._fire, slot, batch)
-        future: asyncio.Future[Payload | None] = loop.create_future()
-        batch.waiters.append((key, future))
-        if len(batch.waiters) >= self.max_batch:
+        future: asyncio.Future[Any] = loop.create_future()
+        batch.waiters.append((keys, future))
+        batch.count += count
+        if batch.count >= self.max_batch:
             self._close(slot, batch)
-        return await future
+        return future
 
     def _close(self, slot: tuple[asyncio.AbstractEventLoop, _Slot], batch: _Batch) -> None:
         if self._tasks.get(slot) is batch:
@@ -135,7 +146,7 @@ class ReadBatcher:
     def _fire(self, slot: tuple[asyncio.AbstractEventLoop, _Slot], batch: _Batch) -> None:
         self._close(slot, batch)
         loop, (tenant, name) = slot
-        keys = list(dict.fromkeys(k for k, _ in batch.waiters))
+        keys = list(dict.fromkeys(k for asked, _ in batch.waiters for k in _listed(asked)))
         if tenant is None and native_async(self.store):
             task = loop.create_task(_aread(self.store, name, keys))
             task.add_done_callback(lambda done: _answer(batch, done))
@@ -144,6 +155,18 @@ class ReadBatcher:
         context = contextvars.copy_context()
         work = loop.run_in_executor(None, context.run, self._find_many, tenant, name, keys)
         work.add_done_callback(lambda done: _answer(batch, done))
+
+
+def pinned_call(tenant: str | None, fn: Callable[..., T], *args: Any) -> T:
+    """``fn(*args)`` with ``tenant`` pinned (when stores are per tenant): the caller's tenant,
+    whichever thread runs it."""
+    if tenant is None:
+        return fn(*args)
+    token = pinned.set(tenant)
+    try:
+        return fn(*args)
+    finally:
+        pinned.reset(token)
 
 
 def _read(store: FailoverStore, name: str, keys: list[str]) -> dict[str, Payload]:
@@ -174,13 +197,20 @@ def _answer(batch: _Batch, done: asyncio.Future[dict[str, Payload]]) -> None:
     if error is None:
         batch.found = done.result()
         batch.fresh = dict(batch.found)
-    for key, future in batch.waiters:
+    for asked, future in batch.waiters:
         if future.done():  # the waiter gave up (cancelled, timed out)
             continue
         if error is not None:
             future.set_exception(error)
+        elif isinstance(asked, str):
+            future.set_result(_own(batch, asked))
         else:
-            future.set_result(_own(batch, key))
+            owned = {k: _own(batch, k) for k in dict.fromkeys(asked)}
+            future.set_result({k: p for k, p in owned.items() if p is not None})
+
+
+def _listed(asked: str | list[str]) -> list[str]:
+    return [asked] if isinstance(asked, str) else asked
 
 
 def _own(batch: _Batch, key: str) -> Payload | None:
