@@ -328,3 +328,25 @@ async def test_concurrent_scatter_gather_recoveries_share_one_mget(own_redis: Re
     finally:
         client.close()
         await engine.aclose()
+
+
+async def test_a_postgresql_read_cancelled_mid_statement_discards_its_connection(
+    postgres_url: str,
+) -> None:
+    from . import postgres
+
+    store = postgres.pg_store()
+    loop = asyncio.get_running_loop()
+    assert await store.afind("n", "k") is None  # the loop's connection, made and kept idle
+    assert len(store._aio._idle[loop]) == 1
+    table = store.engine.dialect.identifier_preparer.format_table(store.table)
+    with store.engine.connect() as locker:
+        locker.exec_driver_sql(f"LOCK TABLE {table} IN ACCESS EXCLUSIVE MODE")  # reads wait
+        with pytest.raises(TimeoutError):
+            async with asyncio.timeout(0.2):
+                await store.afind_many("n", ["a", "b"])
+        assert store._aio._idle[loop] == []  # its state unknown: never reused
+        locker.rollback()
+    assert await store.afind_many("n", ["a", "b"]) == {}  # a new connection
+    await store.aclose()
+    await asyncio.to_thread(store.close)

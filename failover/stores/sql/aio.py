@@ -19,6 +19,8 @@ from typing import Any
 import psycopg
 import sqlalchemy as sa
 
+from .engine import CONNECT_TIMEOUT_S
+
 __all__ = ["AsyncConnections"]
 
 _KEPT = 4  # idle connections kept per event loop
@@ -42,7 +44,9 @@ class AsyncConnections:
             idle = self._idle.get(loop)
             if idle:
                 return idle.pop()
-        return await psycopg.AsyncConnection.connect(self.conninfo, autocommit=True)
+        return await psycopg.AsyncConnection.connect(
+            self.conninfo, autocommit=True, connect_timeout=CONNECT_TIMEOUT_S
+        )
 
     def _give(self, connection: psycopg.AsyncConnection[Any]) -> None:
         loop = asyncio.get_running_loop()

@@ -17,7 +17,7 @@ from .psycopg import ping_when_idle
 __all__ = ["first_line", "is_memory", "is_psycopg", "make_engine", "masked"]
 
 _BUSY_TIMEOUT_MS = 5_000
-_CONNECT_TIMEOUT_S = 10
+CONNECT_TIMEOUT_S = 10
 _SQLITE_POOL = {"pool_size": 8, "max_overflow": 8}
 _SERVER_POOL = {"pool_size": 10, "max_overflow": 10, "pool_pre_ping": True}
 _MASK = re.compile(r"(://[^:/@]*:)[^@]*@")
@@ -137,7 +137,7 @@ def _pool(
     kwargs = dict(_SERVER_POOL)
     if parsed.get_backend_name() == "postgresql":
         # An unreachable server fails in seconds, not after the system's TCP timeout.
-        kwargs["connect_args"] = {"connect_timeout": _CONNECT_TIMEOUT_S}
+        kwargs["connect_args"] = {"connect_timeout": CONNECT_TIMEOUT_S}
     if fast and "pool_pre_ping" not in engine_kwargs:
         # A ping per checkout costs as much as a point read: idle connections only, below.
         kwargs["pool_pre_ping"] = False
