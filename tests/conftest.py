@@ -101,6 +101,16 @@ def _postgres_stopped() -> Iterator[None]:
 
 
 @pytest.fixture(scope="session", autouse=True)
+def _scale_out_stopped() -> Iterator[None]:
+    """Stops the session's Redis Cluster, Sentinel set and PgBouncer at the end, if started."""
+    from . import pgbouncer, redis_ha
+
+    yield
+    redis_ha.stop()
+    pgbouncer.stop()
+
+
+@pytest.fixture(scope="session", autouse=True)
 def _redis_stopped() -> Iterator[None]:
     """Stops the session's redis-server at the end, failed tests or not, if one started."""
     from . import redis_server
