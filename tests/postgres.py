@@ -163,7 +163,8 @@ def unique_prefix() -> str:
     return f"t{uuid.uuid4().hex[:12]}_"
 
 
-def pg_store(**kwargs: Any) -> SqlStore:
-    """A `SqlStore` on the session's database, in a table of its own."""
+def pg_store(engine: sa.Engine | None = None, **kwargs: Any) -> SqlStore:
+    """A `SqlStore` on the session's database (through ``engine``, by default the shared
+    one), in a table of its own."""
     kwargs.setdefault("table_prefix", unique_prefix())
-    return SqlStore(engine(), **kwargs)
+    return SqlStore(engine or globals()["engine"](), **kwargs)

@@ -23,7 +23,7 @@ from failover.stores import (
 )
 from failover.stores.sql import SqlStore
 
-from . import postgres, redis_server
+from . import pgbouncer, postgres, redis_ha, redis_server
 
 StoreFactory = Callable[[Any, Path], FailoverStore]
 
@@ -62,7 +62,8 @@ def redis_store(clock: Any, **kwargs: Any) -> FailoverStore:
     from failover.stores.redis import RedisStore
 
     kwargs.setdefault("prefix", redis_server.unique_prefix())
-    return RedisStore(redis_server.server().url, clock=clock, **kwargs)
+    url = kwargs.pop("url", None) or redis_server.server().url
+    return RedisStore(url, clock=clock, **kwargs)
 
 
 def redis_tenants(clock: Any) -> FailoverStore:
@@ -93,7 +94,20 @@ FACTORIES.update(
     }
 )
 
+FACTORIES.update(
+    {
+        # The session's Redis Cluster (3 masters, 3 replicas), Sentinel set, and PgBouncer in
+        # transaction mode in front of the session's PostgreSQL (tests/redis_ha.py,
+        # tests/pgbouncer.py); skipped, saying why, where their binaries are missing.
+        "redis(cluster)": lambda clock, tmp: redis_store(clock, url=redis_ha.cluster().url),
+        "redis(sentinel)": lambda clock, tmp: redis_store(clock, url=redis_ha.sentinels().url),
+        "sql(pgbouncer)": lambda clock, tmp: postgres.pg_store(engine=pgbouncer.engine()),
+    }
+)
+
 EXPIRED_BY_THE_SERVER = {
+    "redis(cluster)",
+    "redis(sentinel)",
     "redis",
     "redis(fernet)",
     "async(redis)",

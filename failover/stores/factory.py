@@ -21,14 +21,15 @@ from .tenant import TenantStores
 __all__ = ["check_sql_scheme", "make_store", "per_tenant", "per_tenant_stores"]
 
 _IN_PROCESS = ("memory", "cachetools")
-_REDIS = ("redis", "rediss", "unix")
+_REDIS = ("redis", "rediss", "unix", "redis+sentinel", "redis+cluster")
 _TIERED = "tiered+"
 
 # The schemes make_store handles itself (and tiered+ before any URL); any other is a SQLAlchemy
 # URL.
 _NATIVE = (*_IN_PROCESS, *_REDIS)
 _SUPPORTED = (
-    "memory://, cachetools://, redis://, rediss://, unix://, tiered+<url>, or a SQLAlchemy URL "
+    "memory://, cachetools://, redis://, rediss://, unix://, redis+sentinel://, "
+    "redis+cluster://, tiered+<url>, or a SQLAlchemy URL "
     "such as sqlite:///path.db or postgresql+psycopg://user@host/db"
 )
 # SQLAlchemy's own dialects, and what people write for them: suggested by nearest spelling.

@@ -14,7 +14,7 @@ from .base import FailoverStore
 
 __all__ = ["driver_errors", "in_process", "masked_url", "open_shared"]
 
-_REDIS = ("redis", "rediss", "unix")
+_REDIS = ("redis", "rediss", "unix", "redis+sentinel", "redis+cluster")
 
 
 def _sqlalchemy_url(url: str) -> Any:

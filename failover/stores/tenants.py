@@ -135,8 +135,9 @@ def key_prefixes(
 ) -> TenantStores:
     """One key prefix per tenant through one client: see `RedisStore.per_tenant`."""
     import redis
+    from redis.cluster import RedisCluster
 
-    from .redis.client import DEFAULT_PREFIX, checked_prefix, make_client, masked, split_url
+    from .redis.client import DEFAULT_PREFIX, checked_prefix, masked, split_url, store_client
 
     owner = "RedisStore.per_tenant"
     base = store_kwargs.pop("prefix", DEFAULT_PREFIX)
@@ -145,9 +146,9 @@ def key_prefixes(
     if isinstance(url_or_client, str):
         url, url_prefix = split_url(url_or_client)
         base = url_prefix if url_prefix is not None else base
-        client = make_client(url, socket_timeout)
+        client = store_client(url, socket_timeout, store_kwargs.pop("cluster", False))
         shown, close = masked(url), client.close
-    elif isinstance(url_or_client, redis.Redis):
+    elif isinstance(url_or_client, redis.Redis | RedisCluster):
         client, shown = url_or_client, repr(url_or_client)
     else:
         raise ConfigurationError(

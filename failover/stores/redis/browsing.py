@@ -90,7 +90,7 @@ class RedisBrowsing:
             if not members:
                 break
             keys = [_text(m) for m in members]
-            raws = self.redis.one("page", "MGET", *[prefix + k for k in keys])
+            raws = self.redis.mget("page", [prefix + k for k in keys])
             gone = [k for k, raw in zip(keys, raws, strict=True) if raw is None]
             entries += [describe(name, k, r) for k, r in zip(keys, raws, strict=True) if r]
             if gone:
@@ -105,12 +105,30 @@ class RedisBrowsing:
     def drop_gone(self, name: str, keys: list[str]) -> int:
         """Remove from ``name``'s key-order index those of ``keys`` whose entry is gone; how
         many went."""
+        if self.redis.cluster:
+            return self._drop_gone_spread(name, keys)
         with Errors(self.redis.where, "page"):
             # redis-py's script: EVALSHA, loading the script when the server lacks it.
             removed: Any = self._drop_gone(
                 keys=[self.keys.lex(name)], args=[self.keys.entries(name), *keys]
             )
         return int(removed)
+
+    def _drop_gone_spread(self, name: str, keys: list[str]) -> int:
+        """`drop_gone` on a cluster, where a script may not read entries in other slots: the
+        gone keys are removed, then put back those stored again meanwhile (so a key written
+        between the page's read and this stays listed)."""
+        lex, prefix = self.keys.lex(name), self.keys.entries(name)
+        exists = self.redis.pipelined("page", [("EXISTS", prefix + k) for k in keys])
+        gone = [k for k, there in zip(keys, exists, strict=True) if not there]
+        if not gone:
+            return 0
+        removed = self.redis.one("page", "ZREM", lex, *gone)
+        again = self.redis.pipelined("page", [("EXISTS", prefix + k) for k in gone])
+        back = [x for k, there in zip(gone, again, strict=True) if there for x in (0, k)]
+        if back:
+            self.redis.one("page", "ZADD", lex, *back)
+        return int(removed) - len(back) // 2
 
     def _copy_index(self, name: str) -> bool:
         """Make ``name``'s key-order index from its expiry index (a name written before the
@@ -145,6 +163,8 @@ class RedisBrowsing:
     def values(self, name: str, keys: list[str]) -> list[Any]:
         """The stored values of ``keys`` (``None`` where gone), in chunks of one pipeline."""
         prefix = self.keys.entries(name)
+        if self.redis.cluster:
+            return self.redis.mget("find_all", [prefix + k for k in keys])
         chunks = (
             ("MGET", *[prefix + k for k in keys[i : i + CHUNK]]) for i in range(0, len(keys), CHUNK)
         )

@@ -14,7 +14,10 @@ from urllib.parse import parse_qsl, quote, urlencode, urlsplit, urlunsplit
 try:
     import redis
     from redis.backoff import NoBackoff
+    from redis.cluster import ClusterNode, RedisCluster
+    from redis.exceptions import RedisClusterException
     from redis.retry import Retry
+    from redis.sentinel import Sentinel
 except ImportError as exc:  # pragma: no cover - exercised where redis-py is not installed
     raise ImportError(f"RedisStore needs redis-py: pip install 'failover[redis]' ({exc})") from exc
 
@@ -22,19 +25,28 @@ from ...errors import ConfigurationError, StoreError
 
 __all__ = [
     "DEFAULT_PREFIX",
+    "Client",
     "Commands",
     "Errors",
     "Keys",
     "checked_prefix",
     "make_client",
+    "make_cluster_client",
     "masked",
     "split_url",
+    "store_client",
 ]
 
 DEFAULT_PREFIX = "failover:"
 _PREFIX = re.compile(r"[!-~]{0,100}")  # printable ASCII, no spaces: readable in redis-cli
 _SCHEMES = ("redis", "rediss", "unix")
+CLUSTER = "redis+cluster"
+SENTINEL = "redis+sentinel"
 _INF = float("inf")
+_ERRORS = (redis.RedisError, RedisClusterException)
+
+Client = redis.Redis | RedisCluster
+"""A store's client: one server (or a Sentinel set's master), or a Redis Cluster."""
 
 
 def masked(url: str) -> str:
@@ -73,14 +85,122 @@ def split_url(url: str) -> tuple[str, str | None]:
     return url.partition("?")[0] + (f"?{rest}" if rest else ""), prefixes[-1]
 
 
+def _hosts(url: str, shown: str) -> tuple[list[tuple[str, int]], list[str]]:
+    """The ``host:port`` list of a cluster or sentinel URL, and its path's parts."""
+    parts = urlsplit(url)
+    hosts: list[tuple[str, int]] = []
+    for each in parts.netloc.rpartition("@")[2].split(","):
+        host, _, port = each.rpartition(":")
+        if not host or not port.isdigit():
+            raise ConfigurationError(
+                f"store URL {shown!r}: expected host:port[,host:port...], got {each!r}"
+            )
+        hosts.append((host, int(port)))
+    return hosts, [p for p in parts.path.split("/") if p]
+
+
+def _cluster_client(url: str, shown: str, timeout: float) -> RedisCluster:
+    """A Redis Cluster client on the nodes a ``redis+cluster://`` URL lists."""
+    hosts, path = _hosts(url, shown)
+    if path:
+        raise ConfigurationError(f"store URL {shown!r}: a Redis Cluster has no database number")
+    parts = urlsplit(url)
+    if parts.query:
+        raise ConfigurationError(
+            f"store URL {shown!r}: options are not read from a cluster URL; pass a "
+            "redis.cluster.RedisCluster client made with them"
+        )
+    nodes = [ClusterNode(h, p) for h, p in hosts]  # type: ignore[no-untyped-call]
+    try:
+        return RedisCluster(
+            startup_nodes=nodes,
+            username=parts.username or None,
+            password=parts.password or None,
+            socket_timeout=timeout,
+            socket_connect_timeout=timeout,
+        )
+    except RedisClusterException as exc:  # no startup node answers: told at first use
+        raise ConfigurationError(f"store URL {shown!r}: {exc}") from None
+
+
+def _sentinel_client(url: str, shown: str, timeout: float) -> redis.Redis:
+    """A client on the master the sentinels of a ``redis+sentinel://`` URL name."""
+    hosts, path = _hosts(url, shown)
+    if not path or len(path) > 2 or (len(path) == 2 and not path[1].isdigit()):
+        raise ConfigurationError(
+            f"store URL {shown!r}: expected redis+sentinel://host:port,.../master_name[/db]"
+        )
+    parts = urlsplit(url)
+    if parts.query:
+        raise ConfigurationError(
+            f"store URL {shown!r}: options are not read from a sentinel URL; pass the client "
+            "of redis.sentinel.Sentinel(...).master_for(...) made with them"
+        )
+    sentinel = Sentinel(  # type: ignore[no-untyped-call]
+        hosts, socket_timeout=timeout, socket_connect_timeout=timeout
+    )
+    client: redis.Redis = sentinel.master_for(  # type: ignore[no-untyped-call]
+        path[0],
+        db=int(path[1]) if len(path) == 2 else 0,
+        username=parts.username or None,
+        password=parts.password or None,
+        socket_timeout=timeout,
+        socket_connect_timeout=timeout,
+        retry=Retry(NoBackoff(), 1, (redis.ConnectionError,)),
+    )
+    return client
+
+
+def make_cluster_client(url: str, socket_timeout: float = 1.0) -> RedisCluster:
+    """A Redis Cluster client from a ``redis+cluster://host:port,host:port`` URL, or from a
+    ``redis://`` URL naming one node (``RedisStore(..., cluster=True)``): redis-py's
+    `RedisCluster`, which learns the slots' owners from the nodes and follows them when they
+    move (a replica taking over a failed master).
+
+    Raises:
+        ConfigurationError: a bad URL, or no node listed can be reached to learn the slots.
+    """
+    shown = masked(url)
+    _check_timeout(socket_timeout)
+    scheme = url.partition("://")[0].lower()
+    if scheme == CLUSTER:
+        return _cluster_client(url, shown, socket_timeout)
+    if scheme not in ("redis", "rediss"):
+        raise ConfigurationError(f"store URL {shown!r}: not a Redis Cluster URL")
+    try:
+        return RedisCluster.from_url(
+            url, socket_timeout=socket_timeout, socket_connect_timeout=socket_timeout
+        )
+    except (RedisClusterException, redis.RedisError, ValueError) as exc:
+        raise ConfigurationError(f"store URL {shown!r}: {exc}") from None
+
+
+def _check_timeout(socket_timeout: object) -> None:
+    if not isinstance(socket_timeout, int | float) or not 0 < socket_timeout < _INF:
+        raise ConfigurationError(
+            f"RedisStore: socket_timeout must be a positive number of seconds, "
+            f"got {socket_timeout!r}"
+        )
+
+
+def store_client(url: str, socket_timeout: float, cluster: bool) -> Client:
+    """The client of a store URL: a cluster's (``redis+cluster://``, or with ``cluster``), or
+    `make_client`'s."""
+    if cluster or url.partition("://")[0].lower() == CLUSTER:
+        return make_cluster_client(url, socket_timeout)
+    return make_client(url, socket_timeout)
+
+
 def make_client(url: str, socket_timeout: float = 1.0) -> redis.Redis:
     """A redis-py client for a store URL: connections are made on first use, every socket
     operation gives up after ``socket_timeout`` seconds, and a command is retried once, at once,
     on a dropped connection (a restarted server), never on a timeout.
 
     Args:
-        url: ``redis://[[user]:password@]host[:port][/db]``, ``rediss://...`` (TLS) or
-            ``unix:///path/to/redis.sock[?db=N]``, with redis-py's query options
+        url: ``redis://[[user]:password@]host[:port][/db]``, ``rediss://...`` (TLS),
+            ``unix:///path/to/redis.sock[?db=N]``, ``redis+sentinel://host:port,.../master[/db]``
+            (the master the sentinels name, found again after a failover) or
+            with redis-py's query options
             (``socket_timeout``, ``socket_connect_timeout``, ``max_connections``...), which win
             over ``socket_timeout``.
         socket_timeout: the default for both the connect and the read/write timeouts.
@@ -90,20 +210,20 @@ def make_client(url: str, socket_timeout: float = 1.0) -> redis.Redis:
     """
     scheme = url.partition("://")[0].lower() if isinstance(url, str) else ""
     shown = masked(url) if isinstance(url, str) else repr(url)
+    if scheme == SENTINEL:
+        _check_timeout(socket_timeout)
+        return _sentinel_client(url, shown, socket_timeout)
     if scheme not in _SCHEMES:
         raise ConfigurationError(
-            f"store URL {shown!r} is not a Redis URL (redis://, rediss:// or unix://)"
+            f"store URL {shown!r} is not a Redis URL (redis://, rediss://, unix://, "
+            "redis+sentinel:// or redis+cluster://)"
         )
     database = urlsplit(url).path.strip("/") if scheme != "unix" else ""
     if database and not database.isdigit():  # redis-py would quietly use database 0
         raise ConfigurationError(
             f"store URL {shown!r}: the database must be a number (redis://host:6379/0)"
         )
-    if not isinstance(socket_timeout, int | float) or not 0 < socket_timeout < _INF:
-        raise ConfigurationError(
-            f"RedisStore: socket_timeout must be a positive number of seconds, "
-            f"got {socket_timeout!r}"
-        )
+    _check_timeout(socket_timeout)
     try:
         client = redis.Redis.from_url(
             url,
@@ -140,7 +260,7 @@ class Errors:
     def __exit__(
         self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
-        if exc is not None and isinstance(exc, redis.RedisError):
+        if exc is not None and isinstance(exc, _ERRORS):
             raise StoreError(f"{self.where}: {self.operation} failed: {exc}") from exc
 
 
@@ -185,9 +305,12 @@ class Commands:
         where: the store, as error messages name it.
     """
 
-    def __init__(self, client: redis.Redis, where: str) -> None:
+    def __init__(self, client: Client, where: str) -> None:
         self.client = client
         self.where = where
+        self.cluster = isinstance(client, RedisCluster)
+        """Whether the keys spread over a Redis Cluster's slots: a command may name the keys
+        of one slot only."""
 
     def one(self, operation: str, *command: Any) -> Any:
         """One command's reply."""
@@ -204,3 +327,22 @@ class Commands:
                 queue(*command)
             replies: list[Any] = pipe.execute()
             return replies
+
+    def mget(self, operation: str, keys: list[str]) -> list[Any]:
+        """The values of ``keys`` (``None`` where missing): one ``MGET``; on a cluster one per
+        slot, sent in one pipeline per node, to every node at once."""
+        with Errors(self.where, operation):
+            if self.cluster:
+                return list(self.client.mget_nonatomic(keys))  # type: ignore[union-attr]
+            execute: Callable[..., Any] = self.client.execute_command
+            found: list[Any] = execute("MGET", *keys)
+            return found
+
+    def spread(
+        self, command: str, first: Iterable[Any], keys: Iterable[str]
+    ) -> list[tuple[Any, ...]]:
+        """``command`` over ``keys`` as commands to pipeline: one, or one per key on a cluster
+        (a command names the keys of one slot only)."""
+        if self.cluster:
+            return [(command, *first, k) for k in keys]
+        return [(command, *first, *keys)]

@@ -31,6 +31,7 @@ from datetime import datetime
 from typing import Any
 
 import redis
+from redis.cluster import RedisCluster
 
 from ...errors import ConfigurationError
 from ...serialization.base import Codec
@@ -44,12 +45,13 @@ from .aio import AsyncClients, AsyncRedisMethods
 from .browsing import RedisBrowsing
 from .client import (
     DEFAULT_PREFIX,
+    Client,
     Commands,
     Keys,
     checked_prefix,
-    make_client,
     masked,
     split_url,
+    store_client,
 )
 
 __all__ = ["RedisStore"]
@@ -70,9 +72,12 @@ class RedisStore(AsyncRedisMethods, Capabilities):
     is back. Every socket operation gives up after ``socket_timeout``.
 
     Args:
-        url_or_client: a ``redis://``, ``rediss://`` or ``unix://`` URL (its ``prefix`` option
-            sets ``prefix``; redis-py's options pass through), or a `redis.Redis` client to
-            share (the store then never closes it, and its own timeouts apply).
+        url_or_client: a ``redis://``, ``rediss://`` or ``unix://`` URL, a
+            ``redis+sentinel://host:port,.../master`` URL (the master the sentinels name, found
+            again after a failover) or a ``redis+cluster://host:port,...`` URL (a Redis
+            Cluster); its ``prefix`` option sets ``prefix``; redis-py's options pass through.
+            Or a `redis.Redis` / `redis.cluster.RedisCluster` client to share (the store then
+            never closes it, and its own timeouts apply).
         prefix: put before every key the store writes; stores with different prefixes share
             one database without seeing each other's entries.
         codec: turns values into text and back; default `JsonCodec`.
@@ -82,6 +87,10 @@ class RedisStore(AsyncRedisMethods, Capabilities):
         clock: the time ``expire_on`` is measured on (the engine passes its own): each entry
             lives ``expire_on - clock()`` on Redis's clock. Default: the wall clock, and the
             entry expires at ``expire_on`` exactly.
+        cluster: the ``redis://`` URL names one node of a Redis Cluster (as
+            ``redis+cluster://`` does). On a cluster, a name's entries spread over the slots
+            (a key each); `find_many` and batched writes send one pipeline per node, to every
+            node at once.
 
     Raises:
         ConfigurationError: a bad URL, option, prefix, codec or cipher (nothing is connected).
@@ -93,7 +102,7 @@ class RedisStore(AsyncRedisMethods, Capabilities):
 
     def __init__(
         self,
-        url_or_client: str | redis.Redis,
+        url_or_client: str | Client,
         prefix: str = DEFAULT_PREFIX,
         codec: Codec | None = None,
         cipher: Cipher | None = None,
@@ -101,6 +110,7 @@ class RedisStore(AsyncRedisMethods, Capabilities):
         allowed_types: Iterable[Any] = (),
         socket_timeout: float = 1.0,
         clock: Callable[[], datetime] | None = None,
+        cluster: bool = False,
     ) -> None:
         if isinstance(url_or_client, str):
             url, url_prefix = split_url(url_or_client)
@@ -112,11 +122,14 @@ class RedisStore(AsyncRedisMethods, Capabilities):
                     )
                 prefix = url_prefix
             prefix = checked_prefix(prefix, "RedisStore")
-            self.client: redis.Redis = make_client(url, socket_timeout)
+            self.client: Client = store_client(url, socket_timeout, cluster)
             self._owns_client = True
             shown = masked(url)
-            async_url: str | None = url
-        elif isinstance(url_or_client, redis.Redis):
+            # redis.asyncio on one server's URL; a cluster's or the sentinels' async callers
+            # use a worker thread.
+            plain = url.partition("://")[0].lower() in ("redis", "rediss", "unix")
+            async_url: str | None = url if plain and not cluster else None
+        elif isinstance(url_or_client, redis.Redis | RedisCluster):
             prefix = checked_prefix(prefix, "RedisStore")
             self.client = url_or_client
             self._owns_client = False
@@ -124,7 +137,7 @@ class RedisStore(AsyncRedisMethods, Capabilities):
             async_url = None  # its options are the caller's: async callers use a worker
         else:
             raise ConfigurationError(
-                f"RedisStore: expected a redis:// URL or a redis.Redis client, "
+                f"RedisStore: expected a redis:// URL, a redis.Redis client or a RedisCluster, "
                 f"got {url_or_client!r}"
             )
         if clock is not None and not callable(clock):
@@ -271,7 +284,8 @@ class RedisStore(AsyncRedisMethods, Capabilities):
         return None if raw is None else self._load(name, key, raw)
 
     def find_many(self, name: str, keys: Iterable[str]) -> dict[str, Payload]:
-        """The entries found among ``keys``, in one ``MGET``; entries that cannot be decoded are
+        """The entries found among ``keys``, in one ``MGET`` (on a cluster, one per slot, in one
+        pipeline per node sent to every node at once); entries that cannot be decoded are
         skipped with a warning.
 
         Raises:
@@ -281,7 +295,7 @@ class RedisStore(AsyncRedisMethods, Capabilities):
         if not wanted:
             return {}
         prefix = self._keys.entries(name)
-        raws = self._redis.one("find_many", "MGET", *[prefix + k for k in wanted])
+        raws = self._redis.mget("find_many", [prefix + k for k in wanted])
         return self._decoded(name, zip(wanted, raws, strict=True))
 
     def find_all(self, name: str) -> list[Payload]:
@@ -324,7 +338,7 @@ class RedisStore(AsyncRedisMethods, Capabilities):
             self._redis.pipelined(
                 "delete",
                 [
-                    ("DEL", *[prefix + k for k in wanted]),
+                    *self._redis.spread("DEL", (), [prefix + k for k in wanted]),
                     ("ZREM", self._keys.index(name), *wanted),
                     ("ZREM", self._keys.lex(name), *wanted),
                 ],
@@ -397,7 +411,7 @@ class RedisStore(AsyncRedisMethods, Capabilities):
     @classmethod
     def per_tenant(
         cls,
-        url_or_client: str | redis.Redis,
+        url_or_client: str | Client,
         prefixes: Mapping[str, str] | None = None,
         **store_kwargs: Any,
     ) -> TenantStores:

@@ -31,9 +31,12 @@ class AsyncConnections:
 
     Args:
         url: the store's SQLAlchemy URL (``postgresql+psycopg://...``).
+        prepare: prepare the statements server-side (not behind a transaction-pooling
+            PgBouncer: see `failover.stores.sql.make_engine`).
     """
 
-    def __init__(self, url: sa.URL) -> None:
+    def __init__(self, url: sa.URL, prepare: bool = True) -> None:
+        self.prepare = prepare
         self.conninfo = url.set(drivername="postgresql").render_as_string(hide_password=False)
         self._lock = threading.Lock()
         self._idle: dict[asyncio.AbstractEventLoop, list[psycopg.AsyncConnection[Any]]] = {}
@@ -45,7 +48,10 @@ class AsyncConnections:
             if idle:
                 return idle.pop()
         return await psycopg.AsyncConnection.connect(
-            self.conninfo, autocommit=True, connect_timeout=CONNECT_TIMEOUT_S
+            self.conninfo,
+            autocommit=True,
+            connect_timeout=CONNECT_TIMEOUT_S,
+            prepare_threshold=5 if self.prepare else None,
         )
 
     def _give(self, connection: psycopg.AsyncConnection[Any]) -> None:
@@ -66,7 +72,7 @@ class AsyncConnections:
             connection = await self._take()
             try:
                 cursor = connection.cursor()
-                await cursor.execute(sql, params, prepare=True)
+                await cursor.execute(sql, params, prepare=self.prepare)
                 rows = await cursor.fetchone() if fetch == 1 else await cursor.fetchall()
             except psycopg.OperationalError:
                 if connection.broken and attempt == 1:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+import weakref
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +15,7 @@ from sqlalchemy.engine import Engine
 from ...errors import ConfigurationError
 from .psycopg import ping_when_idle
 
-__all__ = ["first_line", "is_memory", "is_psycopg", "make_engine", "masked"]
+__all__ = ["first_line", "is_memory", "is_psycopg", "make_engine", "masked", "prepares"]
 
 _BUSY_TIMEOUT_MS = 5_000
 CONNECT_TIMEOUT_S = 10
@@ -78,7 +79,40 @@ def _checked_out_here(dbapi_connection: Any, record: Any, proxy: Any) -> None:
     raise sa_exc.DisconnectionError(f"connection opened by process {pid} before a fork")
 
 
-def make_engine(url: str | sa.URL, **engine_kwargs: Any) -> Engine:
+_POOLERS = ("transaction", "statement", "session")
+_UNPREPARED: weakref.WeakSet[Engine] = weakref.WeakSet()  # engines behind a pooling bouncer
+
+
+def prepares(engine: Engine) -> bool:
+    """Whether statements may be prepared server-side on ``engine``'s connections (not behind
+    a transaction- or statement-pooling PgBouncer)."""
+    return engine not in _UNPREPARED
+
+
+def _pooler(parsed: sa.URL, declared: str | None) -> tuple[sa.URL, str | None]:
+    """``parsed`` without its ``pgbouncer`` option, and the pooling mode declared (by the
+    option or the setting).
+
+    Raises:
+        ConfigurationError: an unknown mode, or the option on another database than PostgreSQL.
+    """
+    option = parsed.query.get("pgbouncer")
+    if isinstance(option, tuple):
+        option = option[-1]
+    mode = option if option is not None else declared
+    if mode is None:
+        return parsed, None
+    shown = masked(parsed)
+    if mode not in _POOLERS:
+        raise ConfigurationError(
+            f"store URL {shown!r}: pgbouncer must be one of {', '.join(_POOLERS)}, got {mode!r}"
+        )
+    if parsed.get_backend_name() != "postgresql":
+        raise ConfigurationError(f"store URL {shown!r}: pgbouncer applies to PostgreSQL only")
+    return parsed.difference_update_query(["pgbouncer"]), mode
+
+
+def make_engine(url: str | sa.URL, *, pgbouncer: str | None = None, **engine_kwargs: Any) -> Engine:
     """A SQLAlchemy engine set up as `SqlStore` sets up its own.
 
     Use it to share one pool between several stores (one per ``table_prefix``). Connections are
@@ -90,6 +124,12 @@ def make_engine(url: str | sa.URL, **engine_kwargs: Any) -> Engine:
 
     Args:
         url: a SQLAlchemy URL (``sqlite:///path.db``, ``postgresql+psycopg://user@host/db``).
+        pgbouncer: the pooling mode of a PgBouncer between the store and PostgreSQL
+            (``"transaction"``, ``"statement"``, ``"session"``; the URL's ``?pgbouncer=``
+            option says the same). In transaction and statement modes nothing is prepared on
+            the server: each transaction may run on another server connection, where a
+            statement prepared on the last one does not exist (PgBouncer before 1.21 does not
+            track them).
         **engine_kwargs: passed to `sqlalchemy.create_engine`, over these defaults.
 
     Raises:
@@ -101,9 +141,13 @@ def make_engine(url: str | sa.URL, **engine_kwargs: Any) -> Engine:
         raise ConfigurationError(
             f"store URL {masked(url)!r} is not a SQLAlchemy URL (e.g. 'sqlite:///failover.db')"
         ) from None
+    parsed, pooler = _pooler(parsed, pgbouncer)
     sqlite = parsed.get_backend_name() == "sqlite"
     fast = not sqlite and is_psycopg(parsed)
-    engine = _created(parsed, {**_pool(parsed, sqlite, fast, engine_kwargs), **engine_kwargs})
+    defaults = _pool(parsed, sqlite, fast, pooler, engine_kwargs)
+    engine = _created(parsed, {**defaults, **engine_kwargs})
+    if pooler in ("transaction", "statement"):
+        _UNPREPARED.add(engine)
     if not (sqlite and is_memory(parsed)):  # one in-memory database: the child's own copy
         # First of the checkout listeners: nothing may run on a parent's connection.
         sa.event.listen(engine, "connect", _opened_here)
@@ -116,7 +160,7 @@ def make_engine(url: str | sa.URL, **engine_kwargs: Any) -> Engine:
 
 
 def _pool(
-    parsed: sa.URL, sqlite: bool, fast: bool, engine_kwargs: dict[str, Any]
+    parsed: sa.URL, sqlite: bool, fast: bool, pooler: str | None, engine_kwargs: dict[str, Any]
 ) -> dict[str, Any]:
     """The engine's default settings for ``parsed`` (``engine_kwargs`` win over them)."""
     kwargs: dict[str, Any]
@@ -138,6 +182,9 @@ def _pool(
     if parsed.get_backend_name() == "postgresql":
         # An unreachable server fails in seconds, not after the system's TCP timeout.
         kwargs["connect_args"] = {"connect_timeout": CONNECT_TIMEOUT_S}
+        if pooler in ("transaction", "statement") and fast:
+            # psycopg prepares a statement run 5 times; a pooled session must not.
+            kwargs["connect_args"]["prepare_threshold"] = None
     if fast and "pool_pre_ping" not in engine_kwargs:
         # A ping per checkout costs as much as a point read: idle connections only, below.
         kwargs["pool_pre_ping"] = False

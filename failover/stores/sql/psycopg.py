@@ -260,7 +260,10 @@ class PsycopgStatements:
                 cursor = fairy.info.get(_CURSOR)
                 if cursor is None or cursor.closed:
                     cursor = fairy.info[_CURSOR] = fairy.driver_connection.cursor()
-                cursor.execute(sql, params, prepare=True)
+                # Behind a transaction-pooling PgBouncer (prepare_threshold None, see
+                # make_engine) a prepared statement may be missing on the next server session.
+                prepare = fairy.driver_connection.prepare_threshold is not None
+                cursor.execute(sql, params, prepare=prepare)
                 result = cursor.fetchone() if fetch == 1 else cursor.fetchall() if fetch else None
             except self._broken:
                 if fairy.driver_connection.broken and attempt == 1:

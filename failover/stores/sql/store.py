@@ -27,7 +27,7 @@ from ..base import Capabilities, FailoverStore, Payload
 from ..browsing import Page, Summary
 from ..tenant import TenantStores
 from .browsing import SqlBrowsing
-from .engine import first_line, make_engine, masked
+from .engine import first_line, make_engine, masked, prepares
 from .psycopg import PsycopgStatements, supported
 from .statements import CoreStatements, Statements
 from .table import create_table as create_missing_table
@@ -107,7 +107,7 @@ class SqlStore(Capabilities):
         if isinstance(self._statements, PsycopgStatements):
             from .aio import AsyncConnections  # psycopg is there: the statements use it
 
-            self._aio = AsyncConnections(self.engine.url)
+            self._aio = AsyncConnections(self.engine.url, prepare=prepares(self.engine))
         self._ready = False
         self._ready_lock = threading.Lock()
         try:
