@@ -544,8 +544,8 @@ def test_an_unknown_scheme_lists_the_supported_ones_and_suggests_the_nearest(
     scheme = url.split("://", maxsplit=1)[0]
     assert f"unknown scheme {scheme!r} (did you mean {nearest}?)" in text
     assert (
-        "supported: memory://, cachetools://, redis://, rediss://, unix://, tiered+<url>, or a "
-        "SQLAlchemy URL"
+        "supported: memory://, cachetools://, redis://, rediss://, unix://, redis+sentinel://, "
+        "redis+cluster://, tiered+<url>, or a SQLAlchemy URL"
     ) in text
     assert "hunter2" not in text
     assert "\n" not in text
