@@ -41,7 +41,7 @@ from .health import FailoverStats, HealthReport, PoolHealth, settings_of
 from .metrics import Metrics, resolve_metrics
 from .policy import resolve_policy
 from .scatter import slice_type
-from .stores.base import FailoverStore, does_io, flush, native_async, writes_async
+from .stores.base import FailoverStore, does_io, flush, writes_async
 from .stores.tenant import MultiTenantStore, TenantStoreFactory
 
 __all__ = ["Failover", "configure", "get_engine", "utcnow"]
@@ -425,9 +425,10 @@ class Failover:
         """`close` for async code: the store's async connections of this event loop are closed
         on it, and the rest (flushing the queued writes included) on a worker thread, so the
         loop is never blocked. Idempotent."""
-        if native_async(self.store) and not self._closed:
+        closer = getattr(self.store, "aclose", None)  # a tenant router's: whatever the tenant
+        if callable(closer) and not self._closed:
             try:
-                await self.store.aclose()  # type: ignore[attr-defined]
+                await closer()
             except Exception:
                 log.warning("Failover.aclose: closing the async store client failed", exc_info=True)
         await asyncio.to_thread(self.close, timeout)

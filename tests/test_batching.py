@@ -350,3 +350,31 @@ async def test_a_postgresql_read_cancelled_mid_statement_discards_its_connection
     assert await store.afind_many("n", ["a", "b"]) == {}  # a new connection
     await store.aclose()
     await asyncio.to_thread(store.close)
+
+
+async def test_a_tenants_recoveries_are_batched_on_its_own_store(own_redis: RedisServer) -> None:
+    engine = failover.Failover(
+        f"{own_redis.url}?prefix=tn:", metrics=False, tenant_resolver=failover.current_tenant
+    )
+    upstream = Flaky()
+    rates = failover.failover("batch.tenants", engine=engine)(upstream)
+    for tenant in ("acme", "globex"):
+        with failover.tenant(tenant):
+            await asyncio.gather(*(rates(i) for i in range(50)))
+    assert await asyncio.to_thread(engine.flush, 10)
+    upstream.down = True
+    client = own_redis.client()
+    try:
+        with failover.tenant("acme"):
+            await rates(0)  # the loop's async connection made before counting
+            client.config_resetstat()
+            served = await asyncio.gather(*(rates.referential(i) for i in range(50)))
+        assert [s.payload["code"] for s in served] == list(range(50))
+        assert commands(client) == {"mget": 1}
+        client.config_resetstat()
+        with failover.tenant("nobody"):  # a tenant's first read makes its store: on a worker
+            assert await asyncio.gather(rates(1), rates(2), return_exceptions=True)
+        assert commands(client) == {"mget": 1}
+    finally:
+        client.close()
+        await engine.aclose()

@@ -222,8 +222,8 @@ class AsyncWriteStore(BrowsingLayer, Capabilities):
 
     async def aclose(self) -> None:
         """Close the inner store's async clients of this loop."""
-        inner: Any = self.inner
-        await inner.aclose()
+        if native_async(self.inner):
+            await self.inner.aclose()  # type: ignore[attr-defined]
 
     def find_all(self, name: str) -> list[Payload]:
         """Every entry of ``name``, writes still queued included."""

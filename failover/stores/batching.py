@@ -147,12 +147,14 @@ class ReadBatcher:
         self._close(slot, batch)
         loop, (tenant, name) = slot
         keys = list(dict.fromkeys(k for asked, _ in batch.waiters for k in _listed(asked)))
-        if tenant is None and native_async(self.store):
-            task = loop.create_task(_aread(self.store, name, keys))
+        # The first waiter's context, the tenant pinned: the read is the tenant's wherever it runs.
+        context = contextvars.copy_context()
+        if tenant is not None:
+            context.run(pinned.set, tenant)
+        if context.run(native_async, self.store):
+            task = loop.create_task(_aread(self.store, name, keys), context=context)
             task.add_done_callback(lambda done: _answer(batch, done))
             return
-        # The caller's context (and its tenant, pinned) goes with the read to the worker.
-        context = contextvars.copy_context()
         work = loop.run_in_executor(None, context.run, self._find_many, tenant, name, keys)
         work.add_done_callback(lambda done: _answer(batch, done))
 

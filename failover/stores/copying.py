@@ -141,7 +141,8 @@ class CopyingStore(BrowsingLayer, Capabilities):
 
     async def aclose(self) -> None:
         """Close the inner store's async clients of this loop."""
-        await self.inner.aclose()  # type: ignore[attr-defined]
+        if native_async(self.inner):
+            await self.inner.aclose()  # type: ignore[attr-defined]
 
     def find_all(self, name: str) -> list[Payload]:
         """Copies of every entry of ``name``."""

@@ -21,11 +21,19 @@ import re
 import threading
 from collections.abc import Callable, Collection, Iterable, Sequence
 from datetime import datetime
-from typing import Final
+from typing import Any, Final
 
 from ..errors import ConfigurationError, StoreError
 from ..tenant import current_tenant, pinned
-from .base import Capabilities, FailoverStore, Payload, delete_many, does_io, writes_async
+from .base import (
+    Capabilities,
+    FailoverStore,
+    Payload,
+    delete_many,
+    does_io,
+    native_async,
+    writes_async,
+)
 from .browsing import BrowsingLayer
 
 __all__ = [
@@ -132,6 +140,42 @@ class MultiTenantStore(BrowsingLayer, Capabilities):
     def writes_async(self) -> bool:
         """Whether writes never block the caller (as the factory declares)."""
         return writes_async(self.factory)
+
+    @property
+    def native_async(self) -> bool:
+        """Whether the current tenant's store is made and has async methods (a tenant's first
+        read, which makes its store, is done on a worker thread)."""
+        tenant = pinned.get()
+        if tenant is None:
+            try:
+                tenant = self.resolve()
+            except StoreError:
+                return False
+        store = self._stores.get(tenant)
+        return store is not None and native_async(store)
+
+    async def afind(self, name: str, key: str) -> Payload | None:
+        """The current tenant's `afind` (only when `native_async`)."""
+        store: Any = self.current()
+        found: Payload | None = await store.afind(name, key)
+        return found
+
+    async def afind_many(self, name: str, keys: Iterable[str]) -> dict[str, Payload]:
+        """The current tenant's `afind_many` (only when `native_async`)."""
+        store: Any = self.current()
+        found: dict[str, Payload] = await store.afind_many(name, keys)
+        return found
+
+    async def astore_many(self, payloads: Sequence[Payload]) -> None:
+        """The current tenant's `astore_many` (only when `native_async`)."""
+        store: Any = self.current()
+        await store.astore_many(payloads)
+
+    async def aclose(self) -> None:
+        """Close this loop's async clients of every tenant's store made so far."""
+        for store in list(self._stores.values()):
+            if native_async(store):
+                await store.aclose()  # type: ignore[attr-defined]
 
     def layers_below(self) -> list[FailoverStore]:
         """The stores made so far, one per tenant: `flush` waits for each."""

@@ -143,11 +143,23 @@ def key_prefixes(
     base = store_kwargs.pop("prefix", DEFAULT_PREFIX)
     socket_timeout = store_kwargs.pop("socket_timeout", 1.0)
     close: Callable[[], None] | None = None
+    shared_async: Any = None  # the tenants share one async client per loop, as one sync client
     if isinstance(url_or_client, str):
+        from .redis.aio import AsyncClients, async_url
+
         url, url_prefix = split_url(url_or_client)
         base = url_prefix if url_prefix is not None else base
-        client = store_client(url, socket_timeout, store_kwargs.pop("cluster", False))
-        shown, close = masked(url), client.close
+        cluster = store_kwargs.pop("cluster", False)
+        client = store_client(url, socket_timeout, cluster)
+        shown = masked(url)
+        if async_url(url, cluster) is not None:
+            shared_async = AsyncClients(url, socket_timeout, f"{owner}({shown})")
+
+        def close() -> None:
+            client.close()
+            if shared_async is not None:
+                shared_async.close()
+
     elif isinstance(url_or_client, redis.Redis | RedisCluster):
         client, shown = url_or_client, repr(url_or_client)
     else:
@@ -168,6 +180,9 @@ def key_prefixes(
     of = prefix_of(owner, "key prefix", mapping, lambda tenant: f"{base}t:{tenant}:")
 
     def make(tenant: str) -> FailoverStore:
-        return store_class(client, of(tenant), **store_kwargs)
+        store: Any = store_class(client, of(tenant), **store_kwargs)
+        if shared_async is not None:
+            store.share_async(shared_async)
+        return store  # type: ignore[no-any-return]
 
     return TenantStores(make, True, f"{owner}({shown}, prefix={base!r})", close)

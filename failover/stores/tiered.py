@@ -229,8 +229,8 @@ class TieredStore(BrowsingLayer, Capabilities):
 
     async def aclose(self) -> None:
         """Close the far store's async clients of this loop."""
-        far_store: Any = self.far
-        await far_store.aclose()
+        if native_async(self.far):
+            await self.far.aclose()  # type: ignore[attr-defined]
 
     def find_all(self, name: str) -> list[Payload]:
         """Every entry of ``name`` in either tier, the fresher of each key, by key."""

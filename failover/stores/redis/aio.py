@@ -22,9 +22,17 @@ from redis.backoff import NoBackoff
 from ..base import Payload
 from .client import Errors, Keys
 
-__all__ = ["AsyncClients", "AsyncRedisMethods"]
+__all__ = ["AsyncClients", "AsyncRedisMethods", "async_url"]
 
 log = logging.getLogger(__name__)
+
+
+def async_url(url: str, cluster: bool) -> str | None:
+    """``url`` when redis.asyncio can serve it (one server's: ``redis://``, ``rediss://``,
+    ``unix://``), else ``None``: a cluster's or the sentinels' async callers use a worker
+    thread."""
+    plain = url.partition("://")[0].lower() in ("redis", "rediss", "unix")
+    return url if plain and not cluster else None
 
 
 class AsyncClients:
@@ -113,6 +121,7 @@ class AsyncRedisMethods:
     event loop (with a URL; a store given a client of yours has none: see `native_async`)."""
 
     _aio: AsyncClients | None
+    _owns_aio: bool
     _keys: Keys
     _load: Callable[[str, str, bytes | str], Payload]
     _decoded: Callable[[str, Iterable[tuple[str, Any]]], dict[str, Payload]]
@@ -122,6 +131,12 @@ class AsyncRedisMethods:
     def native_async(self) -> bool:
         """Whether the store has async I/O (made from a URL: it can make async clients)."""
         return self._aio is not None
+
+    def share_async(self, clients: AsyncClients) -> None:
+        """Use ``clients`` for the async methods (the stores of `RedisStore.per_tenant`, which
+        share one sync client, share one async client per loop too; closed by the factory)."""
+        self._aio = clients
+        self._owns_aio = False
 
     def _async(self) -> AsyncClients:
         if self._aio is None:

@@ -41,7 +41,7 @@ from .. import tenants
 from ..base import Capabilities, Payload
 from ..browsing import Page, StoredEntry, Summary, summary_of
 from ..tenant import TenantStores
-from .aio import AsyncClients, AsyncRedisMethods
+from .aio import AsyncClients, AsyncRedisMethods, async_url
 from .browsing import RedisBrowsing
 from .client import (
     DEFAULT_PREFIX,
@@ -125,16 +125,13 @@ class RedisStore(AsyncRedisMethods, Capabilities):
             self.client: Client = store_client(url, socket_timeout, cluster)
             self._owns_client = True
             shown = masked(url)
-            # redis.asyncio on one server's URL; a cluster's or the sentinels' async callers
-            # use a worker thread.
-            plain = url.partition("://")[0].lower() in ("redis", "rediss", "unix")
-            async_url: str | None = url if plain and not cluster else None
+            aio_url = async_url(url, cluster)
         elif isinstance(url_or_client, redis.Redis | RedisCluster):
             prefix = checked_prefix(prefix, "RedisStore")
             self.client = url_or_client
             self._owns_client = False
             shown = repr(url_or_client)
-            async_url = None  # its options are the caller's: async callers use a worker
+            aio_url = None  # its options are the caller's: async callers use a worker
         else:
             raise ConfigurationError(
                 f"RedisStore: expected a redis:// URL, a redis.Redis client or a RedisCluster, "
@@ -148,9 +145,8 @@ class RedisStore(AsyncRedisMethods, Capabilities):
         self._clock = clock
         self._keys = Keys(prefix)
         self._redis = Commands(self.client, self._where)
-        self._aio = (
-            None if async_url is None else AsyncClients(async_url, socket_timeout, self._where)
-        )
+        self._owns_aio = aio_url is not None  # per_tenant's stores share the factory's
+        self._aio = None if aio_url is None else AsyncClients(aio_url, socket_timeout, self._where)
         self.browsing = RedisBrowsing(self._redis, self._keys)
 
     def __repr__(self) -> str:
@@ -358,7 +354,7 @@ class RedisStore(AsyncRedisMethods, Capabilities):
         """Close the client's connections, when the store made the client."""
         if self._owns_client:
             self.client.close()
-        if self._aio is not None:
+        if self._aio is not None and self._owns_aio:
             self._aio.close()
 
     # -- beyond the protocol ----------------------------------------------------------------------
