@@ -378,3 +378,51 @@ async def test_a_tenants_recoveries_are_batched_on_its_own_store(own_redis: Redi
     finally:
         client.close()
         await engine.aclose()
+
+
+def test_threads_reading_while_one_read_is_in_flight_share_the_next_find_many() -> None:
+    class Counted(failover.InMemoryStore):
+        """A real in-memory store whose reads wait for ``gate`` and are recorded."""
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.gate = threading.Event()
+            self.inside = threading.Event()
+            self.reads: list[list[str]] = []
+
+        def find(self, name: str, key: str) -> Any:
+            self.reads.append([key])
+            self.inside.set()
+            self.gate.wait(10)
+            return super().find(name, key)
+
+        def find_many(self, name: str, keys: Any) -> dict[str, Any]:
+            self.reads.append(list(keys))
+            self.gate.wait(10)
+            plain = failover.InMemoryStore.find  # not this class's: one read recorded
+            return {k: p for k in keys if (p := plain(self, name, k)) is not None}
+
+    store = Counted()
+    # A batch fires when full: with a long window, the count is exact whatever the timing.
+    batcher = ReadBatcher(store, window=10, max_batch=19)
+    got: dict[int, Any] = {}
+
+    def read(i: int) -> None:
+        got[i] = batcher.find("n", f"k{i}")
+
+    first = threading.Thread(target=read, args=(0,))
+    first.start()
+    store.inside.wait(10)  # a read in flight: the next ones gather
+    others = [threading.Thread(target=read, args=(i,)) for i in range(1, 20)]
+    for t in others:
+        t.start()
+    for t in others:
+        while t.is_alive() and len(store.reads) < 2:
+            t.join(0.01)  # until the second batch, full, has gone to the store
+    store.gate.set()
+    for t in [first, *others]:
+        t.join()
+    assert store.reads[0] == ["k0"]  # a lone read: `find`
+    assert sorted(store.reads[1]) == sorted(f"k{i}" for i in range(1, 20))
+    assert len(store.reads) == 2
+    assert got == dict.fromkeys(range(20))
