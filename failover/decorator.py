@@ -10,10 +10,11 @@ from datetime import datetime
 from time import perf_counter
 from typing import TYPE_CHECKING, Any, Generic, ParamSpec, Protocol, TypeVar, Unpack, overload
 
-from . import engine as _engine
 from .context import CallContext
 from .core import Binder, Runtime
 from .definition import FailoverDefinition
+from .engine import Failover
+from .engine import default as default_engine
 from .errors import ConfigurationError
 from .flight import aflown, flown
 from .handlers import envelope_key
@@ -23,7 +24,6 @@ from .settings import Options, check_names, resolve
 if TYPE_CHECKING:
     from typing import Self
 
-    from .engine import Failover
 
 __all__ = ["AsyncFailoverFunction", "FailoverFunction", "failover"]
 
@@ -111,7 +111,7 @@ class State:
 
     def runtime(self) -> Runtime | None:
         """The runtime on the engine in force, or ``None`` when that engine is disabled."""
-        engine = self.engine or _engine._default or _engine.get_engine()
+        engine = self.engine or default_engine.installed or default_engine.get_engine()
         bound = self._bound
         if bound is not None and bound[0] is engine:
             return bound[1]
@@ -123,7 +123,7 @@ class State:
         """The envelope of a call made while the engine is disabled (a failing key function or
         clock costs the envelope its key or time, never the call)."""
         d = self.definition
-        engine = self.engine or _engine._default or _engine.get_engine()
+        engine = self.engine or default_engine.installed or default_engine.get_engine()
         own = self.binder.own(args)
         ctx = CallContext(d, self.binder, own, kwargs, self.binder.values(own, kwargs))
         try:
@@ -153,7 +153,7 @@ def _sync_shell(state: State, envelope: bool) -> Callable[..., Any]:
 
     def shell(*args: Any, **kwargs: Any) -> Any:
         bound = state._bound  # State.runtime's cache check, inlined: it runs on every call
-        if bound is not None and bound[0] is (state.engine or _engine._default):
+        if bound is not None and bound[0] is (state.engine or default_engine.installed):
             rt = bound[1]
         else:
             rt = state.runtime()
@@ -184,7 +184,7 @@ def _async_shell(state: State, envelope: bool) -> Callable[..., Any]:
 
     async def shell(*args: Any, **kwargs: Any) -> Any:
         bound = state._bound
-        if bound is not None and bound[0] is (state.engine or _engine._default):
+        if bound is not None and bound[0] is (state.engine or default_engine.installed):
             rt = bound[1]
         else:
             rt = state.runtime()
@@ -325,7 +325,7 @@ def _build(fn: Any, name: str | None, options: dict[str, Any]) -> Any:
     wrapper.definition = definition  # type: ignore[attr-defined]
     wrapper._failover_state = state  # type: ignore[attr-defined]
     if engine is None:
-        _engine.register_default(state)
+        default_engine.register_default(state)
     else:
         engine.register(state)
     if kind is staticmethod:
@@ -382,7 +382,7 @@ def failover(name: Any = None, /, **options: Unpack[Options]) -> Any:
     owner = repr(name) if isinstance(name, str) else ""
     check_names(settings, owner)
     engine = settings.get("engine")
-    if engine is not None and not isinstance(engine, _engine.Failover):
+    if engine is not None and not isinstance(engine, Failover):
         raise ConfigurationError(f"failover {owner}: engine= must be a Failover, got {engine!r}")
     if callable(name) and not isinstance(name, str):
         return _build(name, None, settings)

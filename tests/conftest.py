@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 import failover
-from failover import engine as engine_module
+from failover.engine import default as engine_module
 
 
 class FakeClock:
@@ -42,13 +42,13 @@ def engine(clock: FakeClock) -> Iterator[failover.Failover]:
 @pytest.fixture(autouse=True)
 def _fresh_default_engine() -> Iterator[None]:
     """Each test starts without a default engine and without default registrations."""
-    saved_default, saved_pending = engine_module._default, dict(engine_module._pending)
-    engine_module._default = None
+    saved_default, saved_pending = engine_module.installed, dict(engine_module._pending)
+    engine_module.installed = None
     engine_module._pending.clear()
     yield
-    if engine_module._default is not None:
-        engine_module._default.close()
-    engine_module._default = saved_default
+    if engine_module.installed is not None:
+        engine_module.installed.close()
+    engine_module.installed = saved_default
     engine_module._pending.clear()
     engine_module._pending.update(saved_pending)
 

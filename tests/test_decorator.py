@@ -400,8 +400,8 @@ def test_nothing_is_created_at_import() -> None:
     import sys
 
     code = (
-        "import threading, failover, failover.engine as e; "
-        "assert e._default is None; assert threading.active_count() == 1; print('ok')"
+        "import threading, failover, failover.engine.default as e; "
+        "assert e.installed is None; assert threading.active_count() == 1; print('ok')"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "ok"

@@ -13,9 +13,9 @@ from .conftest import FakeClock, Upstream
 
 
 def test_default_engine_is_lazy_and_shared() -> None:
-    from failover import engine as engine_module
+    from failover.engine import default as engine_module
 
-    assert engine_module._default is None
+    assert engine_module.installed is None
     first = failover.get_engine()
     assert failover.get_engine() is first
     assert isinstance(first.raw_store, InMemoryStore)
@@ -24,7 +24,7 @@ def test_default_engine_is_lazy_and_shared() -> None:
 def test_configure_closes_the_previous_engine(clock: FakeClock) -> None:
     first = failover.get_engine()
     second = failover.configure(store="cachetools://?maxsize=5", clock=clock, metrics=False)
-    assert first._closed
+    assert first.closed
     assert isinstance(second.raw_store, CachetoolsStore)
     assert second.raw_store.maxsize == 5
 
@@ -94,7 +94,7 @@ def test_clean_removes_expired_entries(
 def test_close_is_idempotent_and_a_context_manager(clock: FakeClock) -> None:
     with Failover(clock=clock, metrics=False) as eng:
         pass
-    assert eng._closed
+    assert eng.closed
     eng.close()
 
 

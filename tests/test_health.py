@@ -78,7 +78,7 @@ def test_counts_are_per_second_over_the_last_minute(engine: Failover, clock: Fak
         clock.advance(1)
     counts = engine.health().failovers["ticks"].counts
     assert counts["live"] == WINDOW - 1  # the calls of the last 59 s; this second has none yet
-    stats = engine._stats["ticks"]
+    stats = engine.registry.stats["ticks"]
     assert len(stats._ring) == 3 * WINDOW  # constant memory, however many calls
 
 

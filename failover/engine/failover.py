@@ -1,0 +1,264 @@
+"""The engine: one store chain, one handler chain, and the failovers registered with it."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping
+from datetime import datetime, timedelta
+from typing import Any
+
+import pybreaker
+
+from ..chain import handler_chain, store_chain
+from ..cleanup import CleanupScheduler
+from ..context import PolicyLike
+from ..core import Decorated, Runtime
+from ..definition import FailoverDefinition
+from ..execution import Bulkhead, PermitSource, Pool, Pools, Refreshes
+from ..handlers import Handler
+from ..health import HealthReport
+from ..metrics import Metrics, resolve_metrics
+from ..policy import resolve_policy
+from ..stores.base import FailoverStore, does_io, writes_async
+from ..stores.tenant import MultiTenantStore, TenantStoreFactory
+from . import validation
+from .clock import utcnow
+from .maintenance import Maintenance
+from .registry import Registry
+from .wiring import Wiring
+
+__all__ = ["Failover"]
+
+
+class Failover:
+    """An engine: the store chain, the handler chain, and the registered failovers.
+
+    Args:
+        store: a `FailoverStore`, or a URL for `make_store` (``"memory://"``, ``"sqlite:///f.db"``).
+            With multi-tenancy: a URL (see `failover.stores.factory.per_tenant`) or a factory
+            ``tenant -> FailoverStore``; either one turns multi-tenancy on, a URL when it
+            contains ``{tenant}``.
+        async_writes: write on a background worker (`AsyncWriteStore`); ``None``: on for stores
+            that do I/O, off for in-process ones.
+        tenant_resolver: returns the current tenant id; enables multi-tenant routing (one store
+            chain per tenant). Default with multi-tenancy: `failover.current_tenant`.
+        metrics: Prometheus metrics: ``True`` (the default registry), a registry, or ``False``.
+        policy: the exception policy of failovers that set none.
+        breaker_defaults: the `pybreaker.CircuitBreaker` settings of ``breaker=True``
+            failovers (one breaker per name): ``fail_max``, ``reset_timeout``,
+            ``success_threshold``, ``exclude``, and ``state_storage``, a callable
+            ``name -> pybreaker.CircuitBreakerStorage`` for state shared across processes.
+        timeout_workers: threads running sync upstreams past their callers' soft timeout.
+        store_interval: write coalescing for failovers that set none: the least time between
+            two stores of one key (a success within it returns live, unstored). Bounds a shared
+            store's write rate by distinct keys / interval; adds at most the interval of
+            staleness. ``None`` (default): every success is stored.
+        clock: the time source (aware UTC datetimes); tests pass a fake clock.
+        enabled: ``False`` makes every decorated function a plain pass-through.
+
+    Raises:
+        ConfigurationError: a setting that cannot work.
+    """
+
+    def __init__(
+        self,
+        store: FailoverStore | str | TenantStoreFactory = "memory://",
+        *,
+        async_writes: bool | None = None,
+        tenant_resolver: Callable[[], str | None] | None = None,
+        metrics: Any = True,
+        policy: PolicyLike = "rethrow",
+        breaker_defaults: Mapping[str, Any] | None = None,
+        clock: Callable[[], datetime] = utcnow,
+        enabled: bool = True,
+        timeout_workers: int = 16,
+        store_interval: timedelta | float | str | None = None,
+    ) -> None:
+        validation.check_engine(clock, async_writes, timeout_workers)
+        self.clock = clock
+        self.enabled = bool(enabled)
+        self.policy = resolve_policy(policy, "Failover")
+        self.breaker_defaults = validation.breaker_defaults(breaker_defaults)
+        self.metrics: Metrics = resolve_metrics(metrics)
+        self.async_writes = async_writes
+        self.tenant_resolver = tenant_resolver
+        self.raw_store, self.store = store_chain(
+            store, tenant_resolver, async_writes, self.metrics, clock
+        )
+        if isinstance(self.store, MultiTenantStore):
+            self.tenant_resolver = self.store.resolver
+        self.store_interval = interval = validation.store_interval(store_interval)
+        self.handler: Handler = handler_chain(
+            self.store, self.metrics, clock, store_interval=interval
+        )
+        # Only failovers with a splitter pay for the scatter/gather layer.
+        self.scatter_handler: Handler = handler_chain(
+            self.store, self.metrics, clock, scatter=True, store_interval=interval
+        )
+        self.refreshes = Refreshes(timeout_workers)
+        self.pools = Pools(self.metrics.track_pool)
+        self.registry = Registry(self.raw_store, self.policy, self.pools, self.metrics, clock)
+        self.wiring = Wiring(
+            self.registry,
+            self.store,
+            (self.handler, self.scatter_handler),
+            self.policy,
+            clock,
+            self.refreshes,
+            self.pools,
+            self.breaker_defaults,
+        )
+        self.maintenance = Maintenance(self.store, clock, self.metrics, self.refreshes, self.pools)
+
+    def __repr__(self) -> str:
+        return f"Failover(store={self.store!r}, enabled={self.enabled})"
+
+    @property
+    def closed(self) -> bool:
+        """Whether `close` was called."""
+        return self.maintenance.closed
+
+    @property
+    def blocking(self) -> bool:
+        """Whether the store chain does blocking I/O (async shells then read on a thread)."""
+        return does_io(self.store)
+
+    @property
+    def blocking_writes(self) -> bool:
+        """Whether writes block the caller (I/O store without async writes)."""
+        return self.blocking and not writes_async(self.store)
+
+    # -- registration -------------------------------------------------------------------------
+
+    def register(self, decorated: Decorated) -> None:
+        """Register a decorated function; a second one under the same name replaces the first."""
+        with self.registry.lock:
+            previous = self.registry.register(decorated)
+            if previous is not None:
+                self.wiring.forget(previous)
+
+    def definitions(self) -> list[FailoverDefinition]:
+        """Every registered failover's definition, by name."""
+        return self.registry.definitions()
+
+    def health(self) -> HealthReport:
+        """Each registered failover's health over the last minute, worst first.
+
+        ``down``: a call got nothing usable (not recovered); ``degraded``: calls were served
+        stale, or the breaker is open; ``up``: calls were answered live; ``idle``: no call. The
+        engine's status is the worst of them (``idle`` when none is registered).
+        """
+        return self.registry.health(self.clock(), self.pools.all())
+
+    def runtime(self, decorated: Decorated) -> Runtime:
+        """The runtime of ``decorated`` on this engine, made on first use."""
+        return self.wiring.runtime(decorated, self.register)
+
+    def breaker(self, d: FailoverDefinition) -> pybreaker.CircuitBreaker:
+        """The circuit breaker of failover ``d``: its own, or (``breaker=True``) the engine's
+        one for its name, made from ``breaker_defaults``; its state changes reach the metrics."""
+        return self.wiring.breaker(d)
+
+    def bulkhead(self, d: FailoverDefinition) -> Bulkhead:
+        """The bulkhead of failover ``d`` (one per name on this engine): its private pool
+        (``max_concurrency``) or the declared pool it names (``bulkhead=``).
+
+        Raises:
+            ConfigurationError: ``bulkhead=`` names no declared pool, or one smaller than the
+                failover's ``weight``.
+        """
+        return self.wiring.bulkhead(d)
+
+    def bulkhead_pool(
+        self, name: str, permits: int, fair: bool = True, source: PermitSource | None = None
+    ) -> Pool:
+        """Declare the bulkhead pool ``name``, which failovers share with ``bulkhead=name``.
+
+        Declaring a name again with the same settings returns the same pool.
+
+        Args:
+            name: the pool's name.
+            permits: permits in all (a call takes its failover's ``weight``).
+            fair: waiters are served in arrival order (a newcomer never overtakes them).
+            source: where the permits come from: default in-process (`LocalPermits`);
+                `failover.RedisPermits` for one pool across every process of a cluster.
+
+        Raises:
+            ConfigurationError: a bad setting, or a name declared before with other settings.
+        """
+        return self.pools.declare(name, permits, fair, source)
+
+    # -- maintenance --------------------------------------------------------------------------
+
+    def clean(self) -> int:
+        """Delete expired entries from the store (every tenant); return the count removed.
+
+        Cleanups of one engine never overlap: a call made while another runs (a scheduler's, or
+        one by hand on another thread) waits for it to end.
+        """
+        return self.maintenance.clean()
+
+    def start_cleanup(
+        self, every: timedelta | float | str = timedelta(hours=1)
+    ) -> CleanupScheduler:
+        """Start a `CleanupScheduler` that runs `clean` now, then every ``every``.
+
+        `close` stops it; so does ``scheduler.stop()``, or leaving ``with engine.start_cleanup():``.
+
+        Args:
+            every: the period: a timedelta, seconds, or ``"30s"``/``"15m"``/``"1h"``.
+
+        Returns:
+            The running scheduler.
+
+        Raises:
+            ConfigurationError: ``every`` is not a positive duration.
+            RuntimeError: the engine is closed.
+        """
+        return self.maintenance.start_cleanup(self, every)
+
+    def flush(self, timeout: float | None = None) -> bool:
+        """Wait until every write queued by async writes (every tenant's) is written.
+
+        Args:
+            timeout: the most seconds to wait; ``None`` waits as long as it takes.
+
+        Returns:
+            ``True`` when everything was written, ``False`` when the timeout came first.
+        """
+        return self.maintenance.flush(timeout)
+
+    def close(self, timeout: float = 5.0) -> None:
+        """Stop the cleanup schedulers started here, stop the background refreshes of soft
+        timeouts (async ones are cancelled; sync ones get up to ``timeout`` seconds to end and
+        be stored), flush pending writes, release the stores.
+
+        Idempotent.
+        """
+        self.maintenance.close(timeout)
+
+    async def aclose(self, timeout: float = 5.0) -> None:
+        """`close` for async code: the store's async connections of this event loop are closed
+        on it, and the rest (flushing the queued writes included) on a worker thread, so the
+        loop is never blocked. Idempotent."""
+        await self.maintenance.aclose(timeout)
+
+    def __enter__(self) -> Failover:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @classmethod
+    def from_env(
+        cls, prefix: str = "FAILOVER_", environ: Mapping[str, str] | None = None, **overrides: Any
+    ) -> Failover:
+        """An engine configured from environment variables.
+
+        Reads ``{prefix}STORE`` (a URL), ``{prefix}ASYNC_WRITES`` and ``{prefix}ENABLED``
+        (``true``/``false``/``1``/``0``), ``{prefix}POLICY`` and ``{prefix}METRICS``.
+        Keyword arguments override the environment.
+        """
+        kwargs = validation.env_settings(prefix, os.environ if environ is None else environ)
+        kwargs.update(overrides)
+        return cls(**kwargs)

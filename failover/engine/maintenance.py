@@ -1,0 +1,83 @@
+"""An engine's upkeep: cleanups (by hand and scheduled), flushing queued writes, closing."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+from collections.abc import Callable
+from datetime import datetime, timedelta
+
+from ..cleanup import Cleanable, CleanupScheduler
+from ..execution import Pools, Refreshes
+from ..metrics import Metrics
+from ..stores.base import FailoverStore, flush
+
+__all__ = ["Maintenance"]
+
+log = logging.getLogger("failover.engine")
+
+
+class Maintenance:
+    """Cleanups, flushes and the closing of one engine's store, refreshes and pools."""
+
+    def __init__(
+        self,
+        store: FailoverStore,
+        clock: Callable[[], datetime],
+        metrics: Metrics,
+        refreshes: Refreshes,
+        pools: Pools,
+    ) -> None:
+        self.store = store
+        self.clock = clock
+        self.metrics = metrics
+        self.refreshes = refreshes
+        self.pools = pools
+        self.closed = False
+        self._lock = threading.Lock()
+        self._clean_lock = threading.Lock()  # one cleanup at a time: scheduled or by hand
+        self._schedulers: list[CleanupScheduler] = []
+
+    def clean(self) -> int:
+        """See `Failover.clean`."""
+        with self._clean_lock:
+            return self.store.clean_by_expiry(self.clock())
+
+    def start_cleanup(self, engine: Cleanable, every: timedelta | float | str) -> CleanupScheduler:
+        """See `Failover.start_cleanup`."""
+        scheduler = CleanupScheduler(engine, every, metrics=self.metrics)
+        with self._lock:  # started under the lock: a concurrent close() stops it or refuses it
+            if self.closed:
+                raise RuntimeError("Failover: cannot start a cleanup on a closed engine")
+            self._schedulers.append(scheduler)
+            return scheduler.start()
+
+    def flush(self, timeout: float | None = None) -> bool:
+        """See `Failover.flush`."""
+        return flush(self.store, timeout)
+
+    def close(self, timeout: float = 5.0) -> None:
+        """See `Failover.close`."""
+        with self._lock:
+            if self.closed:
+                return
+            self.closed = True
+        for scheduler in self._schedulers:
+            scheduler.stop()
+        if not self.refreshes.close(timeout):
+            log.warning("Failover.close: background refreshes still running after %ss", timeout)
+        # A cleanup run by hand on another thread ends first: its store is not closed under it.
+        with self._clean_lock:
+            self.store.close()
+        self.pools.close()
+
+    async def aclose(self, timeout: float = 5.0) -> None:
+        """See `Failover.aclose`."""
+        closer = getattr(self.store, "aclose", None)  # a tenant router's: whatever the tenant
+        if callable(closer) and not self.closed:
+            try:
+                await closer()
+            except Exception:
+                log.warning("Failover.aclose: closing the async store client failed", exc_info=True)
+        await asyncio.to_thread(self.close, timeout)

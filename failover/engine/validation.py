@@ -1,0 +1,111 @@
+"""The engine's settings checked at construction, and those read from the environment."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from datetime import datetime, timedelta
+from typing import Any
+
+from ..errors import ConfigurationError
+from ..expiry import parse_ttl
+
+__all__ = ["breaker_defaults", "check_engine", "env_settings", "store_interval"]
+
+BREAKER_SETTINGS = ("fail_max", "reset_timeout", "success_threshold", "exclude", "state_storage")
+
+
+def check_engine(
+    clock: Callable[[], datetime], async_writes: bool | None, timeout_workers: int
+) -> None:
+    """Refuse a clock, ``async_writes`` or ``timeout_workers`` that cannot work."""
+    if not callable(clock):
+        raise ConfigurationError(f"Failover: clock must be callable, got {clock!r}")
+    if async_writes not in (None, True, False):
+        raise ConfigurationError(
+            f"Failover: async_writes must be True, False or None, got {async_writes!r}"
+        )
+    if isinstance(timeout_workers, bool) or not isinstance(timeout_workers, int):
+        raise ConfigurationError(
+            f"Failover: timeout_workers must be an int, got {timeout_workers!r}"
+        )
+    if timeout_workers < 1:
+        raise ConfigurationError("Failover: timeout_workers must be at least 1")
+
+
+def store_interval(value: timedelta | float | str | None) -> timedelta | None:
+    """The engine's ``store_interval``: ``None`` or ``0`` store every success."""
+    if value is None or value == 0:
+        return None
+    return parse_ttl(value, "Failover", "store_interval")
+
+
+def breaker_defaults(value: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The checked ``breaker_defaults``: ``exclude`` made a tuple."""
+    if value is not None and not isinstance(value, Mapping):
+        raise ConfigurationError(
+            f"Failover: breaker_defaults must be a dict of {', '.join(BREAKER_SETTINGS)}, "
+            f"got {value!r}"
+        )
+    settings = dict(value or {})
+    for key, item in settings.items():
+        if key not in BREAKER_SETTINGS:
+            raise ConfigurationError(
+                f"Failover: breaker_defaults has unknown setting {key!r}; "
+                f"use {', '.join(BREAKER_SETTINGS)}"
+            )
+        number = isinstance(item, int | float) and not isinstance(item, bool)
+        if key in ("fail_max", "success_threshold") and not (
+            number and isinstance(item, int) and item >= 1
+        ):
+            raise ConfigurationError(
+                f"Failover: breaker_defaults[{key!r}] must be an int >= 1, got {item!r}"
+            )
+        if key == "reset_timeout" and not (number and math.isfinite(item) and item >= 0):
+            raise ConfigurationError(
+                f"Failover: breaker_defaults['reset_timeout'] must be a finite number of "
+                f"seconds >= 0, got {item!r}"
+            )
+    exclude = settings.get("exclude")
+    if exclude is not None:
+        items = tuple(exclude) if isinstance(exclude, list | tuple) else (exclude,)
+        for item in items:
+            if not (isinstance(item, type) and issubclass(item, BaseException)) and (
+                isinstance(item, type) or not callable(item)
+            ):
+                raise ConfigurationError(
+                    "Failover: breaker_defaults['exclude'] must be exception types or "
+                    f"predicates exc -> bool, got {item!r}"
+                )
+        settings["exclude"] = items
+    storage = settings.get("state_storage")
+    if storage is not None and not callable(storage):
+        raise ConfigurationError(
+            "Failover: breaker_defaults['state_storage'] must be a callable "
+            "name -> pybreaker.CircuitBreakerStorage"
+        )
+    return settings
+
+
+def env_settings(prefix: str, environ: Mapping[str, str]) -> dict[str, Any]:
+    """`Failover.from_env`'s arguments read from ``environ``."""
+    kwargs: dict[str, Any] = {}
+    store = environ.get(f"{prefix}STORE", "").strip()
+    if store:  # blank means unset, as for the other variables
+        kwargs["store"] = store
+    for name in ("ASYNC_WRITES", "ENABLED", "METRICS"):
+        raw = environ.get(f"{prefix}{name}")
+        if raw is not None and raw.strip():
+            kwargs[name.lower()] = _env_bool(f"{prefix}{name}", raw)
+    if environ.get(f"{prefix}POLICY"):
+        kwargs["policy"] = environ[f"{prefix}POLICY"]
+    return kwargs
+
+
+def _env_bool(name: str, raw: str) -> bool:
+    value = raw.strip().lower()
+    if value in ("1", "true", "yes", "on"):
+        return True
+    if value in ("0", "false", "no", "off"):
+        return False
+    raise ConfigurationError(f"{name}: expected true/false, got {raw!r}")

@@ -1,0 +1,160 @@
+"""The runtimes of one engine's failovers: each with its handler chain and execution chain
+(bulkhead, breaker, soft timeout), made on first use."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import pybreaker
+
+from ..core import Decorated, Runtime
+from ..definition import FailoverDefinition
+from ..errors import ConfigurationError, SoftTimeoutError
+from ..execution import (
+    BreakerGuard,
+    Bulkhead,
+    Execution,
+    Guard,
+    Pools,
+    Refreshes,
+    SoftTimeout,
+    StateListener,
+    state_code,
+)
+from ..handlers import Handler, key_of
+from ..policy import ExceptionPolicy
+from ..stores.base import FailoverStore, does_io, writes_async
+from ..stores.tenant import MultiTenantStore
+from .registry import Registry
+
+__all__ = ["Wiring"]
+
+
+class Wiring:
+    """Makes and keeps each registered failover's `Runtime` on one engine.
+
+    Args:
+        registry: the engine's registered failovers (their lock is shared).
+        store: the engine's store chain.
+        handlers: the handler chain of plain failovers and the one of scatter/gather ones.
+        policy: the engine's exception policy.
+        clock: the engine's clock.
+        refreshes: the threads running sync upstreams past their soft timeout.
+        pools: the engine's bulkhead pools.
+        breaker_defaults: the settings of ``breaker=True`` breakers.
+    """
+
+    def __init__(
+        self,
+        registry: Registry,
+        store: FailoverStore,
+        handlers: tuple[Handler, Handler],
+        policy: ExceptionPolicy | Callable[..., object],
+        clock: Any,
+        refreshes: Refreshes,
+        pools: Pools,
+        breaker_defaults: Mapping[str, Any],
+    ) -> None:
+        self.registry = registry
+        self.store = store
+        self.handler, self.scatter_handler = handlers
+        self.policy = policy
+        self.clock = clock
+        self.refreshes = refreshes
+        self.pools = pools
+        self.breaker_defaults = breaker_defaults
+        self.runtimes: dict[Decorated, Runtime] = {}
+        self.breakers: dict[str, pybreaker.CircuitBreaker] = {}
+
+    def forget(self, decorated: Decorated) -> None:
+        """Drop the runtime of a failover replaced by another of its name."""
+        self.runtimes.pop(decorated, None)
+
+    def runtime(self, decorated: Decorated, register: Callable[[Decorated], None]) -> Runtime:
+        """The runtime of ``decorated``, made on first use (``register`` called first when it
+        was decorated for another engine)."""
+        rt = self.runtimes.get(decorated)
+        if rt is not None:
+            return rt
+        with self.registry.lock:
+            if decorated.definition.name not in self.registry.registered:
+                register(decorated)  # decorated for another engine, called on this one
+            rt = self.runtimes.get(decorated)
+            if rt is None:
+                d = decorated.definition
+                policy = d.policy if d.policy is not None else self.policy
+                blocking = does_io(self.store)
+                rt = Runtime(
+                    d,
+                    decorated.binder,
+                    decorated.fn,
+                    self.handler if d.splitter is None else self.scatter_handler,
+                    policy,
+                    self.clock,
+                    blocking,
+                    blocking and not writes_async(self.store),
+                    self.store if isinstance(self.store, MultiTenantStore) else None,
+                    self.registry.stats[d.name],
+                )
+                rt.bind(self.execution(d, rt))
+                rt.unstorable = self.registry.unstorable.get(d.name)
+                self.runtimes[decorated] = rt
+            return rt
+
+    def execution(self, d: FailoverDefinition, rt: Runtime) -> Execution | None:
+        """The failover's execution chain: bulkhead outside breaker outside timeout."""
+        guards: list[Guard] = []
+        if d.max_concurrency is not None or d.bulkhead is not None:
+            guards.append(self.bulkhead(d))
+        timeout = None
+        if d.timeout is not None:
+            timeout = SoftTimeout(d.name, d.timeout, self.refreshes, rt.late, rt.alate, key_of)
+        if d.breaker is not None:
+            inner = (SoftTimeoutError,) if timeout is not None else ()
+
+            def counts(exc: Exception) -> bool:
+                return d.accepts(exc) or isinstance(exc, inner)
+
+            guards.append(BreakerGuard(self.breaker(d), counts))
+        if not guards and timeout is None:
+            return None
+        return Execution(tuple(guards), timeout)
+
+    def breaker(self, d: FailoverDefinition) -> pybreaker.CircuitBreaker:
+        """The circuit breaker of failover ``d`` (see `Failover.breaker`)."""
+        with self.registry.lock:
+            cb: pybreaker.CircuitBreaker | None = None if d.breaker is True else d.breaker
+            if cb is None:
+                cb = self.breakers.get(d.name)
+                if cb is None:
+                    settings = dict(self.breaker_defaults)
+                    storage = settings.pop("state_storage", None)
+                    if storage is not None:
+                        made = storage(d.name)
+                        if not isinstance(made, pybreaker.CircuitBreakerStorage):
+                            raise ConfigurationError(
+                                f"failover {d.name!r}: breaker_defaults['state_storage'] "
+                                f"returned {made!r}, not a pybreaker.CircuitBreakerStorage"
+                            )
+                        settings["state_storage"] = made
+                    cb = self.breakers[d.name] = pybreaker.CircuitBreaker(name=d.name, **settings)
+            report = self.registry.stats[d.name].circuit_state  # health, then the metrics
+            if not any(
+                isinstance(x, StateListener) and x.name == d.name and x.report == report
+                for x in cb.listeners
+            ):
+                cb.add_listener(StateListener(d.name, report))
+            report(d.name, state_code(cb.current_state))
+            return cb
+
+    def bulkhead(self, d: FailoverDefinition) -> Bulkhead:
+        """The bulkhead of failover ``d`` (see `Failover.bulkhead`)."""
+        return self.pools.guard(
+            d.name,
+            pool=d.bulkhead,
+            max_concurrency=d.max_concurrency,
+            weight=d.weight,
+            acquire_timeout=d.acquire_timeout,
+            on_reject=self.registry.stats[d.name].bulkhead_rejected,
+        )
