@@ -7,6 +7,7 @@ unaccounted."""
 
 from __future__ import annotations
 
+import asyncio
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from datetime import timedelta
@@ -264,6 +265,24 @@ def test_nothing_is_prepared_behind_a_transaction_pooling_bouncer(clock: FakeClo
     assert errors == []
     assert len(store.find_all("n")) == 240
     store.close()
+
+
+async def test_async_reads_prepare_nothing_behind_the_bouncer(clock: FakeClock) -> None:
+    store = postgres.pg_store(engine=pgbouncer.engine())
+    try:
+        store.store_many([entry(clock, f"k{i}") for i in range(20)])
+        assert store.native_async
+
+        async def reader(worker: int) -> None:
+            for i in range(20):
+                assert (await store.afind("n", f"k{i}")) is not None
+                assert len(await store.afind_many("n", [f"k{i}", f"k{worker}"])) == len({i, worker})
+
+        # 8 concurrent readers on 4 server connections: each statement may meet another one.
+        await asyncio.gather(*(reader(w) for w in range(8)))
+    finally:
+        await store.aclose()
+        store.close()
 
 
 def test_the_pgbouncer_setting() -> None:
