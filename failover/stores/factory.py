@@ -117,6 +117,8 @@ def make_store(url: str, *, clock: Callable[[], datetime] | None = None) -> Fail
     - ``redis://[:password@]host[:port][/db]``, ``rediss://...`` (TLS), ``unix:///path.sock``:
       a `RedisStore` (``?prefix=`` its key prefix; redis-py's options such as
       ``socket_timeout`` pass through);
+    - ``redis+sentinel://host:port,.../master[/db]`` (the master the sentinels name) and
+      ``redis+cluster://host:port,...`` (a Redis Cluster): a `RedisStore` (``?prefix=`` only);
     - ``tiered+`` before any other URL (``tiered+redis://host/0``): a `TieredStore` with a
       ``cachetools://`` store near and the URL's store far;
     - any SQLAlchemy URL (``sqlite:///path.db``, ``postgresql+psycopg://user@host/db``): a
