@@ -31,6 +31,7 @@ from typing import Any, ClassVar
 import pybreaker
 
 from .base import Guard
+from .circuit import Circuit
 
 __all__ = ["BreakerGuard", "StateListener", "state_code"]
 
@@ -85,23 +86,22 @@ class BreakerGuard(Guard):
         self.breaker = breaker
         self.counts = counts
         self._gate = _gate(breaker)
-        # pybreaker's own memory storage: its counter is read without a property call.
-        self._memory = type(breaker._state_storage) is pybreaker.CircuitMemoryStorage
+        self._circuit = Circuit(breaker)
 
     def __repr__(self) -> str:
         return f"BreakerGuard({self.breaker.name!r}, state={self.breaker.current_state})"
 
     def enter(self) -> Any:
         """Admit the call, or refuse it while open (or while another trial is in flight)."""
-        cb = self.breaker
-        state = cb._state_storage.state
+        cb, circuit = self.breaker, self._circuit
+        state = circuit.stored_state()
         if state == _CLOSED:
-            if cb._state._name is not _CLOSED:
+            if circuit.noticed_state() != _CLOSED:
                 _noticed(cb)  # closed by another process: the listeners hear it here
             return None
-        if cb._state._name != state:
+        if circuit.noticed_state() != state:
             _noticed(cb)  # opened by another process
-        if state == _OPEN and _still_open(cb):  # the common refusal: no lock
+        if state == _OPEN and _still_open(circuit):  # the common refusal: no lock
             raise pybreaker.CircuitBreakerError(
                 f"circuit breaker {cb.name!r}: open, the upstream is not called"
             )
@@ -115,7 +115,7 @@ class BreakerGuard(Guard):
             if state == _CLOSED:
                 return None
             if state == _OPEN:
-                if _still_open(cb):
+                if _still_open(circuit):
                     raise pybreaker.CircuitBreakerError(
                         f"circuit breaker {cb.name!r}: open, the upstream is not called"
                     )
@@ -141,22 +141,22 @@ class BreakerGuard(Guard):
                 self._gate.trial = False
 
     def _success(self, trial: bool) -> None:
-        cb = self.breaker
-        storage: Any = cb._state_storage
+        cb, circuit = self.breaker, self._circuit
+        storage = circuit.storage
         if trial:
             storage.increment_success_counter()
             if storage.success_counter >= cb.success_threshold:
                 cb.close()
         # A shared storage would pay a round trip to reset a zero.
-        elif (storage._fail_counter if self._memory else storage.counter) != 0:
+        elif circuit.failures() != 0:
             storage.reset_counter()
-        for listener in cb._listeners:
+        for listener in circuit.listeners():
             listener.success(cb)
 
     def _failure(self, exc: Exception, trial: bool) -> None:
-        cb = self.breaker
-        cb._inc_counter()
-        for listener in cb._listeners:
+        cb, circuit = self.breaker, self._circuit
+        circuit.count_failure()
+        for listener in circuit.listeners():
             listener.failure(cb, exc)
         if trial:
             cb.open()
@@ -166,13 +166,13 @@ class BreakerGuard(Guard):
                     cb.open()
 
 
-def _still_open(cb: pybreaker.CircuitBreaker) -> bool:
+def _still_open(circuit: Circuit) -> bool:
     """Whether the open breaker's reset timeout has not passed yet (pybreaker's own rule, on
     the time its storage recorded, which other processes share)."""
-    opened_at = cb._state_storage.opened_at
+    opened_at = circuit.storage.opened_at
     if opened_at is None:
         return False
-    return datetime.now(UTC) < opened_at + timedelta(seconds=cb.reset_timeout)
+    return bool(datetime.now(UTC) < opened_at + timedelta(seconds=circuit.breaker.reset_timeout))
 
 
 def _noticed(cb: pybreaker.CircuitBreaker) -> None:

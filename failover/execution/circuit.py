@@ -1,0 +1,53 @@
+"""The one adapter over pybreaker's internals: every private attribute of pybreaker that
+failover reads is read here, and nowhere else.
+
+pybreaker offers no public accessor for a breaker's storage nor for the state it last noticed,
+and its public ``listeners`` copies the list on each read (a success would pay for it on every
+call). The names read here are checked against the installed pybreaker by
+``tests/test_circuit.py``, and ``pyproject.toml`` pins the versions that test has passed on.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import pybreaker
+
+__all__ = ["Circuit"]
+
+
+class Circuit:
+    """One `pybreaker.CircuitBreaker` as the guard uses it.
+
+    Args:
+        breaker: the breaker; its storage (in memory, or shared across processes) is the truth.
+    """
+
+    __slots__ = ("breaker", "memory", "storage")
+
+    def __init__(self, breaker: pybreaker.CircuitBreaker) -> None:
+        self.breaker = breaker
+        self.storage: Any = breaker._state_storage  # set once, in pybreaker's __init__
+        # pybreaker's own memory storage: its counter is read without a property call.
+        self.memory = type(self.storage) is pybreaker.CircuitMemoryStorage
+
+    def stored_state(self) -> str:
+        """The state in the storage (shared by every process using it)."""
+        return str(self.storage.state)
+
+    def noticed_state(self) -> str:
+        """The state this process last noticed (its listeners heard of it)."""
+        return str(self.breaker._state.name)
+
+    def failures(self) -> int:
+        """The count of consecutive failures in the storage."""
+        return int(self.storage._fail_counter if self.memory else self.storage.counter)
+
+    def count_failure(self) -> None:
+        """Count one failure in the storage (pybreaker's own ``_inc_counter``)."""
+        self.storage.increment_counter()
+
+    def listeners(self) -> Sequence[pybreaker.CircuitBreakerListener]:
+        """The breaker's listeners, uncopied."""
+        return self.breaker._listeners
