@@ -8,6 +8,7 @@ unaccounted."""
 from __future__ import annotations
 
 import asyncio
+import socket
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from datetime import timedelta
@@ -16,13 +17,13 @@ from typing import Any
 import pytest
 import redis
 from prometheus_client import CollectorRegistry
-from redis.cluster import RedisCluster
 
 import failover
 from failover import DictSplitter, ReferentialPayload
-from failover.errors import ConfigurationError
+from failover.errors import ConfigurationError, StoreError
 from failover.stores.base import Payload
 from failover.stores.redis import RedisStore
+from failover.stores.redis.client import LazyCluster
 from failover.stores.sql import SqlStore
 
 from . import pgbouncer, postgres, redis_ha, redis_server
@@ -42,8 +43,8 @@ def test_a_names_entries_spread_over_the_slots_and_the_masters(clock: FakeClock)
     store = RedisStore(cluster.url, prefix=redis_server.unique_prefix(), clock=clock)
     try:
         store.store_many([entry(clock, f"k{i}") for i in range(300)])
-        client = store.client
-        assert isinstance(client, RedisCluster)
+        assert isinstance(store.client, LazyCluster)
+        client = store.client.get()
         entry_keys = [f"{store.prefix}e:n:k{i}" for i in range(300)]
         slots = {client.keyslot(k) for k in entry_keys}
         assert len(slots) > 250  # a key each: no hot slot for the name
@@ -317,11 +318,29 @@ def test_the_pgbouncer_setting() -> None:
         ("redis+sentinel://127.0.0.1:x/m", "host:port"),
         ("redis+sentinel://127.0.0.1:1/m?socket_timeout=1", "options are not read"),
         ("redis+cluster://127.0.0.1:1/0", "no database number"),
+        ("redis://127.0.0.1:1/3", "no database number"),
     ],
 )
 def test_bad_scale_out_urls(url: str, message: str) -> None:
     with pytest.raises(ConfigurationError, match=message):
-        RedisStore(url)
+        RedisStore(url, cluster=url.startswith("redis://"))
+
+
+def test_a_store_on_a_cluster_out_of_reach_is_made_and_its_calls_answer_live() -> None:
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    store = RedisStore(f"redis+cluster://127.0.0.1:{port}", socket_timeout=0.2)
+    engine = failover.Failover(store, async_writes=False, metrics=False)
+
+    @failover.failover("unreachable", engine=engine)
+    def double(x: int) -> int:
+        return 2 * x
+
+    with engine:
+        assert double(4) == 8  # its write fails (a store error, logged), the call answers
+        with pytest.raises(StoreError, match="RedisStore"):
+            store.find("unreachable", "k")
 
 
 def test_the_engine_opens_cluster_and_sentinel_urls(clock: FakeClock) -> None:

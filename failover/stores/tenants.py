@@ -137,7 +137,14 @@ def key_prefixes(
     import redis
     from redis.cluster import RedisCluster
 
-    from .redis.client import DEFAULT_PREFIX, checked_prefix, masked, split_url, store_client
+    from .redis.client import (
+        DEFAULT_PREFIX,
+        LazyCluster,
+        checked_prefix,
+        masked,
+        split_url,
+        store_client,
+    )
 
     owner = "RedisStore.per_tenant"
     base = store_kwargs.pop("prefix", DEFAULT_PREFIX)
@@ -160,7 +167,7 @@ def key_prefixes(
             if shared_async is not None:
                 shared_async.close()
 
-    elif isinstance(url_or_client, redis.Redis | RedisCluster):
+    elif isinstance(url_or_client, redis.Redis | RedisCluster | LazyCluster):
         client, shown = url_or_client, repr(url_or_client)
     else:
         raise ConfigurationError(

@@ -70,7 +70,8 @@ class RedisBrowsing:
     def __init__(self, redis: Commands, keys: Keys) -> None:
         self.redis = redis
         self.keys = keys
-        self._drop_gone = redis.client.register_script(_DROP_GONE)
+        # On a cluster the script cannot run (its keys span slots): see _drop_gone_spread.
+        self._drop_gone = None if redis.cluster else redis.client.register_script(_DROP_GONE)
 
     def page(self, name: str, after: str | None, limit: int) -> Page:
         """Up to ``limit`` entries of ``name`` after the key ``after``, by key."""
@@ -105,7 +106,7 @@ class RedisBrowsing:
     def drop_gone(self, name: str, keys: list[str]) -> int:
         """Remove from ``name``'s key-order index those of ``keys`` whose entry is gone; how
         many went."""
-        if self.redis.cluster:
+        if self._drop_gone is None:
             return self._drop_gone_spread(name, keys)
         with Errors(self.redis.where, "page"):
             # redis-py's script: EVALSHA, loading the script when the server lacks it.

@@ -6,6 +6,7 @@ Also the checks of a key prefix, shared with the per-tenant factory.
 from __future__ import annotations
 
 import re
+import threading
 from collections.abc import Callable, Iterable
 from types import TracebackType
 from typing import Any
@@ -29,6 +30,7 @@ __all__ = [
     "Commands",
     "Errors",
     "Keys",
+    "LazyCluster",
     "checked_prefix",
     "make_client",
     "make_cluster_client",
@@ -44,9 +46,6 @@ CLUSTER = "redis+cluster"
 SENTINEL = "redis+sentinel"
 _INF = float("inf")
 _ERRORS = (redis.RedisError, RedisClusterException)
-
-Client = redis.Redis | RedisCluster
-"""A store's client: one server (or a Sentinel set's master), or a Redis Cluster."""
 
 
 def masked(url: str) -> str:
@@ -99,7 +98,46 @@ def _hosts(url: str, shown: str) -> tuple[list[tuple[str, int]], list[str]]:
     return hosts, [p for p in parts.path.split("/") if p]
 
 
-def _cluster_client(url: str, shown: str, timeout: float) -> RedisCluster:
+class LazyCluster:
+    """A Redis Cluster client made on first use.
+
+    redis-py's `RedisCluster` asks its nodes for the slot map as it is made: made at once, a
+    store could not be made (nor a service start) while the cluster is out of reach. Made here
+    on first use, its failure is that use's `StoreError`, and the next use tries again.
+
+    Args:
+        make: makes the client.
+    """
+
+    def __init__(self, make: Callable[[], RedisCluster]) -> None:
+        self._make = make
+        self._client: RedisCluster | None = None
+        self._lock = threading.Lock()
+
+    def get(self) -> RedisCluster:
+        """The client, made now if not yet.
+
+        Raises:
+            redis.exceptions.RedisClusterException: no node listed answers.
+        """
+        client = self._client
+        if client is None:
+            with self._lock:
+                client = self._client
+                if client is None:
+                    client = self._client = self._make()
+        return client
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.get(), name)
+
+    def close(self) -> None:
+        """Close the client's connections, if it was made."""
+        if self._client is not None:
+            self._client.close()
+
+
+def _cluster_client(url: str, shown: str, timeout: float) -> LazyCluster:
     """A Redis Cluster client on the nodes a ``redis+cluster://`` URL lists."""
     hosts, path = _hosts(url, shown)
     if path:
@@ -111,16 +149,15 @@ def _cluster_client(url: str, shown: str, timeout: float) -> RedisCluster:
             "redis.cluster.RedisCluster client made with them"
         )
     nodes = [ClusterNode(h, p) for h, p in hosts]  # type: ignore[no-untyped-call]
-    try:
-        return RedisCluster(
+    return LazyCluster(
+        lambda: RedisCluster(
             startup_nodes=nodes,
             username=parts.username or None,
             password=parts.password or None,
             socket_timeout=timeout,
             socket_connect_timeout=timeout,
         )
-    except RedisClusterException as exc:  # no startup node answers: told at first use
-        raise ConfigurationError(f"store URL {shown!r}: {exc}") from None
+    )
 
 
 def _sentinel_client(url: str, shown: str, timeout: float) -> redis.Redis:
@@ -151,14 +188,14 @@ def _sentinel_client(url: str, shown: str, timeout: float) -> redis.Redis:
     return client
 
 
-def make_cluster_client(url: str, socket_timeout: float = 1.0) -> RedisCluster:
+def make_cluster_client(url: str, socket_timeout: float = 1.0) -> LazyCluster:
     """A Redis Cluster client from a ``redis+cluster://host:port,host:port`` URL, or from a
     ``redis://`` URL naming one node (``RedisStore(..., cluster=True)``): redis-py's
     `RedisCluster`, which learns the slots' owners from the nodes and follows them when they
-    move (a replica taking over a failed master).
+    move (a replica taking over a failed master), made on first use (`LazyCluster`).
 
     Raises:
-        ConfigurationError: a bad URL, or no node listed can be reached to learn the slots.
+        ConfigurationError: a bad URL (nothing is connected).
     """
     shown = masked(url)
     _check_timeout(socket_timeout)
@@ -167,12 +204,13 @@ def make_cluster_client(url: str, socket_timeout: float = 1.0) -> RedisCluster:
         return _cluster_client(url, shown, socket_timeout)
     if scheme not in ("redis", "rediss"):
         raise ConfigurationError(f"store URL {shown!r}: not a Redis Cluster URL")
-    try:
-        return RedisCluster.from_url(
+    if urlsplit(url).path.strip("/") not in ("", "0"):
+        raise ConfigurationError(f"store URL {shown!r}: a Redis Cluster has no database number")
+    return LazyCluster(
+        lambda: RedisCluster.from_url(
             url, socket_timeout=socket_timeout, socket_connect_timeout=socket_timeout
         )
-    except (RedisClusterException, redis.RedisError, ValueError) as exc:
-        raise ConfigurationError(f"store URL {shown!r}: {exc}") from None
+    )
 
 
 def _check_timeout(socket_timeout: object) -> None:
@@ -244,6 +282,10 @@ def make_client(url: str, socket_timeout: float = 1.0) -> redis.Redis:
     return client
 
 
+Client = redis.Redis | RedisCluster | LazyCluster
+"""A store's client: one server (or a Sentinel set's master), or a Redis Cluster."""
+
+
 class Errors:
     """Turns redis-py's errors (an unreachable server, a timeout, a refused command) into
     `StoreError` naming the store and the operation."""
@@ -308,14 +350,14 @@ class Commands:
     def __init__(self, client: Client, where: str) -> None:
         self.client = client
         self.where = where
-        self.cluster = isinstance(client, RedisCluster)
+        self.cluster = isinstance(client, RedisCluster | LazyCluster)
         """Whether the keys spread over a Redis Cluster's slots: a command may name the keys
         of one slot only."""
 
     def one(self, operation: str, *command: Any) -> Any:
         """One command's reply."""
-        execute: Callable[..., Any] = self.client.execute_command  # untyped in redis-py
-        with Errors(self.where, operation):
+        with Errors(self.where, operation):  # a cluster's client is made on first use
+            execute: Callable[..., Any] = self.client.execute_command  # untyped in redis-py
             return execute(*command)
 
     def pipelined(self, operation: str, commands: Iterable[tuple[Any, ...]]) -> list[Any]:

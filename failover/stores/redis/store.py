@@ -48,6 +48,7 @@ from .client import (
     Client,
     Commands,
     Keys,
+    LazyCluster,
     checked_prefix,
     masked,
     split_url,
@@ -126,7 +127,7 @@ class RedisStore(AsyncRedisMethods, Capabilities):
             self._owns_client = True
             shown = masked(url)
             aio_url = async_url(url, cluster)
-        elif isinstance(url_or_client, redis.Redis | RedisCluster):
+        elif isinstance(url_or_client, redis.Redis | RedisCluster | LazyCluster):
             prefix = checked_prefix(prefix, "RedisStore")
             self.client = url_or_client
             self._owns_client = False
