@@ -18,15 +18,15 @@ import threading
 from collections.abc import Callable
 from datetime import datetime
 from time import perf_counter
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from .context import CallContext
+from .definition import FailoverDefinition
 from .errors import SoftTimeoutError
+from .execution import Execution
 from .handlers import key_of
+from .payload import ReferentialPayload
 from .stores.copying import deep_copy
-
-if TYPE_CHECKING:
-    from .core import Runtime
 
 __all__ = ["Flights", "aflown", "flown"]
 
@@ -82,6 +82,43 @@ class Flights:
         flight.ended.set()
         if flight.future is not None and not flight.future.done():
             flight.future.set_result(None)  # the leader is a task of the flight's loop
+
+
+class Runtime(Protocol):
+    """What single flight needs of a failover's runtime (`failover.core.Runtime`): a
+    Protocol, so this module, which the runtime imports, imports nothing back."""
+
+    definition: FailoverDefinition
+    flights: Flights | None
+    execution: Execution | None
+
+    def failed(
+        self, ctx: CallContext, cause: Exception, seconds: float = 0.0
+    ) -> ReferentialPayload[Any] | None:
+        """Recover and resolve a failed call: an envelope, or ``None`` to re-raise ``cause``."""
+        ...
+
+    async def afailed(
+        self, ctx: CallContext, cause: Exception, seconds: float
+    ) -> ReferentialPayload[Any] | None:
+        """`failed` for an async caller."""
+        ...
+
+    def succeeded(self, ctx: CallContext, result: Any, seconds: float | None = None) -> Any:
+        """Store a live result; the value the caller gets."""
+        ...
+
+    async def asucceeded(self, ctx: CallContext, result: Any, seconds: float) -> Any:
+        """`succeeded` for an async caller."""
+        ...
+
+    def shared(self, ctx: CallContext, result: Any, now: datetime | None, seconds: float) -> Any:
+        """A follower's copy of the leader's result, enriched as live and not stored."""
+        ...
+
+    def live_envelope(self, ctx: CallContext, value: Any) -> ReferentialPayload[Any]:
+        """The envelope of a live value."""
+        ...
 
 
 def _key(ctx: CallContext) -> Any:
