@@ -23,7 +23,7 @@ from failover import DictSplitter, ReferentialPayload
 from failover.errors import ConfigurationError, StoreError
 from failover.stores.base import Payload
 from failover.stores.redis import RedisStore
-from failover.stores.redis.client import LazyCluster
+from failover.stores.redis.topology import LazyCluster
 from failover.stores.sql import SqlStore
 
 from . import pgbouncer, postgres, redis_ha, redis_server

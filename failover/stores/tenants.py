@@ -137,14 +137,8 @@ def key_prefixes(
     import redis
     from redis.cluster import RedisCluster
 
-    from .redis.client import (
-        DEFAULT_PREFIX,
-        LazyCluster,
-        checked_prefix,
-        masked,
-        split_url,
-        store_client,
-    )
+    from .redis.client import DEFAULT_PREFIX, checked_prefix, masked, split_url
+    from .redis.topology import LazyCluster, store_client
 
     owner = "RedisStore.per_tenant"
     base = store_kwargs.pop("prefix", DEFAULT_PREFIX)

@@ -6,44 +6,39 @@ Also the checks of a key prefix, shared with the per-tenant factory.
 from __future__ import annotations
 
 import re
-import threading
 from collections.abc import Callable, Iterable
 from types import TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qsl, quote, urlencode, urlsplit, urlunsplit
 
 try:
     import redis
     from redis.backoff import NoBackoff
-    from redis.cluster import ClusterNode, RedisCluster
     from redis.exceptions import RedisClusterException
     from redis.retry import Retry
-    from redis.sentinel import Sentinel
 except ImportError as exc:  # pragma: no cover - exercised where redis-py is not installed
     raise ImportError(f"RedisStore needs redis-py: pip install 'failover[redis]' ({exc})") from exc
 
 from ...errors import ConfigurationError, StoreError
 
+if TYPE_CHECKING:
+    from .topology import Client
+
 __all__ = [
     "DEFAULT_PREFIX",
-    "Client",
     "Commands",
     "Errors",
     "Keys",
-    "LazyCluster",
+    "check_timeout",
     "checked_prefix",
     "make_client",
-    "make_cluster_client",
     "masked",
     "split_url",
-    "store_client",
 ]
 
 DEFAULT_PREFIX = "failover:"
 _PREFIX = re.compile(r"[!-~]{0,100}")  # printable ASCII, no spaces: readable in redis-cli
 _SCHEMES = ("redis", "rediss", "unix")
-CLUSTER = "redis+cluster"
-SENTINEL = "redis+sentinel"
 _INF = float("inf")
 _ERRORS = (redis.RedisError, RedisClusterException)
 
@@ -84,149 +79,12 @@ def split_url(url: str) -> tuple[str, str | None]:
     return url.partition("?")[0] + (f"?{rest}" if rest else ""), prefixes[-1]
 
 
-def _hosts(url: str, shown: str) -> tuple[list[tuple[str, int]], list[str]]:
-    """The ``host:port`` list of a cluster or sentinel URL, and its path's parts."""
-    parts = urlsplit(url)
-    hosts: list[tuple[str, int]] = []
-    for each in parts.netloc.rpartition("@")[2].split(","):
-        host, _, port = each.rpartition(":")
-        if not host or not port.isdigit():
-            raise ConfigurationError(
-                f"store URL {shown!r}: expected host:port[,host:port...], got {each!r}"
-            )
-        hosts.append((host, int(port)))
-    return hosts, [p for p in parts.path.split("/") if p]
-
-
-class LazyCluster:
-    """A Redis Cluster client made on first use.
-
-    redis-py's `RedisCluster` asks its nodes for the slot map as it is made: made at once, a
-    store could not be made (nor a service start) while the cluster is out of reach. Made here
-    on first use, its failure is that use's `StoreError`, and the next use tries again.
-
-    Args:
-        make: makes the client.
-    """
-
-    def __init__(self, make: Callable[[], RedisCluster]) -> None:
-        self._make = make
-        self._client: RedisCluster | None = None
-        self._lock = threading.Lock()
-
-    def get(self) -> RedisCluster:
-        """The client, made now if not yet.
-
-        Raises:
-            redis.exceptions.RedisClusterException: no node listed answers.
-        """
-        client = self._client
-        if client is None:
-            with self._lock:
-                client = self._client
-                if client is None:
-                    client = self._client = self._make()
-        return client
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.get(), name)
-
-    def close(self) -> None:
-        """Close the client's connections, if it was made."""
-        if self._client is not None:
-            self._client.close()
-
-
-def _cluster_client(url: str, shown: str, timeout: float) -> LazyCluster:
-    """A Redis Cluster client on the nodes a ``redis+cluster://`` URL lists."""
-    hosts, path = _hosts(url, shown)
-    if path:
-        raise ConfigurationError(f"store URL {shown!r}: a Redis Cluster has no database number")
-    parts = urlsplit(url)
-    if parts.query:
-        raise ConfigurationError(
-            f"store URL {shown!r}: options are not read from a cluster URL; pass a "
-            "redis.cluster.RedisCluster client made with them"
-        )
-    nodes = [ClusterNode(h, p) for h, p in hosts]  # type: ignore[no-untyped-call]
-    return LazyCluster(
-        lambda: RedisCluster(
-            startup_nodes=nodes,
-            username=parts.username or None,
-            password=parts.password or None,
-            socket_timeout=timeout,
-            socket_connect_timeout=timeout,
-        )
-    )
-
-
-def _sentinel_client(url: str, shown: str, timeout: float) -> redis.Redis:
-    """A client on the master the sentinels of a ``redis+sentinel://`` URL name."""
-    hosts, path = _hosts(url, shown)
-    if not path or len(path) > 2 or (len(path) == 2 and not path[1].isdigit()):
-        raise ConfigurationError(
-            f"store URL {shown!r}: expected redis+sentinel://host:port,.../master_name[/db]"
-        )
-    parts = urlsplit(url)
-    if parts.query:
-        raise ConfigurationError(
-            f"store URL {shown!r}: options are not read from a sentinel URL; pass the client "
-            "of redis.sentinel.Sentinel(...).master_for(...) made with them"
-        )
-    sentinel = Sentinel(  # type: ignore[no-untyped-call]
-        hosts, socket_timeout=timeout, socket_connect_timeout=timeout
-    )
-    client: redis.Redis = sentinel.master_for(  # type: ignore[no-untyped-call]
-        path[0],
-        db=int(path[1]) if len(path) == 2 else 0,
-        username=parts.username or None,
-        password=parts.password or None,
-        socket_timeout=timeout,
-        socket_connect_timeout=timeout,
-        retry=Retry(NoBackoff(), 1, (redis.ConnectionError,)),
-    )
-    return client
-
-
-def make_cluster_client(url: str, socket_timeout: float = 1.0) -> LazyCluster:
-    """A Redis Cluster client from a ``redis+cluster://host:port,host:port`` URL, or from a
-    ``redis://`` URL naming one node (``RedisStore(..., cluster=True)``): redis-py's
-    `RedisCluster`, which learns the slots' owners from the nodes and follows them when they
-    move (a replica taking over a failed master), made on first use (`LazyCluster`).
-
-    Raises:
-        ConfigurationError: a bad URL (nothing is connected).
-    """
-    shown = masked(url)
-    _check_timeout(socket_timeout)
-    scheme = url.partition("://")[0].lower()
-    if scheme == CLUSTER:
-        return _cluster_client(url, shown, socket_timeout)
-    if scheme not in ("redis", "rediss"):
-        raise ConfigurationError(f"store URL {shown!r}: not a Redis Cluster URL")
-    if urlsplit(url).path.strip("/") not in ("", "0"):
-        raise ConfigurationError(f"store URL {shown!r}: a Redis Cluster has no database number")
-    return LazyCluster(
-        lambda: RedisCluster.from_url(
-            url, socket_timeout=socket_timeout, socket_connect_timeout=socket_timeout
-        )
-    )
-
-
-def _check_timeout(socket_timeout: object) -> None:
+def check_timeout(socket_timeout: object) -> None:
     if not isinstance(socket_timeout, int | float) or not 0 < socket_timeout < _INF:
         raise ConfigurationError(
             f"RedisStore: socket_timeout must be a positive number of seconds, "
             f"got {socket_timeout!r}"
         )
-
-
-def store_client(url: str, socket_timeout: float, cluster: bool) -> Client:
-    """The client of a store URL: a cluster's (``redis+cluster://``, or with ``cluster``), or
-    `make_client`'s."""
-    if cluster or url.partition("://")[0].lower() == CLUSTER:
-        return make_cluster_client(url, socket_timeout)
-    return make_client(url, socket_timeout)
 
 
 def make_client(url: str, socket_timeout: float = 1.0) -> redis.Redis:
@@ -235,10 +93,8 @@ def make_client(url: str, socket_timeout: float = 1.0) -> redis.Redis:
     on a dropped connection (a restarted server), never on a timeout.
 
     Args:
-        url: ``redis://[[user]:password@]host[:port][/db]``, ``rediss://...`` (TLS),
-            ``unix:///path/to/redis.sock[?db=N]``, ``redis+sentinel://host:port,.../master[/db]``
-            (the master the sentinels name, found again after a failover) or
-            with redis-py's query options
+        url: ``redis://[[user]:password@]host[:port][/db]``, ``rediss://...`` (TLS) or
+            ``unix:///path/to/redis.sock[?db=N]``, with redis-py's query options
             (``socket_timeout``, ``socket_connect_timeout``, ``max_connections``...), which win
             over ``socket_timeout``.
         socket_timeout: the default for both the connect and the read/write timeouts.
@@ -248,9 +104,6 @@ def make_client(url: str, socket_timeout: float = 1.0) -> redis.Redis:
     """
     scheme = url.partition("://")[0].lower() if isinstance(url, str) else ""
     shown = masked(url) if isinstance(url, str) else repr(url)
-    if scheme == SENTINEL:
-        _check_timeout(socket_timeout)
-        return _sentinel_client(url, shown, socket_timeout)
     if scheme not in _SCHEMES:
         raise ConfigurationError(
             f"store URL {shown!r} is not a Redis URL (redis://, rediss://, unix://, "
@@ -261,7 +114,7 @@ def make_client(url: str, socket_timeout: float = 1.0) -> redis.Redis:
         raise ConfigurationError(
             f"store URL {shown!r}: the database must be a number (redis://host:6379/0)"
         )
-    _check_timeout(socket_timeout)
+    check_timeout(socket_timeout)
     try:
         client = redis.Redis.from_url(
             url,
@@ -280,10 +133,6 @@ def make_client(url: str, socket_timeout: float = 1.0) -> redis.Redis:
             f"store URL {shown!r}: an option redis-py refuses ({exc})"
         ) from None
     return client
-
-
-Client = redis.Redis | RedisCluster | LazyCluster
-"""A store's client: one server (or a Sentinel set's master), or a Redis Cluster."""
 
 
 class Errors:
@@ -345,12 +194,13 @@ class Commands:
     Args:
         client: the redis-py client.
         where: the store, as error messages name it.
+        cluster: ``client`` is a Redis Cluster's.
     """
 
-    def __init__(self, client: Client, where: str) -> None:
+    def __init__(self, client: Client, where: str, cluster: bool = False) -> None:
         self.client = client
         self.where = where
-        self.cluster = isinstance(client, RedisCluster | LazyCluster)
+        self.cluster = cluster
         """Whether the keys spread over a Redis Cluster's slots: a command may name the keys
         of one slot only."""
 

@@ -45,15 +45,13 @@ from .aio import AsyncClients, AsyncRedisMethods, async_url
 from .browsing import RedisBrowsing
 from .client import (
     DEFAULT_PREFIX,
-    Client,
     Commands,
     Keys,
-    LazyCluster,
     checked_prefix,
     masked,
     split_url,
-    store_client,
 )
+from .topology import Client, LazyCluster, store_client
 
 __all__ = ["RedisStore"]
 
@@ -145,7 +143,8 @@ class RedisStore(AsyncRedisMethods, Capabilities):
         self.serializer = Serializer(codec, cipher, allowed_types, owner=self._where)
         self._clock = clock
         self._keys = Keys(prefix)
-        self._redis = Commands(self.client, self._where)
+        cluster = isinstance(self.client, RedisCluster | LazyCluster)
+        self._redis = Commands(self.client, self._where, cluster)
         self._owns_aio = aio_url is not None  # per_tenant's stores share the factory's
         self._aio = None if aio_url is None else AsyncClients(aio_url, socket_timeout, self._where)
         self.browsing = RedisBrowsing(self._redis, self._keys)
