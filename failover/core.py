@@ -20,9 +20,9 @@ from .errors import StoreError
 from .execution import Execution
 from .flight import Flights
 from .handlers import Handler, envelope_key
-from .health import FailoverStats
 from .payload import ReferentialPayload, enrich, envelope, plain_kind
 from .policy import ExceptionPolicy, default_for
+from .recorder import FailoverStats
 from .served import record as record_served
 from .tenant import pinned
 

@@ -1,21 +1,13 @@
-"""What each failover's callers got, and the health report built from it.
+"""The health report: each failover's health over the last minute, and the engine's.
 
-`FailoverStats` is one failover's record on one engine: the core reports every call to it once
-(`live`, `recovered`, `not_recovered` or `raised`), in constant time and constant memory. Two
-readers share it: `Failover.health` (a ring of one-second slots over the last minute) and the
-Prometheus collector (monotonic totals, read at scrape time). It also logs the state changes of
-the failover (up → serving stale → up), once each, not once per call.
+The per-failover record each report is read from is `failover.recorder.FailoverStats`.
 """
 
 from __future__ import annotations
 
-import logging
-import math
-import threading
-from bisect import bisect_left
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import datetime
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from .policy import ExceptionPolicy
@@ -25,31 +17,17 @@ if TYPE_CHECKING:
 
 
 __all__ = [
-    "UPSTREAM_BUCKETS",
+    "BREAKER_STATES",
+    "OUTCOMES",
     "WINDOW",
     "FailoverHealth",
-    "FailoverStats",
     "Failure",
     "HealthReport",
     "PoolHealth",
     "PoolStats",
-    "RareEvents",
     "Status",
     "settings_of",
 ]
-
-
-class RareEvents(Protocol):
-    """What the statistics pass on to the metrics (a `failover.metrics.Metrics` has these)."""
-
-    def circuit_state(self, name: str, state: int) -> None:
-        """A breaker changed state (0 closed, 1 half-open, 2 open)."""
-
-    def bulkhead_rejected(self, name: str, pool: str | None = None) -> None:
-        """A call found no permit in bulkhead ``pool``."""
-
-    def hook_failed(self, name: str) -> None:
-        """An ``on_recovered`` hook raised."""
 
 
 class PoolStats(Protocol):
@@ -70,7 +48,6 @@ class PoolStats(Protocol):
     source: Any
 
 
-log = logging.getLogger(__name__)
 
 Status = Literal["down", "degraded", "up", "idle"]
 _SEVERITY: dict[str, int] = {"down": 0, "degraded": 1, "up": 2, "idle": 3}
@@ -78,21 +55,8 @@ _SEVERITY: dict[str, int] = {"down": 0, "degraded": 1, "up": 2, "idle": 3}
 WINDOW = 60
 """Seconds of the sliding window health counts over."""
 
-UPSTREAM_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0)
-"""Upper bounds of the upstream-time histogram (seconds; ``+Inf`` follows)."""
-
-MAX_ERROR_KINDS = 20
-"""Distinct exception class names counted per failover; further kinds count as ``__other__``."""
-
-OTHER = "__other__"
 OUTCOMES = ("live", "recovered", "not_recovered")
 BREAKER_STATES = ("closed", "half-open", "open")
-
-_LIVE, _RECOVERED, _NOT_RECOVERED = 0, 1, 2
-_UP, _STALE, _DOWN = 0, 1, 2  # what the failover's callers get lately, for the log
-_N = len(UPSTREAM_BUCKETS) + 1
-_SECOND = timedelta(seconds=1)
-_NEVER = datetime.min.replace(tzinfo=UTC)
 
 
 @dataclass(frozen=True, slots=True)
@@ -221,260 +185,6 @@ class HealthReport:
         }
 
 
-class FailoverStats:
-    """One failover's calls on one engine, in constant memory and constant time per call.
-
-    The core calls exactly one of `live`, `recovered`, `not_recovered` or `raised` per call,
-    with the seconds spent in the upstream. None of them ever raises.
-
-    Args:
-        name: the failover's name.
-        clock: the engine's clock (aware datetimes).
-        metrics: where the rare events (`circuit_state`, `bulkhead_rejected`, `hook_failed`)
-            are passed on; per-call counts are read from here instead, at scrape time.
-    """
-
-    __slots__ = (
-        "__weakref__",
-        "_end",
-        "_failure",
-        "_latest",
-        "_ring",
-        "_slot",
-        "_stale",
-        "_stamps",
-        "_start",
-        "_state",
-        "breaker",
-        "bulkhead_rejections",
-        "calls",
-        "clock",
-        "errors",
-        "hook_errors",
-        "info",
-        "lock",
-        "metrics",
-        "name",
-        "upstream_error",
-        "upstream_error_sum",
-        "upstream_ok",
-        "upstream_ok_sum",
-    )
-
-    def __init__(
-        self, name: str, clock: Callable[[], datetime], metrics: RareEvents | None = None
-    ) -> None:
-        self.name = name
-        self.clock = clock
-        self.metrics = metrics
-        self.lock = threading.Lock()  # only for state changes: the counts take no lock
-        # Monotonic totals, for metrics collectors.
-        self.calls = [0, 0, 0]  # live, recovered, not_recovered
-        self.upstream_ok = [0] * _N  # per histogram bucket, not cumulative
-        self.upstream_error = [0] * _N
-        self.upstream_ok_sum = 0.0
-        self.upstream_error_sum = 0.0
-        self.errors: dict[str, int] = {}
-        self.bulkhead_rejections = 0
-        self.hook_errors = 0
-        # The window: slot i counts the calls of one second (stamp: which), 3 outcomes each.
-        self._stamps = [-1] * WINDOW
-        self._ring = [0] * (3 * WINDOW)
-        self._slot = 0  # the current slot's first index in _ring
-        self._latest = -1  # the latest second counted: older than the window means idle
-        self._start = self._end = _NEVER  # the current slot's second: no call yet
-        self._failure: tuple[str, datetime] | None = None  # the latest failure: kind, when
-        self._stale: tuple[datetime, datetime] | None = None  # the latest stale value: as_of, when
-        self.breaker: str | None = None
-        self.info: dict[str, str] = {}
-        self._state = _UP
-
-    def __repr__(self) -> str:
-        return f"FailoverStats({self.name!r})"
-
-    # -- per call (the core) ----------------------------------------------------------------
-
-    def live(self, now: datetime | None, seconds: float) -> None:
-        """The upstream answered: the caller got a live result.
-
-        Args:
-            now: the call's time (the engine's clock, read by the core already); ``None`` when
-                the clock failed: counted, outside the window.
-            seconds: time spent in the upstream.
-        """
-        # The success path of every call: no lock and no time arithmetic. Under the GIL, the
-        # increments below have no switch point between read and write (no call, no loop), so
-        # they are not lost in practice; these are monitoring counts, not accounting. The
-        # current one-second slot is found by comparing datetimes (cheap) with its bounds.
-        try:
-            bucket = bisect_left(UPSTREAM_BUCKETS, seconds)
-            if now is not None:  # None: the clock failed (store trouble, logged)
-                if not self._start <= now < self._end:
-                    self._advance(now)
-                self._ring[self._slot] += 1
-            self.calls[0] += 1
-            self.upstream_ok[bucket] += 1
-            self.upstream_ok_sum += seconds
-            if self._state != _UP:
-                self._change(_UP)
-        except Exception:
-            _dropped()
-
-    def recovered(
-        self, seconds: float | None, cause: BaseException, as_of: datetime | None
-    ) -> None:
-        """The upstream failed and the caller got the value stored at ``as_of``.
-
-        ``seconds`` is ``None`` when the execution layer refused the call (an open breaker, a
-        full bulkhead): the call is counted, the upstream's time and errors are not."""
-        self._failed(_RECOVERED, seconds, cause, as_of)
-
-    def not_recovered(self, seconds: float | None, cause: BaseException) -> None:
-        """The upstream failed and nothing usable was recovered (the policy answered)."""
-        self._failed(_NOT_RECOVERED, seconds, cause, None)
-
-    def raised(self, seconds: float, cause: BaseException) -> None:
-        """The upstream raised an exception that does not trigger recovery (``exclude=``).
-
-        The caller got the upstream's own answer: counted ``live``, with the error recorded.
-        """
-        self._failed(_LIVE, seconds, cause)
-
-    def _failed(
-        self,
-        outcome: int,
-        seconds: float | None,
-        cause: BaseException,
-        as_of: datetime | None = None,
-    ) -> None:
-        # Lock-free as `live` is (the same reasoning); only a state change takes the lock.
-        try:
-            now = self.clock()
-            kind = cause.__class__.__name__  # an attribute: cheaper than calling type()
-            if not self._start <= now < self._end:
-                self._advance(now)
-            self._ring[self._slot + outcome] += 1
-            self.calls[outcome] += 1
-            if seconds is not None:  # None: refused before the upstream was called
-                self.upstream_error[bisect_left(UPSTREAM_BUCKETS, seconds)] += 1
-                self.upstream_error_sum += seconds
-                errors = self.errors
-                n = errors.get(kind)
-                if n is None and len(errors) >= MAX_ERROR_KINDS:
-                    kind = OTHER
-                    n = errors.get(kind)
-                errors[kind] = 1 if n is None else n + 1
-            if outcome == _LIVE:
-                return
-            self._failure = (kind, now)
-            if as_of is not None:
-                self._stale = (as_of, now)
-            state = _STALE if outcome == _RECOVERED else _DOWN
-            if state != self._state:
-                self._change(state, kind, as_of, now)
-        except Exception:
-            _dropped()
-
-    def _advance(self, now: datetime) -> None:
-        """Make the slot of ``now``'s second current, cleared if it held an older second."""
-        second = math.floor(now.timestamp())
-        slot = second % WINDOW
-        i = 3 * slot
-        if self._stamps[slot] != second:
-            self._stamps[slot] = second
-            self._ring[i : i + 3] = (0, 0, 0)
-        self._latest = max(self._latest, second)
-        self._start = datetime.fromtimestamp(second, now.tzinfo)
-        self._end = self._start + _SECOND
-        self._slot = i
-
-    def _change(
-        self,
-        state: int,
-        kind: str | None = None,
-        as_of: datetime | None = None,
-        now: datetime | None = None,
-    ) -> None:
-        """Log a change of what callers get, once per change (under the lock: once only)."""
-        with self.lock:
-            previous, self._state = self._state, state
-        if previous == state:
-            return
-        stale_age = None if as_of is None or now is None else (now - as_of).total_seconds()
-        if state == _UP:
-            log.warning("failover %r: the upstream answers again; calls are live", self.name)
-        elif state == _STALE:
-            age = "unknown" if stale_age is None else f"{stale_age:.0f}s"
-            log.warning(
-                "failover %r: the upstream fails (%s); serving stored values, stale age %s",
-                self.name,
-                kind,
-                age,
-            )
-        else:
-            log.warning(
-                "failover %r: the upstream fails (%s) and nothing usable is stored; "
-                "callers get the exception policy's answer",
-                self.name,
-                kind,
-            )
-
-    # -- rare events (execution layer, hooks) ------------------------------------------------
-
-    def circuit_state(self, name: str, state: int) -> None:
-        """The circuit breaker of ``name`` (this failover) is now closed (0), half-open (1) or
-        open (2): `failover.execution.StateListener`'s report, passed on to the metrics."""
-        self.breaker = BREAKER_STATES[state] if 0 <= state < len(BREAKER_STATES) else None
-        if self.metrics is not None:
-            self.metrics.circuit_state(name, state)
-
-    def bulkhead_rejected(self, pool: str | None = None) -> None:
-        """A call found no permit in bulkhead ``pool``."""
-        self.bulkhead_rejections += 1
-        if self.metrics is not None:
-            self.metrics.bulkhead_rejected(self.name, pool)
-
-    def hook_failed(self) -> None:
-        """The ``on_recovered`` hook raised (the caller got the recovered value)."""
-        self.hook_errors += 1
-        if self.metrics is not None:
-            self.metrics.hook_failed(self.name)
-
-    # -- reading ------------------------------------------------------------------------------
-
-    def window_counts(self, now: datetime) -> dict[str, int]:
-        """Calls per outcome over the `WINDOW` seconds up to ``now``."""
-        second = math.floor(now.timestamp())
-        counts = [0, 0, 0]
-        if second - self._latest >= WINDOW:  # idle: the common case among many failovers
-            return dict(zip(OUTCOMES, counts, strict=True))
-        stamps, ring = list(self._stamps), list(self._ring)  # copies: writers take no lock
-        for slot in range(WINDOW):
-            if 0 <= second - stamps[slot] < WINDOW:
-                i = 3 * slot
-                counts[0] += ring[i]
-                counts[1] += ring[i + 1]
-                counts[2] += ring[i + 2]
-        return dict(zip(OUTCOMES, counts, strict=True))
-
-    def health(self, now: datetime) -> FailoverHealth:
-        """This failover's health at ``now``."""
-        counts = self.window_counts(now)
-        status: Status
-        if counts["not_recovered"]:
-            status = "down"
-        elif counts["recovered"] or self.breaker == "open":
-            status = "degraded"
-        elif counts["live"]:
-            status = "up"
-        else:
-            status = "idle"
-        failure = None if self._failure is None else Failure(*self._failure)
-        stale = self._stale
-        age = None if stale is None else max(0.0, (stale[1] - stale[0]).total_seconds())
-        return FailoverHealth(self.name, status, counts, failure, self.breaker, age)
-
-
 def settings_of(definition: FailoverDefinition, policy: object, store: object) -> dict[str, str]:
     """A failover's settings as short strings: ``failover_info``'s labels, the dashboard's
     columns. ``policy`` is the policy in force, ``store`` the engine's raw store."""
@@ -500,13 +210,3 @@ def _policy_name(policy: object) -> str:
     if isinstance(policy, ExceptionPolicy):
         return policy.value
     return getattr(policy, "__qualname__", type(policy).__qualname__)  # a callable policy
-
-
-_warned: list[bool] = []
-
-
-def _dropped() -> None:
-    # Statistics never raise into a call: the first failure is logged, later ones dropped.
-    if not _warned:
-        _warned.append(True)
-        log.warning("failover: recording a call's statistics failed", exc_info=True)

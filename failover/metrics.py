@@ -5,7 +5,7 @@
 ``prometheus_client`` (whose every ``inc``/``observe`` takes a lock and costs more than the
 rest of a metered call), and a custom collector turns them into metric families at scrape time.
 The per-call counts (``failover_calls_total``, ``failover_upstream_*``, ``failover_info``) are
-read from each failover's `failover.health.FailoverStats`, which the engine hands over with
+read from each failover's `failover.recorder.FailoverStats`, which the engine hands over with
 `Metrics.track`.
 """
 
@@ -21,10 +21,12 @@ from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any, ParamSpec, Protocol, cast
 
 from .errors import ConfigurationError
-from .health import OUTCOMES, UPSTREAM_BUCKETS
+from .health import OUTCOMES
+from .recorder import UPSTREAM_BUCKETS
 
 if TYPE_CHECKING:
-    from .health import FailoverStats, PoolStats
+    from .health import PoolStats
+    from .recorder import FailoverStats
 
 __all__ = [
     "NULL_METRICS",

@@ -8,7 +8,8 @@ import pytest
 
 import failover
 from failover import Failover
-from failover.health import WINDOW, FailoverStats, HealthReport
+from failover.health import WINDOW, HealthReport
+from failover.recorder import FailoverStats
 
 from .conftest import FakeClock, Upstream
 

@@ -225,7 +225,7 @@ def test_calls_upstream_time_and_errors(
 def test_exception_kinds_are_bounded_per_failover(
     registry: CollectorRegistry, clock: FakeClock
 ) -> None:
-    from failover.health import MAX_ERROR_KINDS
+    from failover.recorder import MAX_ERROR_KINDS
 
     eng = Failover(clock=clock, metrics=registry)
     kinds = [type(f"Error{i}", (Exception,), {}) for i in range(MAX_ERROR_KINDS + 5)]

@@ -12,9 +12,10 @@ from ..codec import JsonCodec, allow_annotation, type_name, unencodable
 from ..core import Decorated, resolve_return_type
 from ..definition import FailoverDefinition
 from ..execution import Pool, Pools
-from ..health import FailoverStats, HealthReport, PoolHealth, settings_of
+from ..health import HealthReport, PoolHealth, settings_of
 from ..metrics import Metrics
 from ..policy import ExceptionPolicy
+from ..recorder import FailoverStats
 from ..scatter import slice_type
 from ..stores.base import FailoverStore
 

@@ -1,0 +1,123 @@
+"""The facts of one failover's calls, emitted once by the core to the observers subscribed.
+
+The core (`failover.core.Runtime`) says what happened: a call ended live, recovered, not
+recovered or raised; a live result was stored (or the store failed); the store was read for a
+recovery; the ``on_recovered`` hook failed; a value that is not live was served. Observers
+subscribe by overriding the `Observer` methods they want: the health statistics
+(`failover.health.FailoverStats`), the Prometheus metrics (`failover.metrics.MetricsObserver`),
+the stale report of a unit of work (`failover.served.ServedObserver`). Adding one is a new
+module with an `Observer` subclass, given to the engine's wiring; the core does not change.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from datetime import datetime
+from typing import TYPE_CHECKING, Any, ClassVar
+
+if TYPE_CHECKING:
+    from .payload import ReferentialPayload
+    from .stores.base import Payload
+
+__all__ = ["FACTS", "Events", "Observer"]
+
+log = logging.getLogger(__name__)
+
+
+class Observer:
+    """Subscribes to the facts of one failover's calls; every method does nothing by default.
+
+    Attributes:
+        timed: whether it wants the store's timings (`stored`, `read`): the core measures them
+            only when an observer does.
+        safe: whether its methods never raise (the observers of this package): a raise of any
+            other observer is logged and dropped, never the call's outcome.
+    """
+
+    timed: ClassVar[bool] = False
+    safe: ClassVar[bool] = False
+
+    def live(self, now: datetime | None, seconds: float) -> None:
+        """A call answered live; ``seconds``: the upstream's time."""
+
+    def recovered(self, seconds: float | None, cause: Exception, as_of: datetime | None) -> None:
+        """A call failed with ``cause`` and was served the value stored at ``as_of``;
+        ``seconds`` is ``None`` when a guard refused it (the upstream was not called)."""
+
+    def not_recovered(self, seconds: float | None, cause: Exception) -> None:
+        """A call failed with ``cause`` and nothing was recovered."""
+
+    def raised(self, seconds: float, cause: Exception) -> None:
+        """A call raised ``cause``, which the failover does not recover."""
+
+    def hook_failed(self) -> None:
+        """The ``on_recovered`` hook raised (the caller got the value it was given)."""
+
+    def stored(self, ok: bool, seconds: float) -> None:
+        """A live result was written to the store (``ok``) or the write failed."""
+
+    def read(self, outcome: str, seconds: float, found: Payload | None) -> None:
+        """The store was read for a recovery: ``outcome`` is ``recovered`` (``found``),
+        ``not_recovered`` or ``error``."""
+
+    def served(self, out: ReferentialPayload[Any]) -> None:
+        """A call was answered with a value that is not live (stored, or made by a policy)."""
+
+
+FACTS = ("live", "recovered", "not_recovered", "raised", "hook_failed", "stored", "read", "served")
+
+
+class Events:
+    """The stream of one failover: each fact's method calls every observer that overrides it.
+
+    A fact with one safe observer calls it directly (no frame added on the call path); a fact
+    with none does nothing.
+    """
+
+    __slots__ = (*FACTS, "observers", "timed")
+
+    live: Callable[[datetime | None, float], None]
+    recovered: Callable[[float | None, Exception, datetime | None], None]
+    not_recovered: Callable[[float | None, Exception], None]
+    raised: Callable[[float, Exception], None]
+    hook_failed: Callable[[], None]
+    stored: Callable[[bool, float], None]
+    read: Callable[[str, float, Payload | None], None]
+    served: Callable[[ReferentialPayload[Any]], None]
+
+    def __init__(self, observers: Sequence[Observer]) -> None:
+        self.observers = tuple(observers)
+        self.timed = any(o.timed for o in self.observers)
+        for fact in FACTS:
+            default = getattr(Observer, fact)
+            subscribed = [o for o in self.observers if getattr(type(o), fact) is not default]
+            setattr(self, fact, _fan(fact, subscribed))
+
+    def __repr__(self) -> str:
+        return f"Events({list(self.observers)!r})"
+
+
+def _nothing(*args: Any) -> None:
+    return None
+
+
+def _fan(fact: str, observers: list[Observer]) -> Callable[..., None]:
+    if not observers:
+        return _nothing
+    if len(observers) == 1 and observers[0].safe:
+        method: Callable[..., None] = getattr(observers[0], fact)
+        return method
+    methods = tuple((o, getattr(o, fact)) for o in observers)
+
+    def fan(*args: Any) -> None:
+        for observer, method in methods:
+            if observer.safe:
+                method(*args)
+                continue
+            try:
+                method(*args)
+            except Exception:  # an observer's bug is never the call's outcome
+                log.warning("observer %r failed on %s", observer, fact, exc_info=True)
+
+    return fan
