@@ -6,7 +6,7 @@ Store chain, outermost first (per tenant under the router)::
 
 Handler chain, outermost first::
 
-    MetricsHandler -> ScatterGatherHandler -> DefaultHandler -> store chain
+    ScatterGatherHandler -> DefaultHandler -> store chain
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from collections.abc import Callable
 from datetime import datetime, timedelta
 
 from .errors import ConfigurationError
-from .handlers import DefaultHandler, Handler, MetricsHandler, ScatterGatherHandler
+from .handlers import DefaultHandler, Handler, ScatterGatherHandler
 from .metrics import NULL_METRICS, Metrics
 from .stores.async_write import AsyncWriteStore
 from .stores.base import FailoverStore, does_io, isolating, walk, writes_async
@@ -83,7 +83,7 @@ def handler_chain(
     store_interval: timedelta | None = None,
 ) -> Handler:
     """The handler chain over ``store``; ``scatter`` adds the scatter/gather layer (only
-    failovers with a splitter get it). With metrics off the metrics layer is left out."""
+    failovers with a splitter get it); ``metrics`` counts its partial recoveries."""
     tenant = None
     if isinstance(store, MultiTenantStore):
         router = store
@@ -93,10 +93,7 @@ def handler_chain(
             return router.resolve() if pin is None else pin
 
     default = DefaultHandler(store, clock, store_interval, tenant)
-    handler: Handler = ScatterGatherHandler(default, metrics) if scatter else default
-    if metrics is not NULL_METRICS:
-        handler = MetricsHandler(handler, metrics, clock)
-    return handler
+    return ScatterGatherHandler(default, metrics) if scatter else default
 
 
 def _queues_writes(raw: FailoverStore, async_writes: bool | None) -> bool:

@@ -12,18 +12,18 @@ import logging
 import typing
 from collections.abc import Callable
 from datetime import datetime
+from time import perf_counter
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from .context import CallContext, Miss, RecoverContext
 from .definition import FailoverDefinition
 from .errors import StoreError
+from .events import Events
 from .execution import Execution
 from .flight import Flights
 from .handlers import Handler, envelope_key
 from .payload import ReferentialPayload, enrich, envelope, plain_kind
 from .policy import ExceptionPolicy, default_for
-from .recorder import FailoverStats
-from .served import record as record_served
 from .tenant import pinned
 
 if TYPE_CHECKING:
@@ -85,6 +85,7 @@ class Runtime:
         "blocking_writes",
         "clock",
         "definition",
+        "events",
         "execution",
         "flights",
         "fn",
@@ -93,7 +94,6 @@ class Runtime:
         "policy",
         "refusals",
         "router",
-        "stats",
         "unattempted",
         "unstorable",
     )
@@ -108,8 +108,8 @@ class Runtime:
         clock: Callable[[], datetime],
         blocking: bool,
         blocking_writes: bool,
+        events: Events,
         router: MultiTenantStore | None = None,
-        stats: FailoverStats | None = None,
     ) -> None:
         self.definition = definition
         self.binder = binder
@@ -137,8 +137,8 @@ class Runtime:
         # A new tenant's store is made on its first use, and may connect to a database then.
         self.new_tenants_block = blocking and router is not None
         self._return_type: Any = _UNRESOLVED
-        # What the callers got, for health and metrics: one report per call.
-        self.stats = stats if stats is not None else FailoverStats(definition.name, clock)
+        # What happened, to the observers (health, metrics, the stale report): once each.
+        self.events = events
 
     def context(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> CallContext:
         """The call's context (``args`` as the wrapper got them, ``self``/``cls`` included)."""
@@ -193,16 +193,28 @@ class Runtime:
         try:
             store_if = self.definition.store_if
             if store_if is None or store_if(result):
-                self.handler.store(ctx, result)  # sets ctx.now, inside the chain's counting
+                if self.events.timed:
+                    self._timed_store(ctx, result)
+                else:
+                    self.handler.store(ctx, result)  # sets ctx.now
             else:
                 ctx.now = self.clock()
         except Exception:
             self._store_failed()
         if seconds is not None:
-            self.stats.live(ctx.now, seconds)
+            self.events.live(ctx.now, seconds)
         if plain_kind(type(result)):
             return result
         return enrich(result, True, ctx.now)
+
+    def _timed_store(self, ctx: CallContext, result: Any) -> None:
+        start = perf_counter()
+        try:
+            self.handler.store(ctx, result)
+        except Exception:
+            self.events.stored(False, perf_counter() - start)
+            raise
+        self.events.stored(True, perf_counter() - start)
 
     async def asucceeded(self, ctx: CallContext, result: Any, seconds: float) -> Any:
         """`succeeded` for an async caller: store I/O never blocks the event loop."""
@@ -214,7 +226,7 @@ class Runtime:
         """A result another call of the same key got (single flight), stored by that call:
         reported as live and enriched, not stored again."""
         ctx.now = now
-        self.stats.live(now, seconds)
+        self.events.live(now, seconds)
         if plain_kind(type(result)):
             return result
         return enrich(result, True, now)
@@ -239,10 +251,29 @@ class Runtime:
 
     def recover(self, ctx: CallContext, cause: Exception) -> ReferentialPayload[Any] | Miss:
         """Ask the handler chain; a failing recover is logged and behaves like a miss."""
+        if self.events.timed:
+            return self._timed_recover(ctx, cause)
         try:
             return self.handler.recover(ctx, cause)
         except Exception:
             return self._recover_failed()
+
+    def _timed_recover(self, ctx: CallContext, cause: Exception) -> ReferentialPayload[Any] | Miss:
+        start = perf_counter()
+        try:
+            found = self.handler.recover(ctx, cause)
+        except Exception:
+            self.events.read("error", perf_counter() - start, None)
+            return self._recover_failed()
+        self._read(found, start)
+        return found
+
+    def _read(self, found: ReferentialPayload[Any] | Miss, start: float) -> None:
+        seconds = perf_counter() - start
+        if isinstance(found, Miss):
+            self.events.read("not_recovered", seconds, None)
+        else:
+            self.events.read("recovered", seconds, found)
 
     def _recover_failed(self) -> Miss:
         log.warning(
@@ -254,12 +285,17 @@ class Runtime:
         """`recover` for an async caller when the store does I/O: never blocks the event loop."""
         if not self.batched:
             return await self.on_worker(self.recover, ctx, cause)
+        start = perf_counter()
         try:
             found: ReferentialPayload[Any] | Miss = await self.handler.arecover(  # type: ignore[attr-defined]
                 ctx, cause
             )
         except Exception:
+            if self.events.timed:
+                self.events.read("error", perf_counter() - start, None)
             return self._recover_failed()
+        if self.events.timed:
+            self._read(found, start)
         return found
 
     def resolve(
@@ -277,9 +313,9 @@ class Runtime:
         if isinstance(cause, self.unattempted):
             seconds = None  # refused by a guard: the upstream was not called
         if isinstance(found, ReferentialPayload):
-            self.stats.recovered(seconds, cause, found.as_of)
+            self.events.recovered(seconds, cause, found.as_of)
         else:
-            self.stats.not_recovered(seconds, cause)
+            self.events.not_recovered(seconds, cause)
         hook = d.on_recovered
         recovered: ReferentialPayload[Any] | None = None
         if isinstance(found, ReferentialPayload):
@@ -300,7 +336,7 @@ class Runtime:
             try:
                 value = hook(self.recover_context(ctx, cause, recovered), value)
             except Exception:  # the hook's bug must not cost the caller a good value
-                self.stats.hook_failed()
+                self.events.hook_failed()
                 log.warning(
                     "failover %r: on_recovered raised; the caller gets the value it was given",
                     d.name,
@@ -311,7 +347,7 @@ class Runtime:
         else:
             r = recovered
             out = envelope(r.name, r.key, value, r.as_of, r.expire_on, False, cause)
-        record_served(out, self.clock)
+        self.events.served(out)
         return out
 
     def accepts(self, cause: Exception) -> bool:
@@ -341,7 +377,7 @@ class Runtime:
     ) -> ReferentialPayload[Any] | None:
         """Recover and resolve a failed call: an envelope, or ``None`` to re-raise ``cause``."""
         if not self.accepts(cause):
-            self.stats.raised(seconds, cause)
+            self.events.raised(seconds, cause)
             return None
         return self.resolve(ctx, cause, self.recover(ctx, cause), seconds)
 
@@ -350,7 +386,7 @@ class Runtime:
     ) -> ReferentialPayload[Any] | None:
         """`failed` for an async caller: recovery never blocks the event loop."""
         if not self.accepts(cause):
-            self.stats.raised(seconds, cause)
+            self.events.raised(seconds, cause)
             return None
         found = await self.arecover(ctx, cause) if self.blocking else self.recover(ctx, cause)
         return self.resolve(ctx, cause, found, seconds)

@@ -35,6 +35,8 @@ class Observer:
             other observer is logged and dropped, never the call's outcome.
     """
 
+    __slots__ = ()
+
     timed: ClassVar[bool] = False
     safe: ClassVar[bool] = False
 

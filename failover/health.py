@@ -48,7 +48,6 @@ class PoolStats(Protocol):
     source: Any
 
 
-
 Status = Literal["down", "degraded", "up", "idle"]
 _SEVERITY: dict[str, int] = {"down": 0, "degraded": 1, "up": 2, "idle": 3}
 

@@ -15,8 +15,9 @@ import threading
 from bisect import bisect_left
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
-from typing import Protocol
+from typing import ClassVar, Protocol
 
+from .events import Observer
 from .health import BREAKER_STATES, OUTCOMES, WINDOW, FailoverHealth, Failure, Status
 
 __all__ = ["MAX_ERROR_KINDS", "OTHER", "UPSTREAM_BUCKETS", "FailoverStats", "RareEvents"]
@@ -32,9 +33,6 @@ class RareEvents(Protocol):
 
     def bulkhead_rejected(self, name: str, pool: str | None = None) -> None:
         """A call found no permit in bulkhead ``pool``."""
-
-    def hook_failed(self, name: str) -> None:
-        """An ``on_recovered`` hook raised."""
 
 
 UPSTREAM_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0)
@@ -52,18 +50,21 @@ _SECOND = timedelta(seconds=1)
 _NEVER = datetime.min.replace(tzinfo=UTC)
 
 
-class FailoverStats:
+class FailoverStats(Observer):
     """One failover's calls on one engine, in constant memory and constant time per call.
 
-    The core calls exactly one of `live`, `recovered`, `not_recovered` or `raised` per call,
-    with the seconds spent in the upstream. None of them ever raises.
+    It observes the core's events (`failover.events`): exactly one of `live`, `recovered`,
+    `not_recovered` or `raised` per call, with the seconds spent in the upstream, and
+    `hook_failed`. None of them ever raises.
 
     Args:
         name: the failover's name.
         clock: the engine's clock (aware datetimes).
-        metrics: where the rare events (`circuit_state`, `bulkhead_rejected`, `hook_failed`)
+        metrics: where the rare events of the guards (`circuit_state`, `bulkhead_rejected`)
             are passed on; per-call counts are read from here instead, at scrape time.
     """
+
+    safe: ClassVar[bool] = True
 
     __slots__ = (
         "__weakref__",
@@ -267,9 +268,7 @@ class FailoverStats:
 
     def hook_failed(self) -> None:
         """The ``on_recovered`` hook raised (the caller got the recovered value)."""
-        self.hook_errors += 1
-        if self.metrics is not None:
-            self.metrics.hook_failed(self.name)
+        self.hook_errors += 1  # the metrics observer counts it there
 
     # -- reading ------------------------------------------------------------------------------
 

@@ -17,12 +17,14 @@ from collections.abc import Callable
 from contextlib import AbstractContextManager
 from contextvars import ContextVar
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from .events import Observer
 
 if TYPE_CHECKING:
     from .payload import ReferentialPayload
 
-__all__ = ["StaleReport", "collect", "record"]
+__all__ = ["ServedObserver", "StaleReport", "collect", "record"]
 
 
 class StaleReport:
@@ -112,3 +114,22 @@ def record(served: ReferentialPayload[Any], clock: Callable[[], datetime]) -> No
         except Exception:  # a failing clock costs the Age header, never the call
             age = None
     report.add(served.name, age)
+
+
+class ServedObserver(Observer):
+    """Adds each call of a failover served a value that is not live to the report being
+    collected (one context-variable read per such call)."""
+
+    __slots__ = ("clock",)
+
+    safe: ClassVar[bool] = True
+
+    def __init__(self, clock: Callable[[], datetime]) -> None:
+        self.clock = clock
+
+    def __repr__(self) -> str:
+        return "ServedObserver()"
+
+    def served(self, out: ReferentialPayload[Any]) -> None:
+        """Record ``out`` in the report being collected, if any."""
+        record(out, self.clock)

@@ -107,6 +107,7 @@ class Failover:
             self.refreshes,
             self.pools,
             self.breaker_defaults,
+            self.metrics,
         )
         self.maintenance = Maintenance(self.store, clock, self.metrics, self.refreshes, self.pools)
 

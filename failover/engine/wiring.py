@@ -11,6 +11,7 @@ import pybreaker
 from ..core import Decorated, Runtime
 from ..definition import FailoverDefinition
 from ..errors import ConfigurationError, SoftTimeoutError
+from ..events import Events, Observer
 from ..execution import (
     BreakerGuard,
     Bulkhead,
@@ -23,7 +24,10 @@ from ..execution import (
     state_code,
 )
 from ..handlers import Handler, key_of
+from ..metrics import NULL_METRICS, Metrics
+from ..metrics_observer import MetricsObserver
 from ..policy import ExceptionPolicy
+from ..served import ServedObserver
 from ..stores.base import FailoverStore, does_io, writes_async
 from ..stores.tenant import MultiTenantStore
 from .registry import Registry
@@ -43,6 +47,7 @@ class Wiring:
         refreshes: the threads running sync upstreams past their soft timeout.
         pools: the engine's bulkhead pools.
         breaker_defaults: the settings of ``breaker=True`` breakers.
+        metrics: the engine's metrics, an observer of each failover's calls unless off.
     """
 
     def __init__(
@@ -55,6 +60,7 @@ class Wiring:
         refreshes: Refreshes,
         pools: Pools,
         breaker_defaults: Mapping[str, Any],
+        metrics: Metrics,
     ) -> None:
         self.registry = registry
         self.store = store
@@ -64,6 +70,7 @@ class Wiring:
         self.refreshes = refreshes
         self.pools = pools
         self.breaker_defaults = breaker_defaults
+        self.metrics = metrics
         self.runtimes: dict[Decorated, Runtime] = {}
         self.breakers: dict[str, pybreaker.CircuitBreaker] = {}
 
@@ -94,13 +101,22 @@ class Wiring:
                     self.clock,
                     blocking,
                     blocking and not writes_async(self.store),
+                    self.events(d),
                     self.store if isinstance(self.store, MultiTenantStore) else None,
-                    self.registry.stats[d.name],
                 )
                 rt.bind(self.execution(d, rt))
                 rt.unstorable = self.registry.unstorable.get(d.name)
                 self.runtimes[decorated] = rt
             return rt
+
+    def events(self, d: FailoverDefinition) -> Events:
+        """The event stream of failover ``d``: its health statistics, the metrics (unless
+        off) and the stale report of the unit of work observe it."""
+        observers: list[Observer] = [self.registry.stats[d.name]]
+        if self.metrics is not NULL_METRICS:
+            observers.append(MetricsObserver(self.metrics, d.name, self.clock))
+        observers.append(ServedObserver(self.clock))
+        return Events(observers)
 
     def execution(self, d: FailoverDefinition, rt: Runtime) -> Execution | None:
         """The failover's execution chain: bulkhead outside breaker outside timeout."""

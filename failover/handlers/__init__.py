@@ -3,19 +3,19 @@
 Each layer wraps an inner one behind the same small `Handler` protocol (``base.py``). The chain,
 assembled in ``failover/chain.py``, runs outside-in per call::
 
-    MetricsHandler (metrics.py) -> ScatterGatherHandler (scatter.py) -> DefaultHandler (default.py)
-        -> store chain
+    ScatterGatherHandler (scatter.py) -> DefaultHandler (default.py) -> store chain
+
+What the layers do is observed by the core's event stream (``failover/events.py``), not by a
+layer of its own.
 """
 
 from .base import Handler, envelope_key, expire_on, key_of
 from .default import DefaultHandler
-from .metrics import MetricsHandler
 from .scatter import ScatterGatherHandler
 
 __all__ = [
     "DefaultHandler",
     "Handler",
-    "MetricsHandler",
     "ScatterGatherHandler",
     "envelope_key",
     "expire_on",

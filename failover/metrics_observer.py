@@ -1,0 +1,59 @@
+"""The Prometheus metrics as an observer of one failover's calls: the store's write and read
+timings and the failed hooks, passed on to the engine's `failover.metrics.Metrics`.
+
+The per-call counts are not pushed: the collector reads them from the failover's
+`failover.recorder.FailoverStats` at scrape time, which keeps the call path cheap.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import datetime
+from typing import ClassVar
+
+from .events import Observer
+from .metrics import Metrics
+from .stores.base import Payload
+
+__all__ = ["MetricsObserver"]
+
+
+class MetricsObserver(Observer):
+    """Counts and times one failover's stores and recoveries in ``metrics``.
+
+    Args:
+        metrics: the engine's metrics (never raising: `failover.metrics.resolve_metrics`).
+        name: the failover's name.
+        clock: the engine's clock: the age of a recovered value.
+    """
+
+    __slots__ = ("clock", "metrics", "name")
+
+    timed: ClassVar[bool] = True
+    safe: ClassVar[bool] = True
+
+    def __init__(self, metrics: Metrics, name: str, clock: Callable[[], datetime]) -> None:
+        self.metrics = metrics
+        self.name = name
+        self.clock = clock
+
+    def __repr__(self) -> str:
+        return f"MetricsObserver({self.name!r})"
+
+    def stored(self, ok: bool, seconds: float) -> None:
+        """Count a write: ``stored`` or ``failed``."""
+        self.metrics.stored(self.name, ok, seconds)
+
+    def read(self, outcome: str, seconds: float, found: Payload | None) -> None:
+        """Count a recovery's read, with the recovered value's age."""
+        age = None
+        if found is not None and found.as_of is not None:
+            try:
+                age = max(0.0, (self.clock() - found.as_of).total_seconds())
+            except Exception:  # a failing clock costs the age, never the recovery
+                age = None
+        self.metrics.recovered(self.name, outcome, seconds, age)
+
+    def hook_failed(self) -> None:
+        """Count a failed ``on_recovered`` hook."""
+        self.metrics.hook_failed(self.name)
