@@ -1,29 +1,168 @@
-"""The decorator's settings, declared once: `Options` names and types them (the decorator's
-``**options``), `DEFAULTS` gives their defaults, and `resolve` validates them into the
-`FailoverDefinition` of one function."""
+"""The decorator's settings, declared once: each field of `Options` names a setting, types it
+(the decorator's ``**options``) and carries its `Setting`: the default and the check that turns
+a value into the `FailoverDefinition` field of the same name. `DEFAULTS` is read from there, and
+`resolve` runs the checks, then the rules across settings."""
 
-from __future__ import annotations
+# No `from __future__ import annotations`: the `Setting`s are read from the annotations at import.
 
 import difflib
 import inspect
 import math
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any, TypedDict
+from typing import Annotated, Any, TypedDict
 
 import pybreaker
 
 from .context import PolicyLike, RecoverContext
 from .definition import ExpiryPolicy, FailoverDefinition
+from .engine import Failover
 from .errors import ConfigurationError
 from .expiry import FixedTtl, parse_ttl
 from .policy import resolve_policy
 from .scatter import check_splitter
 
-if TYPE_CHECKING:
-    from .engine import Failover
+__all__ = ["DEFAULTS", "Options", "Setting", "resolve"]
 
-__all__ = ["DEFAULTS", "Options", "resolve"]
+
+def _as_is(value: Any, owner: str, setting: str) -> Any:
+    return value
+
+
+@dataclass(frozen=True, slots=True)
+class Setting:
+    """One decorator setting: its default, and its check.
+
+    Attributes:
+        default: the value of a setting left out.
+        check: ``(value, owner, setting) -> value``: the value the definition holds, or a
+            `ConfigurationError` naming ``owner`` (``"failover 'rates'"``) and the setting.
+    """
+
+    default: Any
+    check: Callable[[Any, str, str], Any] = _as_is
+
+
+def seconds(value: Any, owner: str, setting: str, zero_ok: bool) -> float:
+    """A duration setting in seconds: a number of seconds, a timedelta, or text (``"250ms"``,
+    ``"2s"``, ``"1m30s"``) read by the one duration parser, `parse_ttl`, as ``ttl=`` is.
+
+    Raises:
+        ConfigurationError: not a duration, negative, or zero where ``zero_ok`` is false.
+    """
+    if isinstance(value, timedelta | str):
+        return parse_ttl(value, owner, setting).total_seconds()
+    return _finite_seconds(value, owner, setting, zero_ok)
+
+
+def _finite_seconds(value: Any, owner: str, setting: str, zero_ok: bool) -> float:
+    ok = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+    if not ok or value < 0 or (value == 0 and not zero_ok):
+        bound = ">= 0" if zero_ok else "> 0"
+        raise ConfigurationError(
+            f"{owner}: {setting}= must be a finite number of seconds {bound}, got {value!r}"
+        )
+    return float(value)
+
+
+def _ttl(value: Any, owner: str, setting: str) -> timedelta:
+    return parse_ttl(value, owner)
+
+
+def _domain(value: Any, owner: str, setting: str) -> str | None:
+    if value is not None and (not isinstance(value, str) or not value):
+        raise ConfigurationError(f"{owner}: domain must be a non-empty string")
+    return value
+
+
+def _callable_or_none(value: Any, owner: str, setting: str) -> Any:
+    if value is not None and not callable(value):
+        raise ConfigurationError(f"{owner}: {setting}= must be callable, got {value!r}")
+    return value
+
+
+def _expiry(value: Any, owner: str, setting: str) -> ExpiryPolicy | None:
+    if value is not None and not isinstance(value, ExpiryPolicy):
+        raise ConfigurationError(
+            f"{owner}: expiry= must have compute_expiry() and is_expired(), got {value!r}"
+        )
+    return value
+
+
+def _types(value: Any, owner: str, setting: str) -> tuple[type[BaseException], ...]:
+    items = value if isinstance(value, tuple) else (value,)
+    for item in items:
+        if not (isinstance(item, type) and issubclass(item, BaseException)):
+            raise ConfigurationError(f"{owner}: {setting}= must be exception types, got {item!r}")
+        if setting == "exceptions" and not issubclass(item, Exception):
+            raise ConfigurationError(
+                f"{owner}: exceptions= may only name Exception subclasses; "
+                f"{item.__name__} is a BaseException that always propagates"
+            )
+    return items
+
+
+def _exceptions(value: Any, owner: str, setting: str) -> Any:
+    if not isinstance(value, type | tuple) and callable(value):
+        return value  # a predicate
+    return _types(value, owner, setting)
+
+
+def _policy(value: Any, owner: str, setting: str) -> Any:
+    return None if value is None else resolve_policy(value, owner)
+
+
+def _flag(value: Any, owner: str, setting: str) -> bool:
+    return bool(value)
+
+
+def _strict_flag(value: Any, owner: str, setting: str) -> bool:
+    if not isinstance(value, bool):
+        raise ConfigurationError(f"{owner}: {setting}= must be True or False, got {value!r}")
+    return value
+
+
+def _breaker(value: Any, owner: str, setting: str) -> Any:
+    if value is not None and not isinstance(value, bool | pybreaker.CircuitBreaker):
+        raise ConfigurationError(
+            f"{owner}: breaker= must be a pybreaker.CircuitBreaker, True or None, got {value!r}"
+        )
+    return None if value is False else value
+
+
+def _permits(value: Any, owner: str, setting: str) -> int | None:
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+        raise ConfigurationError(
+            f"{owner}: max_concurrency= must be a positive int or None, got {value!r}"
+        )
+    return value
+
+
+def _pool(value: Any, owner: str, setting: str) -> str | None:
+    if value is not None and (not isinstance(value, str) or not value):
+        raise ConfigurationError(f"{owner}: bulkhead= must be a pool's name, got {value!r}")
+    return value
+
+
+def _weight(value: Any, owner: str, setting: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ConfigurationError(f"{owner}: weight= must be a positive int, got {value!r}")
+    return value
+
+
+def _wait(value: Any, owner: str, setting: str) -> float | None:
+    return None if value is None else seconds(value, owner, setting, zero_ok=True)
+
+
+def _timeout(value: Any, owner: str, setting: str) -> float | None:
+    return None if value is None else _finite_seconds(value, owner, setting, zero_ok=False)
+
+
+def _interval(value: Any, owner: str, setting: str) -> timedelta | None:
+    if isinstance(value, int | float) and not isinstance(value, bool) and value == 0:
+        return timedelta(0)  # off for this failover, whatever the engine's
+    return None if value is None else parse_ttl(value, owner, setting)
 
 
 class Options(TypedDict, total=False):
@@ -60,58 +199,47 @@ class Options(TypedDict, total=False):
         engine: the engine to use; default: the process-wide default engine, resolved per call.
     """
 
-    ttl: timedelta | float | str
-    domain: str | None
-    key: Callable[..., object] | None
-    expiry: ExpiryPolicy | None
-    exceptions: type[Exception] | tuple[type[Exception], ...] | Callable[[Exception], bool]
-    exclude: type[Exception] | tuple[type[Exception], ...]
-    store_if: Callable[[Any], bool] | None
-    policy: PolicyLike | None
-    on_recovered: Callable[[RecoverContext[Any], Any], object] | None
-    splitter: Any
-    recover_all: bool
-    breaker: pybreaker.CircuitBreaker | bool | None
-    max_concurrency: int | None
-    bulkhead: str | None
-    weight: int
-    acquire_timeout: timedelta | float | str | None
-    timeout: float | None
-    store_interval: timedelta | float | str | None
-    single_flight: bool
-    engine: Failover | None
+    ttl: Annotated[timedelta | float | str, Setting("1h", _ttl)]
+    domain: Annotated[str | None, Setting(None, _domain)]
+    key: Annotated[Callable[..., object] | None, Setting(None, _callable_or_none)]
+    expiry: Annotated[ExpiryPolicy | None, Setting(None, _expiry)]
+    exceptions: Annotated[
+        type[Exception] | tuple[type[Exception], ...] | Callable[[Exception], bool],
+        Setting((Exception,), _exceptions),
+    ]
+    exclude: Annotated[type[Exception] | tuple[type[Exception], ...], Setting((), _types)]
+    store_if: Annotated[Callable[[Any], bool] | None, Setting(None, _callable_or_none)]
+    policy: Annotated[PolicyLike | None, Setting(None, _policy)]
+    on_recovered: Annotated[
+        Callable[[RecoverContext[Any], Any], object] | None, Setting(None, _callable_or_none)
+    ]
+    splitter: Annotated[Any, Setting(None)]
+    recover_all: Annotated[bool, Setting(False, _flag)]
+    breaker: Annotated[pybreaker.CircuitBreaker | bool | None, Setting(None, _breaker)]
+    max_concurrency: Annotated[int | None, Setting(None, _permits)]
+    bulkhead: Annotated[str | None, Setting(None, _pool)]
+    weight: Annotated[int, Setting(1, _weight)]
+    acquire_timeout: Annotated[timedelta | float | str | None, Setting(0.0, _wait)]
+    timeout: Annotated[timedelta | float | str | None, Setting(None, _timeout)]
+    store_interval: Annotated[timedelta | float | str | None, Setting(None, _interval)]
+    single_flight: Annotated[bool, Setting(False, _strict_flag)]
+    engine: Annotated[Failover | None, Setting(None)]
 
 
-DEFAULTS: dict[str, Any] = {
-    "ttl": "1h",
-    "domain": None,
-    "key": None,
-    "expiry": None,
-    "exceptions": (Exception,),
-    "exclude": (),
-    "store_if": None,
-    "policy": None,
-    "on_recovered": None,
-    "splitter": None,
-    "recover_all": False,
-    "breaker": None,
-    "max_concurrency": None,
-    "bulkhead": None,
-    "weight": 1,
-    "acquire_timeout": 0.0,
-    "timeout": None,
-    "store_interval": None,
-    "single_flight": False,
-    "engine": None,
+SETTINGS: dict[str, Setting] = {
+    name: hint.__metadata__[0] for name, hint in Options.__annotations__.items()
 }
-assert set(DEFAULTS) == set(Options.__annotations__), "Options and DEFAULTS must name the same"
+"""Each setting's `Setting`, read from `Options`."""
+
+DEFAULTS: dict[str, Any] = {name: setting.default for name, setting in SETTINGS.items()}
+"""Each setting's default, read from `Options`."""
 
 
 def check_names(options: dict[str, Any], owner: str) -> None:
     """Refuse unknown settings, suggesting the nearest known one."""
     for name in options:
-        if name not in DEFAULTS:
-            near = difflib.get_close_matches(name, DEFAULTS, n=1)
+        if name not in SETTINGS:
+            near = difflib.get_close_matches(name, SETTINGS, n=1)
             hint = f"; did you mean {near[0]}=?" if near else ""
             raise ConfigurationError(f"failover {owner}: unknown setting {name}={hint}")
 
@@ -125,152 +253,51 @@ def resolve(
     is_method: bool,
 ) -> FailoverDefinition:
     """Validate ``options`` for ``fn`` (already taken out of its static/class method) into its
-    definition.
+    definition: each setting's own check, then the rules across settings.
 
     Raises:
         ConfigurationError: a setting that cannot work, naming the failover and the setting.
     """
-    o = {**DEFAULTS, **options}
     owner = f"failover {name!r}"
-    domain = o["domain"]
-    if domain is not None and (not isinstance(domain, str) or not domain):
-        raise ConfigurationError(f"{owner}: domain must be a non-empty string")
-    ttl = parse_ttl(o["ttl"], owner)
-    expiry = o["expiry"]
-    if expiry is None:
-        expiry = FixedTtl(ttl)
-    elif not isinstance(expiry, ExpiryPolicy):
-        raise ConfigurationError(
-            f"{owner}: expiry= must have compute_expiry() and is_expired(), got {expiry!r}"
-        )
-    exceptions = o["exceptions"]
-    if not isinstance(exceptions, type | tuple) and callable(exceptions):
-        accept: Any = exceptions
-    else:
-        accept = _types(exceptions, owner, "exceptions")
-    policy = o["policy"]
-    splitter = check_splitter(o["splitter"], o["recover_all"], owner)
-    breaker = o["breaker"]
-    if breaker is not None and not isinstance(breaker, bool | pybreaker.CircuitBreaker):
-        raise ConfigurationError(
-            f"{owner}: breaker= must be a pybreaker.CircuitBreaker, True or None, got {breaker!r}"
-        )
-    max_concurrency = o["max_concurrency"]
-    if max_concurrency is not None and (
-        isinstance(max_concurrency, bool)
-        or not isinstance(max_concurrency, int)
-        or max_concurrency < 1
-    ):
-        raise ConfigurationError(
-            f"{owner}: max_concurrency= must be a positive int or None, got {max_concurrency!r}"
-        )
-    pool, weight, acquire_timeout = _bulkhead(o, max_concurrency, owner)
-    timeout = o["timeout"]
-    if timeout is not None:
-        timeout = _seconds(timeout, owner, "timeout", zero_ok=False)
-    single_flight = o["single_flight"]
-    if not isinstance(single_flight, bool):
-        raise ConfigurationError(
-            f"{owner}: single_flight= must be True or False, got {single_flight!r}"
-        )
-    interval = o["store_interval"]
-    if isinstance(interval, int | float) and not isinstance(interval, bool) and interval == 0:
-        interval = timedelta(0)  # off for this failover, whatever the engine's
-    elif interval is not None:
-        interval = parse_ttl(interval, owner, "store_interval")
+    given = {**DEFAULTS, **options}
+    values = {
+        setting: declared.check(given[setting], owner, setting)
+        for setting, declared in SETTINGS.items()
+        if setting != "engine"  # the engine is the decorator's, not the definition's
+    }
+    if values["expiry"] is None:
+        values["expiry"] = FixedTtl(values["ttl"])
+    values["splitter"] = check_splitter(values["splitter"], values["recover_all"], owner)
+    _bulkhead(values, owner)
     return FailoverDefinition(
         name=name,
-        domain=domain,
-        effective_name=domain or name,
-        ttl=ttl,
-        expiry=expiry,
-        key=_callable_or_none(o["key"], owner, "key"),
-        exceptions=accept,
-        exclude=_types(o["exclude"], owner, "exclude"),
-        store_if=_callable_or_none(o["store_if"], owner, "store_if"),
-        policy=None if policy is None else resolve_policy(policy, owner),
-        on_recovered=_callable_or_none(o["on_recovered"], owner, "on_recovered"),
-        splitter=splitter,
-        recover_all=bool(o["recover_all"]),
-        breaker=None if breaker is False else breaker,
-        max_concurrency=max_concurrency,
-        acquire_timeout=acquire_timeout,
-        timeout=timeout,
-        store_interval=interval,
+        effective_name=values["domain"] or name,
         function=function,
         is_async=is_async,
         is_method=is_method,
         return_annotation=inspect.signature(fn).return_annotation,
-        weight=weight,
-        bulkhead=pool,
-        single_flight=single_flight,
+        **values,
     )
 
 
-def _bulkhead(
-    o: dict[str, Any], max_concurrency: int | None, owner: str
-) -> tuple[str | None, int, float | None]:
-    """The pool's name, the weight and the wait of a failover's bulkhead settings."""
-    pool = o["bulkhead"]
-    if pool is not None and (not isinstance(pool, str) or not pool):
-        raise ConfigurationError(f"{owner}: bulkhead= must be a pool's name, got {pool!r}")
+def _bulkhead(values: dict[str, Any], owner: str) -> None:
+    """The rules across a failover's bulkhead settings (each already checked on its own)."""
+    pool, weight, max_concurrency = values["bulkhead"], values["weight"], values["max_concurrency"]
     if pool is not None and max_concurrency is not None:
         raise ConfigurationError(
             f"{owner}: bulkhead= and max_concurrency= both say which pool to use; "
             "max_concurrency= makes a private one, bulkhead= names a shared one: set one"
         )
-    weight = o["weight"]
-    if isinstance(weight, bool) or not isinstance(weight, int) or weight < 1:
-        raise ConfigurationError(f"{owner}: weight= must be a positive int, got {weight!r}")
     if max_concurrency is not None and weight > max_concurrency:
         raise ConfigurationError(
             f"{owner}: weight={weight} is more than max_concurrency={max_concurrency}: "
             "no call could ever run"
         )
-    wait = o["acquire_timeout"]
-    acquire_timeout: float | None = None
-    if isinstance(wait, timedelta | str):
-        acquire_timeout = parse_ttl(wait, owner, "acquire_timeout").total_seconds()
-    elif wait is not None:
-        acquire_timeout = _seconds(wait, owner, "acquire_timeout", zero_ok=True)
     if pool is None and max_concurrency is None:
         # Waits and weights for permits no bulkhead hands out would do nothing, silently.
-        for setting, value, default in (
-            ("acquire_timeout", acquire_timeout, 0.0),
-            ("weight", weight, 1),
-        ):
-            if value != default:
+        for setting, default in (("acquire_timeout", 0.0), ("weight", 1)):
+            if values[setting] != default:
                 raise ConfigurationError(
                     f"{owner}: {setting}= needs max_concurrency= or bulkhead= "
                     "(the bulkhead it applies to)"
                 )
-    return pool, weight, acquire_timeout
-
-
-def _seconds(value: Any, owner: str, setting: str, zero_ok: bool) -> float:
-    ok = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
-    if not ok or value < 0 or (value == 0 and not zero_ok):
-        bound = ">= 0" if zero_ok else "> 0"
-        raise ConfigurationError(
-            f"{owner}: {setting}= must be a finite number of seconds {bound}, got {value!r}"
-        )
-    return float(value)
-
-
-def _types(value: Any, owner: str, setting: str) -> tuple[type[BaseException], ...]:
-    items = value if isinstance(value, tuple) else (value,)
-    for item in items:
-        if not (isinstance(item, type) and issubclass(item, BaseException)):
-            raise ConfigurationError(f"{owner}: {setting}= must be exception types, got {item!r}")
-        if setting == "exceptions" and not issubclass(item, Exception):
-            raise ConfigurationError(
-                f"{owner}: exceptions= may only name Exception subclasses; "
-                f"{item.__name__} is a BaseException that always propagates"
-            )
-    return items
-
-
-def _callable_or_none(value: Any, owner: str, setting: str) -> Any:
-    if value is not None and not callable(value):
-        raise ConfigurationError(f"{owner}: {setting}= must be callable, got {value!r}")
-    return value
