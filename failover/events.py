@@ -66,6 +66,12 @@ class Observer:
     def served(self, out: ReferentialPayload[Any]) -> None:
         """A call was answered with a value that is not live (stored, or made by a policy)."""
 
+    def method(self, fact: str) -> Callable[..., None]:
+        """What `Events` calls for ``fact``: the method itself, or (to spare the call path a
+        frame) an equivalent callable."""
+        method: Callable[..., None] = getattr(self, fact)
+        return method
+
 
 FACTS = ("live", "recovered", "not_recovered", "raised", "hook_failed", "stored", "read", "served")
 
@@ -108,9 +114,8 @@ def _fan(fact: str, observers: list[Observer]) -> Callable[..., None]:
     if not observers:
         return _nothing
     if len(observers) == 1 and observers[0].safe:
-        method: Callable[..., None] = getattr(observers[0], fact)
-        return method
-    methods = tuple((o, getattr(o, fact)) for o in observers)
+        return observers[0].method(fact)
+    methods = tuple((o, o.method(fact)) for o in observers)
 
     def fan(*args: Any) -> None:
         for observer, method in methods:

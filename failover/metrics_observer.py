@@ -7,6 +7,7 @@ The per-call counts are not pushed: the collector reads them from the failover's
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from datetime import datetime
 from typing import ClassVar
@@ -39,6 +40,12 @@ class MetricsObserver(Observer):
 
     def __repr__(self) -> str:
         return f"MetricsObserver({self.name!r})"
+
+    def method(self, fact: str) -> Callable[..., None]:
+        """`stored` straight to the metrics, without a frame of its own."""
+        if fact == "stored":
+            return functools.partial(self.metrics.stored, self.name)
+        return super().method(fact)
 
     def stored(self, ok: bool, seconds: float) -> None:
         """Count a write: ``stored`` or ``failed``."""
