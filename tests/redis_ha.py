@@ -15,6 +15,7 @@ sentinels report), each bounded.
 
 from __future__ import annotations
 
+import random
 import shutil
 import signal
 import socket
@@ -49,13 +50,22 @@ def _bindable(port: int) -> bool:
 
 def free_port(bus: bool = False) -> int:
     """A free loopback port; with ``bus``, one whose port + 10000 (a cluster node's bus) is free
-    too."""
+    too.
+
+    A cluster node's pair is drawn below the kernel's ephemeral range (32768 and up): a port
+    the kernel hands out to an outgoing connection, or to another test's ``bind(0)``, can then
+    never take a node's bus port between this check and the node's start.
+    """
     for _ in range(200):
+        if bus:
+            port = random.randrange(12000, 22700)
+            if _bindable(port) and _bindable(port + 10000):
+                return port
+            continue
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
-            port: int = s.getsockname()[1]
-        if not bus or (port + 10000 < 65536 and _bindable(port + 10000)):
-            return port
+            found: int = s.getsockname()[1]
+        return found
     raise RuntimeError("no free port pair for a cluster node")
 
 

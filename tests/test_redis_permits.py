@@ -84,7 +84,9 @@ def test_waiters_are_served_in_arrival_order_across_processes(
         got.append(name)
         source.release(lease)
 
-    heavy = threading.Thread(target=take, args=(heavy_source, "heavy", 2))
+    # The heavy waiter needs the whole pool, so the light one can only be served after the
+    # heavy one has released: the order of `got` does not depend on thread scheduling.
+    heavy = threading.Thread(target=take, args=(heavy_source, "heavy", 3))
     heavy.start()
     until(lambda: holder.queued() == 1, "the heavy waiter in the Redis queue")
     assert light_source.acquire(1, 0.0) is None  # one permit is free, but a waiter is first
