@@ -79,7 +79,6 @@ class Runtime:
 
     __slots__ = (
         "_return_type",
-        "batched",
         "binder",
         "blocking",
         "blocking_writes",
@@ -115,9 +114,6 @@ class Runtime:
         self.binder = binder
         self.fn = fn
         self.handler = handler
-        # The handler chain has `arecover`: an async caller's recovery is batched with the
-        # loop's others instead of taking a worker thread of its own.
-        self.batched = bool(getattr(handler, "batches_reads", False))
         # The execution layer (guards, soft timeout), bound by the engine; None: call directly.
         self.execution: Execution | None = None
         self.refusals: tuple[type[Exception], ...] = ()
@@ -283,13 +279,9 @@ class Runtime:
 
     async def arecover(self, ctx: CallContext, cause: Exception) -> ReferentialPayload[Any] | Miss:
         """`recover` for an async caller when the store does I/O: never blocks the event loop."""
-        if not self.batched:
-            return await self.on_worker(self.recover, ctx, cause)
         start = perf_counter()
         try:
-            found: ReferentialPayload[Any] | Miss = await self.handler.arecover(  # type: ignore[attr-defined]
-                ctx, cause
-            )
+            found = await self.handler.arecover(ctx, cause)
         except Exception:
             if self.events.timed:
                 self.events.read("error", perf_counter() - start, None)

@@ -38,6 +38,11 @@ class Handler(Protocol):
         """
         ...
 
+    async def arecover(self, ctx: CallContext, cause: Exception) -> Payload | Miss:
+        """`recover` for a task: the read batched with the event loop's other recoveries of the
+        failover, never blocking the loop."""
+        ...
+
     def peek(self, ctx: CallContext) -> Payload | None:
         """The stored, unexpired envelope for the call, without calling the upstream."""
         ...

@@ -43,8 +43,6 @@ class DefaultHandler:
         max_coalesced: the most keys whose last store time is kept.
     """
 
-    batches_reads = True  # `arecover` reads through the batcher, on the event loop
-
     def __init__(
         self,
         store: FailoverStore,

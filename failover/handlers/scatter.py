@@ -152,11 +152,6 @@ class ScatterGatherHandler:
             drop_all_expired(store, name, expired)
         return self._merged(ctx, cause, report, whole, requested, found, bool(expired))
 
-    @property
-    def batches_reads(self) -> bool:
-        """Whether `arecover` reads through the default handler's batcher."""
-        return self.inner.batches_reads
-
     async def arecover(self, ctx: CallContext, cause: Exception) -> Payload | Miss:
         """`recover` for a task: a call's slices read with the loop's other recoveries of the
         name (one ``find_many`` for them all), never blocking the event loop."""
