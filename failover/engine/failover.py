@@ -18,6 +18,7 @@ from ..execution import Bulkhead, PermitSource, Pool, Pools, Refreshes
 from ..handlers import Handler
 from ..health import HealthReport
 from ..metrics import Metrics, resolve_metrics
+from ..otel import resolve_opentelemetry
 from ..policy import resolve_policy
 from ..stores.base import FailoverStore, does_io, writes_async
 from ..stores.tenant import MultiTenantStore, TenantStoreFactory
@@ -55,6 +56,8 @@ class Failover:
             staleness. ``None`` (default): every success is stored.
         clock: the time source (aware UTC datetimes); tests pass a fake clock.
         enabled: ``False`` makes every decorated function a plain pass-through.
+        opentelemetry: ``True`` sends spans and metrics to the global OpenTelemetry providers,
+            a `failover.otel.OpenTelemetry` to its own; ``False`` (default): none.
 
     Raises:
         ConfigurationError: a setting that cannot work.
@@ -73,6 +76,7 @@ class Failover:
         enabled: bool = True,
         timeout_workers: int = 16,
         store_interval: timedelta | float | str | None = None,
+        opentelemetry: Any = False,
     ) -> None:
         validation.check_engine(clock, async_writes, timeout_workers)
         self.clock = clock
@@ -108,6 +112,7 @@ class Failover:
             self.pools,
             self.breaker_defaults,
             self.metrics,
+            resolve_opentelemetry(opentelemetry),
         )
         self.maintenance = Maintenance(self.store, clock, self.metrics, self.refreshes, self.pools)
 

@@ -26,6 +26,7 @@ from ..execution import (
 from ..handlers import Handler, key_of
 from ..metrics import NULL_METRICS, Metrics
 from ..metrics_observer import MetricsObserver
+from ..otel import OpenTelemetry
 from ..policy import ExceptionPolicy
 from ..served import ServedObserver
 from ..stores.base import FailoverStore, does_io, writes_async
@@ -48,6 +49,7 @@ class Wiring:
         pools: the engine's bulkhead pools.
         breaker_defaults: the settings of ``breaker=True`` breakers.
         metrics: the engine's metrics, an observer of each failover's calls unless off.
+        otel: the engine's OpenTelemetry spans and metrics, an observer when given.
     """
 
     def __init__(
@@ -61,6 +63,7 @@ class Wiring:
         pools: Pools,
         breaker_defaults: Mapping[str, Any],
         metrics: Metrics,
+        otel: OpenTelemetry | None = None,
     ) -> None:
         self.registry = registry
         self.store = store
@@ -71,6 +74,7 @@ class Wiring:
         self.pools = pools
         self.breaker_defaults = breaker_defaults
         self.metrics = metrics
+        self.otel = otel
         self.runtimes: dict[Decorated, Runtime] = {}
         self.breakers: dict[str, pybreaker.CircuitBreaker] = {}
 
@@ -116,7 +120,19 @@ class Wiring:
         if self.metrics is not NULL_METRICS:
             observers.append(MetricsObserver(self.metrics, d.name, self.clock))
         observers.append(ServedObserver(self.clock))
+        if self.otel is not None:
+            observers.append(self.otel.observer(d.name, self.clock, self.breaker_state(d)))
         return Events(observers)
+
+    def breaker_state(self, d: FailoverDefinition) -> Callable[[], str | None]:
+        """Reads the state of failover ``d``'s breaker (``None`` without one), made later."""
+
+        def state() -> str | None:
+            cb = d.breaker if isinstance(d.breaker, pybreaker.CircuitBreaker) else None
+            cb = cb or self.breakers.get(d.name)
+            return None if cb is None else str(cb.current_state)
+
+        return state
 
     def execution(self, d: FailoverDefinition, rt: Runtime) -> Execution | None:
         """The failover's execution chain: bulkhead outside breaker outside timeout."""

@@ -1,0 +1,186 @@
+"""OpenTelemetry traces and metrics as an observer of one failover's calls (the ``[otel]`` extra).
+
+`OpenTelemetry` holds the tracer and meter (the global providers unless given);
+`OtelObserver` turns each fact of the event stream (`failover.events`) into a span: one per
+upstream call (``failover.call``) and one per recovery read (``failover.recover``), with the
+failover's name, the outcome, the cause, the stale age and the breaker state as attributes; a
+guard's refusal (the upstream not called) is an event of the call's span. The library's counters
+are OTel metrics too, for those who do not use Prometheus. The events come after the fact, so a
+span's start is its end less the time the core measured.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from datetime import datetime
+from typing import Any, ClassVar
+
+from .errors import ConfigurationError
+from .events import Observer
+from .stores.base import Payload
+
+__all__ = ["OpenTelemetry", "OtelObserver", "resolve_opentelemetry"]
+
+SCOPE = "failover"
+
+
+class OpenTelemetry:
+    """Where a `failover.Failover` sends its spans and metrics (``Failover(opentelemetry=...)``).
+
+    Args:
+        tracer_provider: the OTel ``TracerProvider``; ``None``: the global one.
+        meter_provider: the OTel ``MeterProvider``; ``None``: the global one.
+
+    Raises:
+        ConfigurationError: ``opentelemetry-api`` is not installed (``pip install failover[otel]``).
+    """
+
+    def __init__(self, tracer_provider: Any = None, meter_provider: Any = None) -> None:
+        try:
+            from opentelemetry import metrics, trace
+        except ImportError as e:
+            raise ConfigurationError(
+                "Failover: opentelemetry needs opentelemetry-api (pip install 'failover[otel]')"
+            ) from e
+        self.tracer = trace.get_tracer(SCOPE, tracer_provider=tracer_provider)
+        meter = metrics.get_meter(SCOPE, meter_provider=meter_provider)
+        self.calls = meter.create_counter(
+            "failover.calls", unit="{call}", description="Calls by failover and outcome"
+        )
+        self.upstream = meter.create_histogram(
+            "failover.upstream.duration", unit="s", description="Time of the upstream calls"
+        )
+        self.stale_age = meter.create_histogram(
+            "failover.stale.age", unit="s", description="Age of the values recovered"
+        )
+        self.writes = meter.create_counter(
+            "failover.store.writes", unit="{write}", description="Live results written or failed"
+        )
+        self.error = trace.StatusCode.ERROR
+
+    def __repr__(self) -> str:
+        return "OpenTelemetry()"
+
+    def observer(
+        self, name: str, clock: Callable[[], datetime], breaker: Callable[[], str | None]
+    ) -> OtelObserver:
+        """The observer of failover ``name``; ``breaker`` reads its breaker's state (or None)."""
+        return OtelObserver(self, name, clock, breaker)
+
+
+def resolve_opentelemetry(value: object) -> OpenTelemetry | None:
+    """``False``/``None``: off; ``True``: the global providers; an `OpenTelemetry`: itself.
+
+    Raises:
+        ConfigurationError: anything else, or ``True`` without opentelemetry-api installed.
+    """
+    if value is None or value is False:
+        return None
+    if value is True:
+        return OpenTelemetry()
+    if isinstance(value, OpenTelemetry):
+        return value
+    raise ConfigurationError(
+        f"Failover: opentelemetry must be a bool or an OpenTelemetry, got {value!r}"
+    )
+
+
+class OtelObserver(Observer):
+    """One failover's spans and OTel metrics.
+
+    Args:
+        otel: the tracer and instruments.
+        name: the failover's name.
+        clock: the engine's clock (the stale age of a recovered value).
+        breaker: the state of the failover's breaker, ``None`` without one.
+    """
+
+    __slots__ = ("breaker", "clock", "name", "otel")
+
+    timed: ClassVar[bool] = True
+
+    def __init__(
+        self,
+        otel: OpenTelemetry,
+        name: str,
+        clock: Callable[[], datetime],
+        breaker: Callable[[], str | None],
+    ) -> None:
+        self.otel = otel
+        self.name = name
+        self.clock = clock
+        self.breaker = breaker
+
+    def __repr__(self) -> str:
+        return f"OtelObserver({self.name!r})"
+
+    def _span(
+        self,
+        span_name: str,
+        outcome: str,
+        seconds: float | None,
+        cause: Exception | None = None,
+        age: float | None = None,
+    ) -> None:
+        attributes: dict[str, Any] = {"failover.name": self.name, "failover.outcome": outcome}
+        if cause is not None:
+            attributes["failover.cause"] = type(cause).__qualname__
+        if age is not None:
+            attributes["failover.stale_age_s"] = age
+        state = self.breaker()
+        if state is not None:
+            attributes["failover.breaker.state"] = state
+        end = time.time_ns()
+        start = end - int((seconds or 0.0) * 1e9)
+        span = self.otel.tracer.start_span(span_name, start_time=start, attributes=attributes)
+        if seconds is None:
+            span.add_event("failover.guard_refused", {"failover.name": self.name})
+        if cause is not None:
+            span.set_status(self.otel.error, type(cause).__qualname__)
+        span.end(end_time=end)
+        self.otel.calls.add(1, {"failover.name": self.name, "failover.outcome": outcome})
+        if seconds is not None and span_name == "failover.call":
+            self.otel.upstream.record(seconds, {"failover.name": self.name})
+
+    def _age(self, as_of: datetime | None) -> float | None:
+        if as_of is None:
+            return None
+        return max(0.0, (self.clock() - as_of).total_seconds())
+
+    def live(self, now: datetime | None, seconds: float) -> None:
+        """A ``failover.call`` span, outcome ``live``."""
+        self._span("failover.call", "live", seconds)
+
+    def recovered(self, seconds: float | None, cause: Exception, as_of: datetime | None) -> None:
+        """A ``failover.call`` span, outcome ``recovered``, with the stale age."""
+        age = self._age(as_of)
+        self._span("failover.call", "recovered", seconds, cause, age)
+        if age is not None:
+            self.otel.stale_age.record(age, {"failover.name": self.name})
+
+    def not_recovered(self, seconds: float | None, cause: Exception) -> None:
+        """A ``failover.call`` span, outcome ``not_recovered``."""
+        self._span("failover.call", "not_recovered", seconds, cause)
+
+    def raised(self, seconds: float, cause: Exception) -> None:
+        """A ``failover.call`` span, outcome ``raised``."""
+        self._span("failover.call", "raised", seconds, cause)
+
+    def read(self, outcome: str, seconds: float, found: Payload | None) -> None:
+        """A ``failover.recover`` span: the store read for a recovery."""
+        age = self._age(found.as_of) if found is not None else None
+        attributes: dict[str, Any] = {"failover.name": self.name, "failover.outcome": outcome}
+        if age is not None:
+            attributes["failover.stale_age_s"] = age
+        end = time.time_ns()
+        span = self.otel.tracer.start_span(
+            "failover.recover", start_time=end - int(seconds * 1e9), attributes=attributes
+        )
+        span.end(end_time=end)
+
+    def stored(self, ok: bool, seconds: float) -> None:
+        """Count a write of a live result."""
+        self.otel.writes.add(
+            1, {"failover.name": self.name, "failover.result": "stored" if ok else "failed"}
+        )
