@@ -18,7 +18,8 @@ from typing import Any
 
 from ...serialization.rows import datetime_of
 from ..browsing import PREVIEW, Page, StoredEntry
-from .client import Commands, Errors, Keys
+from .client import Errors, Keys
+from .commands import Commands
 
 __all__ = ["CHUNK", "RedisBrowsing", "describe"]
 

@@ -6,9 +6,7 @@ Also the checks of a key prefix, shared with the per-tenant factory.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterable
 from types import TracebackType
-from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qsl, quote, urlencode, urlsplit, urlunsplit
 
 try:
@@ -21,12 +19,8 @@ except ImportError as exc:  # pragma: no cover - exercised where redis-py is not
 
 from ...errors import ConfigurationError, StoreError
 
-if TYPE_CHECKING:
-    from .topology import Client
-
 __all__ = [
     "DEFAULT_PREFIX",
-    "Commands",
     "Errors",
     "Keys",
     "check_timeout",
@@ -186,55 +180,3 @@ class Keys:
         """``name``'s index of keys in key order (every score 0, read ``BYLEX``):
         ``{prefix}k:{N}``."""
         return f"{self.prefix}k:{quote(name, safe='')}"
-
-
-class Commands:
-    """Runs a store's commands, its errors turned into `StoreError` naming the store.
-
-    Args:
-        client: the redis-py client.
-        where: the store, as error messages name it.
-        cluster: ``client`` is a Redis Cluster's.
-    """
-
-    def __init__(self, client: Client, where: str, cluster: bool = False) -> None:
-        self.client = client
-        self.where = where
-        self.cluster = cluster
-        """Whether the keys spread over a Redis Cluster's slots: a command may name the keys
-        of one slot only."""
-
-    def one(self, operation: str, *command: Any) -> Any:
-        """One command's reply."""
-        with Errors(self.where, operation):  # a cluster's client is made on first use
-            execute: Callable[..., Any] = self.client.execute_command  # untyped in redis-py
-            return execute(*command)
-
-    def pipelined(self, operation: str, commands: Iterable[tuple[Any, ...]]) -> list[Any]:
-        """The replies of ``commands``, sent in one round trip (not a transaction)."""
-        with Errors(self.where, operation):
-            pipe = self.client.pipeline(transaction=False)
-            queue: Callable[..., Any] = pipe.execute_command  # untyped in redis-py
-            for command in commands:
-                queue(*command)
-            replies: list[Any] = pipe.execute()
-            return replies
-
-    def mget(self, operation: str, keys: list[str]) -> list[Any]:
-        """The values of ``keys`` (``None`` where missing): one ``MGET``; on a cluster one per
-        slot, sent in one pipeline per node, to every node at once."""
-        with Errors(self.where, operation):
-            if self.cluster:
-                return list(self.client.mget_nonatomic(keys))  # type: ignore[union-attr]
-            execute: Callable[..., Any] = self.client.execute_command
-            found: list[Any] = execute("MGET", *keys)
-            return found
-
-    def spread(
-        self, command: str, first: Iterable[Any], keys: Iterable[str]
-    ) -> list[tuple[Any, ...]]:
-        """``command`` over ``keys`` as commands to pipeline: one, or one per key on a cluster
-        (a command names the keys of one slot only)."""
-        if self.cluster:
-            return [(command, *first, k) for k in keys]
-        return [(command, *first, *keys)]

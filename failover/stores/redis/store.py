@@ -45,12 +45,12 @@ from .aio import AsyncClients, AsyncRedisMethods, async_url
 from .browsing import RedisBrowsing
 from .client import (
     DEFAULT_PREFIX,
-    Commands,
     Keys,
     checked_prefix,
     masked,
     split_url,
 )
+from .commands import Commands
 from .topology import Client, LazyCluster, store_client
 
 __all__ = ["RedisStore"]

@@ -19,7 +19,7 @@ from typing import Any
 import psycopg
 import sqlalchemy as sa
 
-from .engine import CONNECT_TIMEOUT_S
+from .limits import CONNECT_TIMEOUT_S
 
 __all__ = ["AsyncConnections"]
 

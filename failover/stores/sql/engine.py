@@ -13,12 +13,20 @@ from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine import Engine
 
 from ...errors import ConfigurationError
+from .limits import CONNECT_TIMEOUT_S
 from .psycopg import ping_when_idle
 
-__all__ = ["first_line", "is_memory", "is_psycopg", "make_engine", "masked", "prepares"]
+__all__ = [
+    "CONNECT_TIMEOUT_S",
+    "first_line",
+    "is_memory",
+    "is_psycopg",
+    "make_engine",
+    "masked",
+    "prepares",
+]
 
 _BUSY_TIMEOUT_MS = 5_000
-CONNECT_TIMEOUT_S = 10
 _SQLITE_POOL = {"pool_size": 8, "max_overflow": 8}
 _SERVER_POOL = {"pool_size": 10, "max_overflow": 10, "pool_pre_ping": True}
 _MASK = re.compile(r"(://[^:/@]*:)[^@]*@")

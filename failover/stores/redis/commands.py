@@ -1,0 +1,64 @@
+"""A store's Redis commands, run on one server's client or a cluster's, with their errors
+turned into `StoreError`s naming the store."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from .client import Errors
+from .topology import Client
+
+__all__ = ["Commands"]
+
+
+class Commands:
+    """Runs a store's commands, its errors turned into `StoreError` naming the store.
+
+    Args:
+        client: the redis-py client.
+        where: the store, as error messages name it.
+        cluster: ``client`` is a Redis Cluster's.
+    """
+
+    def __init__(self, client: Client, where: str, cluster: bool = False) -> None:
+        self.client = client
+        self.where = where
+        self.cluster = cluster
+        """Whether the keys spread over a Redis Cluster's slots: a command may name the keys
+        of one slot only."""
+
+    def one(self, operation: str, *command: Any) -> Any:
+        """One command's reply."""
+        with Errors(self.where, operation):  # a cluster's client is made on first use
+            execute: Callable[..., Any] = self.client.execute_command  # untyped in redis-py
+            return execute(*command)
+
+    def pipelined(self, operation: str, commands: Iterable[tuple[Any, ...]]) -> list[Any]:
+        """The replies of ``commands``, sent in one round trip (not a transaction)."""
+        with Errors(self.where, operation):
+            pipe = self.client.pipeline(transaction=False)
+            queue: Callable[..., Any] = pipe.execute_command  # untyped in redis-py
+            for command in commands:
+                queue(*command)
+            replies: list[Any] = pipe.execute()
+            return replies
+
+    def mget(self, operation: str, keys: list[str]) -> list[Any]:
+        """The values of ``keys`` (``None`` where missing): one ``MGET``; on a cluster one per
+        slot, sent in one pipeline per node, to every node at once."""
+        with Errors(self.where, operation):
+            if self.cluster:
+                return list(self.client.mget_nonatomic(keys))  # type: ignore[union-attr]
+            execute: Callable[..., Any] = self.client.execute_command
+            found: list[Any] = execute("MGET", *keys)
+            return found
+
+    def spread(
+        self, command: str, first: Iterable[Any], keys: Iterable[str]
+    ) -> list[tuple[Any, ...]]:
+        """``command`` over ``keys`` as commands to pipeline: one, or one per key on a cluster
+        (a command names the keys of one slot only)."""
+        if self.cluster:
+            return [(command, *first, k) for k in keys]
+        return [(command, *first, *keys)]
