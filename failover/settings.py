@@ -156,7 +156,7 @@ def _wait(value: Any, owner: str, setting: str) -> float | None:
 
 
 def _timeout(value: Any, owner: str, setting: str) -> float | None:
-    return None if value is None else _finite_seconds(value, owner, setting, zero_ok=False)
+    return None if value is None else seconds(value, owner, setting, zero_ok=False)
 
 
 def _interval(value: Any, owner: str, setting: str) -> timedelta | None:
@@ -190,8 +190,8 @@ class Options(TypedDict, total=False):
         weight: permits one call takes from its pool.
         acquire_timeout: how long a call waits for bulkhead permits: ``0`` fails fast to
             recovery, ``None`` waits without limit, else seconds, a timedelta or ``"250ms"``.
-        timeout: soft timeout in seconds: a slower upstream is served stale, and its late
-            result is stored.
+        timeout: soft timeout: a slower upstream is served stale, and its late result is
+            stored; seconds, a timedelta or ``"2s"``.
         store_interval: write coalescing: the least time between two stores of one key;
             ``None``: the engine's.
         single_flight: concurrent calls with the same key share one upstream call and one

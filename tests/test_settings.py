@@ -22,13 +22,16 @@ def test_each_setting_is_declared_once_with_its_default_and_a_definition_field()
 @pytest.mark.parametrize(
     ("setting", "value", "seconds"),
     [
+        ("timeout", "2s", 2.0),
+        ("timeout", "250ms", 0.25),
+        ("timeout", timedelta(minutes=1), 60.0),
         ("timeout", 1.5, 1.5),
         ("acquire_timeout", "250ms", 0.25),
         ("acquire_timeout", timedelta(seconds=3), 3.0),
         ("acquire_timeout", 0, 0.0),
     ],
 )
-def test_duration_settings(
+def test_every_duration_setting_reads_durations_as_ttl_does(
     engine: failover.Failover, setting: str, value: Any, seconds: float
 ) -> None:
     extra: dict[str, Any] = {"max_concurrency": 2} if setting == "acquire_timeout" else {}
@@ -44,6 +47,8 @@ def test_duration_settings(
 @pytest.mark.parametrize(
     ("kwargs", "match"),
     [
+        ({"timeout": "soon"}, "'bad': timeout 'soon' is not a duration"),
+        ({"timeout": "0s"}, "'bad': timeout must be positive"),
         ({"timeout": 0}, "'bad': timeout= must be a finite number of seconds > 0"),
         ({"acquire_timeout": "later", "max_concurrency": 1}, "acquire_timeout 'later' is not"),
     ],
