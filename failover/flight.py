@@ -18,7 +18,7 @@ import threading
 from collections.abc import Callable
 from datetime import datetime
 from time import perf_counter
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 from .context import CallContext
 from .definition import FailoverDefinition
@@ -150,7 +150,7 @@ def flown(
     envelope: bool,
 ) -> Any:
     """A sync call with single flight: what the caller gets (the value or its envelope)."""
-    flights: Flights = rt.flights  # type: ignore[assignment]  # set: single_flight is on
+    flights = cast(Flights, rt.flights)  # set: single_flight is on
     key = _key(ctx)
     flight, leader = flights.join(key, None)
     start = perf_counter()
@@ -189,7 +189,7 @@ async def aflown(
     envelope: bool,
 ) -> Any:
     """`flown` for an ``async def`` failover: followers are tasks of the leader's loop."""
-    flights: Flights = rt.flights  # type: ignore[assignment]  # set: single_flight is on
+    flights = cast(Flights, rt.flights)  # set: single_flight is on
     key = _key(ctx)
     flight, leader = flights.join(key, asyncio.get_running_loop())
     start = perf_counter()

@@ -58,16 +58,13 @@ def field_names(tp: type, kind: int | None) -> list[str]:
     enum or another type."""
     if kind == DATACLASS:
         return [f.name for f in dataclasses.fields(tp)]
-    fields: Any
+    shape: Any = tp  # each kind's own attribute, recognised by `kind_of`
     if kind == PYDANTIC:
-        fields = tp.__pydantic_fields__  # type: ignore[attr-defined]
-        return list(fields)
+        return list(shape.__pydantic_fields__)
     if kind == NAMEDTUPLE:
-        fields = tp._fields  # type: ignore[attr-defined]
-        return list(fields)
+        return list(shape._fields)
     if kind == ATTRS:
-        fields = tp.__attrs_attrs__  # type: ignore[attr-defined]
-        return [a.name for a in fields]
+        return [a.name for a in shape.__attrs_attrs__]
     return []
 
 
@@ -75,7 +72,8 @@ def frozen(tp: type, kind: int | None) -> bool:
     """Whether instances of ``tp`` refuse to have their fields set: frozen dataclasses, frozen
     pydantic models, ``NamedTuple``\\ s. (An attrs class says so only when set: ``False``.)"""
     if kind == DATACLASS:
-        params: Any = tp.__dataclass_params__  # type: ignore[attr-defined]
+        shape: Any = tp
+        params = shape.__dataclass_params__
         return bool(params.frozen)
     if kind == PYDANTIC:
         config: Any = getattr(tp, "model_config", {})

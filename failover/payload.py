@@ -193,8 +193,9 @@ def enrich(value: T, up_to_date: bool, as_of: datetime | None) -> T:
             return value
         except AttributeError:  # frozen another way (attrs, a refusing __setattr__): a copy
             kind = _settle(value, _FROZEN)
+    shape: Any = value  # each kind's own copy, recognised by `_copy_kind`
     if kind == _DATACLASS:
-        return dataclasses.replace(value, up_to_date=up_to_date, as_of=as_of)  # type: ignore[type-var]
+        return cast(T, dataclasses.replace(shape, up_to_date=up_to_date, as_of=as_of))
     if kind == _FROZEN:
         frozen: Any = copy.copy(value)  # the caller's (or the store's) object stays as it is
         try:
@@ -205,6 +206,5 @@ def enrich(value: T, up_to_date: bool, as_of: datetime | None) -> T:
             return value
         return cast(T, frozen)
     if kind == _NAMEDTUPLE:
-        return cast(T, value._replace(up_to_date=up_to_date, as_of=as_of))  # type: ignore[attr-defined]
-    copied: T = value.model_copy(update={"up_to_date": up_to_date, "as_of": as_of})  # type: ignore[attr-defined]
-    return copied
+        return cast(T, shape._replace(up_to_date=up_to_date, as_of=as_of))
+    return cast(T, shape.model_copy(update={"up_to_date": up_to_date, "as_of": as_of}))

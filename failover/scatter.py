@@ -156,7 +156,8 @@ def _keys(value: Any) -> Iterable[Any]:
         return ()
     if isinstance(value, str):
         return [part for part in (p.strip() for p in value.split(",")) if part]
-    return value  # type: ignore[no-any-return]  # any iterable of keys
+    keys: Iterable[Any] = value  # any iterable of keys
+    return keys
 
 
 class _EntitySplitter:
@@ -237,7 +238,8 @@ class _EntitySplitter:
 def _getter(name: str) -> Callable[[Any], Hashable]:
     def get(item: Any) -> Hashable:
         # Dict items (JSON-like results) by key, anything else by attribute.
-        return item[name] if isinstance(item, Mapping) else getattr(item, name)  # type: ignore[no-any-return]
+        key: Hashable = item[name] if isinstance(item, Mapping) else getattr(item, name)
+        return key
 
     get.__qualname__ = repr(name)  # shows as item_key='code' in the splitter's repr
     return get

@@ -29,7 +29,7 @@ from typing import Any
 
 from ..errors import ConfigurationError
 from ..metrics import NULL_METRICS, Metrics
-from .base import Capabilities, FailoverStore, Payload, does_io, native_async
+from .base import Capabilities, FailoverStore, Payload, as_async, does_io, native_async
 from .browsing import BrowsingLayer, Page, Summary, overlaid
 from .write_queue import DELETED, REJECTIONS, Tombstone, Write, WriteQueue
 
@@ -205,7 +205,7 @@ class AsyncWriteStore(BrowsingLayer, Capabilities):
         """`find`, the inner store's read awaited."""
         write = self._q.pending.get((name, key))
         if write is None:
-            found: Payload | None = await self.inner.afind(name, key)  # type: ignore[attr-defined]
+            found = await as_async(self.inner).afind(name, key)
             return found
         value = write[2]
         return None if isinstance(value, Tombstone) else value
@@ -213,8 +213,8 @@ class AsyncWriteStore(BrowsingLayer, Capabilities):
     async def afind_many(self, name: str, keys: Iterable[str]) -> dict[str, Payload]:
         """`find_many`, the inner store's read awaited."""
         queued, rest = self._pending(name, keys)
-        inner: Any = self.inner
-        return _laid_over(await inner.afind_many(name, rest) if rest else {}, queued)
+        found = await as_async(self.inner).afind_many(name, rest) if rest else {}
+        return _laid_over(found, queued)
 
     async def astore_many(self, payloads: Sequence[Payload]) -> None:
         """`store_many`: queued, never waiting on I/O."""
@@ -223,7 +223,7 @@ class AsyncWriteStore(BrowsingLayer, Capabilities):
     async def aclose(self) -> None:
         """Close the inner store's async clients of this loop."""
         if native_async(self.inner):
-            await self.inner.aclose()  # type: ignore[attr-defined]
+            await self.inner.aclose()
 
     def find_all(self, name: str) -> list[Payload]:
         """Every entry of ``name``, writes still queued included."""

@@ -7,7 +7,7 @@ from __future__ import annotations
 import time
 from collections.abc import Iterable, Iterator, Sequence
 from datetime import datetime
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol, TypeGuard, cast, runtime_checkable
 
 from ..payload import ReferentialPayload
 
@@ -15,6 +15,7 @@ __all__ = [
     "AsyncFailoverStore",
     "Capabilities",
     "FailoverStore",
+    "as_async",
     "browsable",
     "delete_many",
     "does_io",
@@ -195,10 +196,17 @@ def browsable(store: object) -> bool:
     return bool(getattr(store, "browsable", False))
 
 
-def native_async(store: object) -> bool:
+def native_async(store: object) -> TypeGuard[AsyncFailoverStore]:
     """Whether ``store`` declares the `AsyncFailoverStore` methods (`Capabilities.native_async`);
     ``False`` when it says nothing (async callers then reach it on a worker thread)."""
     return bool(getattr(store, "native_async", False))
+
+
+def as_async(store: object) -> AsyncFailoverStore:
+    """``store`` as the `AsyncFailoverStore` it is: for a layer's async methods, which its
+    callers only reach when the layer declares `Capabilities.native_async`, that is when the
+    store it wraps has them."""
+    return cast(AsyncFailoverStore, store)
 
 
 def flush(store: object, timeout: float | None = None) -> bool:

@@ -12,6 +12,7 @@ from .base import (
     Capabilities,
     FailoverStore,
     Payload,
+    as_async,
     delete_many,
     does_io,
     native_async,
@@ -127,22 +128,22 @@ class CopyingStore(BrowsingLayer, Capabilities):
 
     async def afind(self, name: str, key: str) -> Payload | None:
         """`find`, awaited."""
-        payload = await self.inner.afind(name, key)  # type: ignore[attr-defined]
+        payload = await as_async(self.inner).afind(name, key)
         return None if payload is None else copied(payload)
 
     async def afind_many(self, name: str, keys: Iterable[str]) -> dict[str, Payload]:
         """`find_many`, awaited."""
-        found = await self.inner.afind_many(name, keys)  # type: ignore[attr-defined]
+        found = await as_async(self.inner).afind_many(name, keys)
         return {k: copied(p) for k, p in found.items()}
 
     async def astore_many(self, payloads: Sequence[Payload]) -> None:
         """`store_many`, awaited."""
-        await self.inner.astore_many([copied(p) for p in payloads])  # type: ignore[attr-defined]
+        await as_async(self.inner).astore_many([copied(p) for p in payloads])
 
     async def aclose(self) -> None:
         """Close the inner store's async clients of this loop."""
         if native_async(self.inner):
-            await self.inner.aclose()  # type: ignore[attr-defined]
+            await self.inner.aclose()
 
     def find_all(self, name: str) -> list[Payload]:
         """Copies of every entry of ``name``."""

@@ -175,7 +175,7 @@ class MultiTenantStore(BrowsingLayer, Capabilities):
         """Close this loop's async clients of every tenant's store made so far."""
         for store in list(self._stores.values()):
             if native_async(store):
-                await store.aclose()  # type: ignore[attr-defined]
+                await store.aclose()
 
     def layers_below(self) -> list[FailoverStore]:
         """The stores made so far, one per tenant: `flush` waits for each."""

@@ -230,7 +230,7 @@ class TieredStore(BrowsingLayer, Capabilities):
     async def aclose(self) -> None:
         """Close the far store's async clients of this loop."""
         if native_async(self.far):
-            await self.far.aclose()  # type: ignore[attr-defined]
+            await self.far.aclose()
 
     def find_all(self, name: str) -> list[Payload]:
         """Every entry of ``name`` in either tier, the fresher of each key, by key."""
