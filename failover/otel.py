@@ -115,9 +115,8 @@ class OtelObserver(Observer):
     def __repr__(self) -> str:
         return f"OtelObserver({self.name!r})"
 
-    def _span(
+    def _call(
         self,
-        span_name: str,
         outcome: str,
         seconds: float | None,
         cause: Exception | None = None,
@@ -133,14 +132,14 @@ class OtelObserver(Observer):
             attributes["failover.breaker.state"] = state
         end = time.time_ns()
         start = end - int((seconds or 0.0) * 1e9)
-        span = self.otel.tracer.start_span(span_name, start_time=start, attributes=attributes)
+        span = self.otel.tracer.start_span("failover.call", start_time=start, attributes=attributes)
         if seconds is None:
             span.add_event("failover.guard_refused", {"failover.name": self.name})
         if cause is not None:
             span.set_status(self.otel.error, type(cause).__qualname__)
         span.end(end_time=end)
         self.otel.calls.add(1, {"failover.name": self.name, "failover.outcome": outcome})
-        if seconds is not None and span_name == "failover.call":
+        if seconds is not None:
             self.otel.upstream.record(seconds, {"failover.name": self.name})
 
     def _age(self, as_of: datetime | None) -> float | None:
@@ -150,22 +149,22 @@ class OtelObserver(Observer):
 
     def live(self, now: datetime | None, seconds: float) -> None:
         """A ``failover.call`` span, outcome ``live``."""
-        self._span("failover.call", "live", seconds)
+        self._call("live", seconds)
 
     def recovered(self, seconds: float | None, cause: Exception, as_of: datetime | None) -> None:
         """A ``failover.call`` span, outcome ``recovered``, with the stale age."""
         age = self._age(as_of)
-        self._span("failover.call", "recovered", seconds, cause, age)
+        self._call("recovered", seconds, cause, age)
         if age is not None:
             self.otel.stale_age.record(age, {"failover.name": self.name})
 
     def not_recovered(self, seconds: float | None, cause: Exception) -> None:
         """A ``failover.call`` span, outcome ``not_recovered``."""
-        self._span("failover.call", "not_recovered", seconds, cause)
+        self._call("not_recovered", seconds, cause)
 
     def raised(self, seconds: float, cause: Exception) -> None:
         """A ``failover.call`` span, outcome ``raised``."""
-        self._span("failover.call", "raised", seconds, cause)
+        self._call("raised", seconds, cause)
 
     def read(self, outcome: str, seconds: float, found: Payload | None) -> None:
         """A ``failover.recover`` span: the store read for a recovery."""
