@@ -222,22 +222,28 @@ class _Bound(functools.partial[Any]):
 
     definition: FailoverDefinition
 
-    def __new__(cls, func: Callable[..., Any], target: object) -> Self:
+    # ``func`` is a decorated function: a function object carrying the failover's attributes,
+    # which its type cannot name (hence ``Any``).
+
+    def __new__(cls, func: Any, target: object) -> Self:
         self = super().__new__(cls, func, target)
-        self.definition = func.definition  # type: ignore[attr-defined]
+        self.definition = func.definition
         return self
 
     def referential(self, *args: Any, **kwargs: Any) -> Any:
         """The same call, returning the envelope."""
-        return self.func.referential(*self.args, *args, **kwargs)  # type: ignore[attr-defined]
+        func: Any = self.func
+        return func.referential(*self.args, *args, **kwargs)
 
     def peek(self, *args: Any, **kwargs: Any) -> Any:
         """The stored, unexpired entry for these arguments."""
-        return self.func.peek(*self.args, *args, **kwargs)  # type: ignore[attr-defined]
+        func: Any = self.func
+        return func.peek(*self.args, *args, **kwargs)
 
     def invalidate(self, *args: Any, **kwargs: Any) -> None:
         """Delete the stored entry for these arguments."""
-        self.func.invalidate(*self.args, *args, **kwargs)  # type: ignore[attr-defined]
+        func: Any = self.func
+        func.invalidate(*self.args, *args, **kwargs)
 
 
 class _Method(Generic[P, R]):
@@ -318,12 +324,14 @@ def _build(fn: Any, name: str | None, options: dict[str, Any]) -> Any:
     definition = resolve(fn, name, function, options, is_async, is_method)
     state = State(definition, Binder(signature, is_method), fn, engine)
     shell = _async_shell if definition.is_async else _sync_shell
-    wrapper = functools.update_wrapper(shell(state, False), fn)
-    wrapper.referential = shell(state, True)  # type: ignore[attr-defined]
-    wrapper.peek = state.peek  # type: ignore[attr-defined]
-    wrapper.invalidate = state.invalidate  # type: ignore[attr-defined]
-    wrapper.definition = definition  # type: ignore[attr-defined]
-    wrapper._failover_state = state  # type: ignore[attr-defined]
+    # A function object given the failover's attributes: typed by the FailoverFunction Protocol
+    # for callers, ``Any`` here where they are set.
+    wrapper: Any = functools.update_wrapper(shell(state, False), fn)
+    wrapper.referential = shell(state, True)
+    wrapper.peek = state.peek
+    wrapper.invalidate = state.invalidate
+    wrapper.definition = definition
+    wrapper._failover_state = state
     if engine is None:
         default_engine.register_default(state)
     else:
