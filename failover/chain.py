@@ -2,7 +2,9 @@
 
 Store chain, outermost first (per tenant under the router)::
 
-    MultiTenantStore -> CopyingStore -> AsyncWriteStore -> raw store
+    MultiTenantStore -> CopyingStore -> DeadlineStore -> AsyncWriteStore -> raw store
+
+(the deadline layer only over stores that do I/O).
 
 Handler chain, outermost first::
 
@@ -20,8 +22,10 @@ from .metrics import NULL_METRICS, Metrics
 from .stores.async_write import AsyncWriteStore
 from .stores.base import FailoverStore, does_io, isolating, walk, writes_async
 from .stores.copying import CopyingStore
+from .stores.deadline import DeadlineStore
 from .stores.factory import make_store, per_tenant
 from .stores.tenant import MultiTenantStore, TenantStoreFactory
+from .stores.tiered import TieredStore
 from .tenant import current_tenant, pinned
 
 __all__ = ["handler_chain", "store_chain"]
@@ -33,6 +37,7 @@ def store_chain(
     async_writes: bool | None,
     metrics: Metrics,
     clock: Callable[[], datetime],
+    store_timeout: float | None = None,
 ) -> tuple[FailoverStore, FailoverStore]:
     """The engine's raw store and the chain over it, from `Failover`'s ``store=`` setting.
 
@@ -42,7 +47,7 @@ def store_chain(
 
     def layers(raw: FailoverStore) -> FailoverStore:
         """The layers over one raw store (one tenant's, with multi-tenancy), outermost first:
-        copying, then async writes, then the raw store."""
+        copying, the deadline, async writes, then the raw store."""
         if isinstance(raw, MultiTenantStore):
             return raw  # a router stays outermost: its tenants' chains are its own
         for layer in walk(raw):
@@ -54,6 +59,12 @@ def store_chain(
         queued = _queues_writes(raw, async_writes)
         if queued:
             chain = AsyncWriteStore(chain, metrics=metrics)
+        # Over the queue, so that a queued write passes through without a thread hop; only
+        # over I/O: an in-process store cannot hang.
+        # Not over a tiered store: its near copy answers while far fails, and a breaker over
+        # both would skip near too.
+        if store_timeout is not None and does_io(raw) and not isinstance(raw, TieredStore):
+            chain = DeadlineStore(chain, store_timeout, clock)
         # Copy before the queue, so that a caller mutating its result while the write waits
         # changes nothing; a queued write is not encoded yet, so even an isolating store needs it.
         if queued or _needs_copy(raw):

@@ -13,7 +13,7 @@ import pytest
 import failover
 from failover import ConfigurationError, Failover, InMemoryStore, ReferentialPayload
 from failover.stores import AsyncWriteStore, CopyingStore, FailoverStore, MultiTenantStore
-from failover.stores.base import isolating
+from failover.stores.base import isolating, walk
 from failover.stores.sql import SqlStore
 
 from .conftest import FakeClock, Upstream
@@ -35,9 +35,12 @@ CHAINS = {
     ("memory", None): ["CopyingStore", "InMemoryStore"],
     ("memory", True): ["CopyingStore", "AsyncWriteStore", "InMemoryStore"],
     ("memory", False): ["CopyingStore", "InMemoryStore"],
-    ("sqlite", None): ["CopyingStore", "AsyncWriteStore", "SqlStore"],
-    ("sqlite", True): ["CopyingStore", "AsyncWriteStore", "SqlStore"],
-    ("sqlite", False): ["SqlStore"],  # it encodes on the caller's thread: that isolates
+    ("sqlite", None): ["CopyingStore", "DeadlineStore", "AsyncWriteStore", "SqlStore"],
+    ("sqlite", True): ["CopyingStore", "DeadlineStore", "AsyncWriteStore", "SqlStore"],
+    ("sqlite", False): [
+        "DeadlineStore",
+        "SqlStore",
+    ],  # it encodes on the caller's thread: that isolates
 }
 
 
@@ -57,7 +60,7 @@ def test_the_assembled_layers(
             chain = chain.store_for("acme")
         assert layers(chain) == CHAINS[kind, async_writes]
         if multi_tenant and kind == "sqlite":
-            raw = chain.inner.inner if async_writes is not False else chain  # type: ignore[attr-defined]
+            raw = list(walk(chain))[-1]
             assert raw.table.name == "acme_failover_store"  # one table per tenant
         io = kind == "sqlite"
         assert engine.blocking is io  # async functions read on a thread

@@ -54,6 +54,10 @@ class Failover:
             two stores of one key (a success within it returns live, unstored). Bounds a shared
             store's write rate by distinct keys / interval; adds at most the interval of
             staleness. ``None`` (default): every success is stored.
+        store_timeout: the most a caller waits for one store operation (a read while
+            recovering, a write on its own thread): seconds, ``"500ms"`` or a timedelta (default
+            0.5 s); past it a read is a miss and a write is dropped, and the store is skipped
+            for a few seconds (`failover.stores.deadline.DeadlineStore`). ``None``: no deadline.
         clock: the time source (aware UTC datetimes); tests pass a fake clock.
         enabled: ``False`` makes every decorated function a plain pass-through.
         opentelemetry: ``True`` sends spans and metrics to the global OpenTelemetry providers,
@@ -77,6 +81,7 @@ class Failover:
         timeout_workers: int = 16,
         store_interval: timedelta | float | str | None = None,
         opentelemetry: Any = False,
+        store_timeout: timedelta | float | str | None = 0.5,
     ) -> None:
         validation.check_engine(clock, async_writes, timeout_workers)
         self.clock = clock
@@ -86,8 +91,9 @@ class Failover:
         self.metrics: Metrics = resolve_metrics(metrics)
         self.async_writes = async_writes
         self.tenant_resolver = tenant_resolver
+        self.store_timeout = validation.store_timeout(store_timeout)
         self.raw_store, self.store = store_chain(
-            store, tenant_resolver, async_writes, self.metrics, clock
+            store, tenant_resolver, async_writes, self.metrics, clock, self.store_timeout
         )
         if isinstance(self.store, MultiTenantStore):
             self.tenant_resolver = self.store.resolver

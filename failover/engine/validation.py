@@ -10,7 +10,7 @@ from typing import Any
 from ..errors import ConfigurationError
 from ..expiry import parse_ttl
 
-__all__ = ["breaker_defaults", "check_engine", "env_settings", "store_interval"]
+__all__ = ["breaker_defaults", "check_engine", "env_settings", "store_interval", "store_timeout"]
 
 BREAKER_SETTINGS = ("fail_max", "reset_timeout", "success_threshold", "exclude", "state_storage")
 
@@ -38,6 +38,13 @@ def store_interval(value: timedelta | float | str | None) -> timedelta | None:
     if value is None or value == 0:
         return None
     return parse_ttl(value, "Failover", "store_interval")
+
+
+def store_timeout(value: timedelta | float | str | None) -> float | None:
+    """The engine's ``store_timeout`` in seconds; ``None`` sets no deadline."""
+    if value is None:
+        return None
+    return parse_ttl(value, "Failover", "store_timeout").total_seconds()
 
 
 def breaker_defaults(value: Mapping[str, Any] | None) -> dict[str, Any]:

@@ -1,0 +1,278 @@
+"""`DeadlineStore`: no store operation holds a caller longer than a deadline, and a store that
+timed out is skipped for a while (the store breaker).
+
+Socket timeouts do not bound a *hung* server (a stopped PostgreSQL still accepts the TCP data),
+so the operation runs on a small bounded pool of worker threads and the caller waits for it at
+most ``timeout`` seconds; past it the caller gets a `StoreTimeout` (a read is then a miss, a
+write is dropped and counted) and the worker finishes, or fails, on its own. When every worker
+is still held by a hung operation, further operations are refused at once instead of queueing.
+
+Only a timeout opens the breaker: an error that comes back (a refused connection, a value the
+store cannot encode) costs the caller no wait, and says nothing about the next operation.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections import Counter
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
+from datetime import datetime, timedelta
+from typing import Any, TypeVar
+
+from ..errors import StoreError
+from .base import (
+    Capabilities,
+    FailoverStore,
+    Payload,
+    delete_many,
+    does_io,
+    native_async,
+    writes_async,
+)
+from .browsing import BrowsingLayer
+
+__all__ = ["DeadlineStore", "StoreTimeout", "StoreUnavailable"]
+
+T = TypeVar("T")
+
+
+class StoreTimeout(StoreError, TimeoutError):
+    """A store operation did not answer within the engine's ``store_timeout``."""
+
+
+class StoreUnavailable(StoreError):
+    """A store operation skipped: the store breaker is open after a failure or timeout."""
+
+
+class DeadlineStore(BrowsingLayer, Capabilities):
+    """Bounds the caller's wait on a store that does I/O, and skips a store that timed out.
+
+    Reads (``find``, ``find_many``) always run under the deadline; writes only when they would
+    otherwise block the caller (no async-writes queue below): a queued write is already off the
+    caller's thread and passes straight through, without a thread hop.
+
+    Args:
+        inner: the store (or the async-writes queue over it).
+        timeout: the most seconds a caller waits for one operation.
+        clock: the engine's clock, for the breaker's open time.
+        open_for: how long the breaker skips the store after a timeout; then one
+            operation is let through as a trial, and its success closes the breaker.
+        workers: threads running operations; when all are held (by a hung store), further
+            operations fail at once, without opening the breaker (a busy healthy store is not
+            a failing one).
+
+    Attributes:
+        errors: counts of ``(operation, reason)``, reason ``timeout``, ``error`` or
+            ``breaker_open``.
+    """
+
+    def __init__(
+        self,
+        inner: FailoverStore,
+        timeout: float,
+        clock: Callable[[], datetime],
+        open_for: float = 5.0,
+        workers: int = 32,
+    ) -> None:
+        self.inner = inner
+        self.timeout = timeout
+        self.clock = clock
+        self.open_for = timedelta(seconds=open_for)
+        self.workers = workers
+        self.errors: Counter[tuple[str, str]] = Counter()
+        self._lock = threading.Lock()
+        self._busy = 0
+        self._pool: ThreadPoolExecutor | None = None
+        self._open_until: datetime | None = None
+        self._trial = False  # a trial operation is under way: others are still skipped
+        # Read once: a queued write passes straight through on the hot path.
+        self._queued = writes_async(inner)
+
+    def __repr__(self) -> str:
+        return f"DeadlineStore({self.inner!r}, timeout={self.timeout})"
+
+    @property
+    def does_io(self) -> bool:
+        """Whether the inner store does I/O."""
+        return does_io(self.inner)
+
+    @property
+    def writes_async(self) -> bool:
+        """Whether the inner store's writes never block the caller."""
+        return writes_async(self.inner)
+
+    @property
+    def native_async(self) -> bool:
+        """Whether the inner store has async methods (they pass through, under the deadline)."""
+        return native_async(self.inner)
+
+    @property
+    def up(self) -> bool:
+        """The breaker's view: ``False`` while the store is being skipped."""
+        with self._lock:
+            return self._open_until is None
+
+    def layers_below(self) -> tuple[FailoverStore]:
+        """The inner store."""
+        return (self.inner,)
+
+    def browsed(self) -> FailoverStore:
+        """The inner store: browsing is an operator's, not a caller's, wait."""
+        return self.inner
+
+    # -- the breaker --------------------------------------------------------------------------
+
+    def _admit(self, operation: str) -> None:
+        with self._lock:
+            until = self._open_until
+            if until is None:
+                return
+            if not self._trial and self.clock() >= until:
+                self._trial = True
+                return
+        self.errors[(operation, "breaker_open")] += 1
+        raise StoreUnavailable(f"store skipped for {operation}: its breaker is open")
+
+    def _failed(self, operation: str, reason: str) -> None:
+        with self._lock:
+            self.errors[(operation, reason)] += 1
+            self._trial = False
+            self._open_until = self.clock() + self.open_for
+
+    def _answered(self) -> None:
+        if self._open_until is None:
+            return  # the common case, without the lock
+        with self._lock:
+            self._trial = False
+            self._open_until = None
+
+    # -- running under the deadline -----------------------------------------------------------
+
+    def _run(self, operation: str, fn: Callable[..., T], *args: Any) -> T:
+        self._admit(operation)
+        with self._lock:
+            if self._busy >= self.workers:
+                full = True
+            else:
+                full = False
+                self._busy += 1
+                if self._pool is None:
+                    self._pool = ThreadPoolExecutor(self.workers, "failover-store")
+                pool = self._pool
+        if full:
+            self.errors[(operation, "timeout")] += 1
+            raise StoreTimeout(f"store {operation}: every worker is held by an earlier operation")
+        future = pool.submit(fn, *args)
+        future.add_done_callback(self._release)
+        try:
+            result = future.result(self.timeout)
+        except FutureTimeout:
+            self._failed(operation, "timeout")
+            raise StoreTimeout(
+                f"store {operation} did not answer within {self.timeout:g} s"
+            ) from None
+        except Exception:
+            self.errors[(operation, "error")] += 1
+            raise
+        self._answered()
+        return result
+
+    def _release(self, _: object) -> None:
+        with self._lock:
+            self._busy -= 1
+
+    async def _arun(self, operation: str, work: Awaitable[T]) -> T:
+        try:
+            self._admit(operation)
+        except StoreUnavailable:
+            if asyncio.iscoroutine(work):
+                work.close()
+            raise
+        try:
+            # Cancelled past the deadline: the async stores discard a connection cancelled
+            # mid-statement, so it is never reused.
+            result = await asyncio.wait_for(work, self.timeout)
+        except TimeoutError:
+            self._failed(operation, "timeout")
+            raise StoreTimeout(
+                f"store {operation} did not answer within {self.timeout:g} s"
+            ) from None
+        except Exception:
+            self.errors[(operation, "error")] += 1
+            raise
+        self._answered()
+        return result
+
+    # -- the operations -----------------------------------------------------------------------
+
+    def find(self, name: str, key: str) -> Payload | None:
+        """The entry, within the deadline."""
+        return self._run("find", self.inner.find, name, key)
+
+    def find_many(self, name: str, keys: Iterable[str]) -> dict[str, Payload]:
+        """The entries found, within the deadline."""
+        return self._run("find_many", self.inner.find_many, name, list(keys))
+
+    def store(self, payload: Payload) -> None:
+        """Store, within the deadline unless the write is queued below."""
+        if self._queued:
+            self.inner.store(payload)
+        else:
+            self._run("store", self.inner.store, payload)
+
+    def store_many(self, payloads: Sequence[Payload]) -> None:
+        """Store several, within the deadline unless the writes are queued below."""
+        if self._queued:
+            self.inner.store_many(payloads)
+        else:
+            self._run("store_many", self.inner.store_many, payloads)
+
+    async def afind(self, name: str, key: str) -> Payload | None:
+        """`find`, awaited within the deadline."""
+        return await self._arun("find", self.inner.afind(name, key))  # type: ignore[attr-defined]
+
+    async def afind_many(self, name: str, keys: Iterable[str]) -> dict[str, Payload]:
+        """`find_many`, awaited within the deadline."""
+        inner: Any = self.inner
+        found: dict[str, Payload] = await self._arun("find_many", inner.afind_many(name, keys))
+        return found
+
+    async def astore_many(self, payloads: Sequence[Payload]) -> None:
+        """`store_many`, awaited (within the deadline unless the writes are queued below)."""
+        inner: Any = self.inner
+        if self._queued:
+            await inner.astore_many(payloads)
+        else:
+            await self._arun("store_many", inner.astore_many(payloads))
+
+    async def aclose(self) -> None:
+        """Close the inner store's async clients of this loop."""
+        if native_async(self.inner):
+            await self.inner.aclose()  # type: ignore[attr-defined]
+
+    def find_all(self, name: str) -> list[Payload]:
+        """Every entry of ``name`` (maintenance and browsing: no deadline)."""
+        return self.inner.find_all(name)
+
+    def delete(self, name: str, key: str) -> None:
+        """Remove the entry."""
+        self.inner.delete(name, key)
+
+    def delete_many(self, name: str, keys: Iterable[str]) -> None:
+        """Remove the entries."""
+        delete_many(self.inner, name, keys)
+
+    def clean_by_expiry(self, now: datetime) -> int:
+        """Remove expired entries."""
+        return self.inner.clean_by_expiry(now)
+
+    def close(self) -> None:
+        """Close the inner store; workers still held by a hung operation are not waited for."""
+        with self._lock:
+            pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.shutdown(wait=False, cancel_futures=True)
+        self.inner.close()
