@@ -165,6 +165,7 @@ class _Tally:
     __slots__ = (
         "bulkhead",
         "circuit",
+        "circuit_probe",
         "hooks",
         "partial",
         "recoveries",
@@ -182,6 +183,7 @@ class _Tally:
         self.stale_age = _Histogram(STALE_AGE_BUCKETS)
         self.partial = 0
         self.circuit: int | None = None
+        self.circuit_probe: Callable[[], int] | None = None  # the state read at scrape time
         self.bulkhead: dict[str, int] = {}  # refusals per pool
         self.hooks = 0
 
@@ -282,6 +284,12 @@ class PrometheusMetrics:
     def circuit_state(self, name: str, state: int) -> None:
         """The breaker's state: 0 closed, 1 half-open, 2 open."""
         self._tally(name).circuit = state
+
+    @_safe
+    def circuit_probe(self, name: str, probe: Callable[[], int]) -> None:
+        """Read the breaker state of ``name`` from ``probe`` at scrape time (what the breaker
+        says now, not its last change: an open breaker past its reset timeout is half-open)."""
+        self._tally(name).circuit_probe = probe
 
     @_safe
     def bulkhead_rejected(self, name: str, pool: str | None = None) -> None:
@@ -450,8 +458,14 @@ def _tally_samples(m: PrometheusMetrics, f: dict[str, Any]) -> None:
         _histogram(f["stale_age"], (name,), t.stale_age)
         if t.partial:
             f["partial"].add_metric((name,), t.partial)
-        if t.circuit is not None:
-            f["circuit"].add_metric((name,), t.circuit)
+        circuit = t.circuit
+        if circuit is not None and t.circuit_probe is not None:
+            try:
+                circuit = t.circuit_probe()
+            except Exception:  # a shared storage out of reach: its last change stands
+                circuit = t.circuit
+        if circuit is not None:
+            f["circuit"].add_metric((name,), circuit)
         for pool, n in t.bulkhead.items():
             f["bulkhead"].add_metric((name, pool), n)
         if t.hooks:

@@ -349,3 +349,28 @@ def test_every_family_of_the_table_is_exported(registry: CollectorRegistry) -> N
     text = generate_latest(registry).decode()
     types = dict(line.split()[2:4] for line in text.splitlines() if line.startswith("# TYPE "))
     assert types == CONTRACT
+
+
+def test_an_idle_open_breaker_past_its_reset_timeout_reads_half_open(
+    registry: CollectorRegistry, clock: FakeClock, upstream: Upstream
+) -> None:
+    eng = Failover(clock=clock, metrics=registry, breaker_defaults={"fail_max": 1})
+    idle = Failover(
+        clock=clock, metrics=registry, breaker_defaults={"fail_max": 1, "reset_timeout": 0}
+    )
+
+    @failover.failover("busy", engine=eng, breaker=True, policy="never_throw")
+    def busy() -> object:
+        return upstream("a")
+
+    @failover.failover("idle", engine=idle, breaker=True, policy="never_throw")
+    def quiet() -> object:
+        return upstream("a")
+
+    upstream.fail()
+    busy()
+    quiet()
+    # No call since: the gauge is read at scrape time, so FailoverCircuitOpen does not fire for
+    # a failover whose next call would be the trial.
+    assert value(registry, "failover_circuit_state", name="busy") == 2
+    assert value(registry, "failover_circuit_state", name="idle") == 1

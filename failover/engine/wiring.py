@@ -23,6 +23,7 @@ from ..execution import (
     StateListener,
     state_code,
 )
+from ..execution.circuit import Circuit
 from ..handlers import Handler, key_of
 from ..metrics import NULL_METRICS, Metrics
 from ..metrics_observer import MetricsObserver
@@ -178,6 +179,9 @@ class Wiring:
             ):
                 cb.add_listener(StateListener(d.name, report))
             report(d.name, state_code(cb.current_state))
+            probe = getattr(self.metrics, "circuit_probe", None)
+            if probe is not None:  # the gauge read at scrape time (Prometheus metrics only)
+                probe(d.name, Circuit(cb).gauge_state)
             return cb
 
     def bulkhead(self, d: FailoverDefinition) -> Bulkhead:

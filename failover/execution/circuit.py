@@ -10,6 +10,7 @@ call). The names read here are checked against the installed pybreaker by
 from __future__ import annotations
 
 from collections.abc import Sequence
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pybreaker
@@ -51,3 +52,20 @@ class Circuit:
     def listeners(self) -> Sequence[pybreaker.CircuitBreakerListener]:
         """The breaker's listeners, uncopied."""
         return self.breaker._listeners
+
+    def gauge_state(self) -> int:
+        """The state for ``failover_circuit_state`` now (0 closed, 1 half-open, 2 open): open
+        past ``reset_timeout`` reads half-open, since the next call is a trial; an idle
+        failover's breaker would otherwise read open for ever."""
+        state = self.stored_state()
+        if state == pybreaker.STATE_CLOSED:
+            return 0
+        if state == pybreaker.STATE_HALF_OPEN:
+            return 1
+        opened: datetime | None = self.storage.opened_at
+        if opened is None:
+            return 2
+        if opened.tzinfo is None:  # storages of older pybreakers keep naive UTC
+            opened = opened.replace(tzinfo=UTC)
+        reset = timedelta(seconds=self.breaker.reset_timeout)
+        return 1 if datetime.now(UTC) >= opened + reset else 2
