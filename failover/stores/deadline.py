@@ -27,6 +27,7 @@ from .base import (
     Capabilities,
     FailoverStore,
     Payload,
+    as_async,
     delete_many,
     does_io,
     native_async,
@@ -232,17 +233,15 @@ class DeadlineStore(BrowsingLayer, Capabilities):
 
     async def afind(self, name: str, key: str) -> Payload | None:
         """`find`, awaited within the deadline."""
-        return await self._arun("find", self.inner.afind(name, key))  # type: ignore[attr-defined]
+        return await self._arun("find", as_async(self.inner).afind(name, key))
 
     async def afind_many(self, name: str, keys: Iterable[str]) -> dict[str, Payload]:
         """`find_many`, awaited within the deadline."""
-        inner: Any = self.inner
-        found: dict[str, Payload] = await self._arun("find_many", inner.afind_many(name, keys))
-        return found
+        return await self._arun("find_many", as_async(self.inner).afind_many(name, keys))
 
     async def astore_many(self, payloads: Sequence[Payload]) -> None:
         """`store_many`, awaited (within the deadline unless the writes are queued below)."""
-        inner: Any = self.inner
+        inner = as_async(self.inner)
         if self._queued:
             await inner.astore_many(payloads)
         else:
@@ -251,7 +250,7 @@ class DeadlineStore(BrowsingLayer, Capabilities):
     async def aclose(self) -> None:
         """Close the inner store's async clients of this loop."""
         if native_async(self.inner):
-            await self.inner.aclose()  # type: ignore[attr-defined]
+            await self.inner.aclose()
 
     def find_all(self, name: str) -> list[Payload]:
         """Every entry of ``name`` (maintenance and browsing: no deadline)."""
