@@ -18,7 +18,6 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 if TYPE_CHECKING:
     from .payload import ReferentialPayload
-    from .stores.base import Payload
 
 __all__ = ["FACTS", "Events", "Observer"]
 
@@ -59,7 +58,7 @@ class Observer:
     def stored(self, ok: bool, seconds: float) -> None:
         """A live result was written to the store (``ok``) or the write failed."""
 
-    def read(self, outcome: str, seconds: float, found: Payload | None) -> None:
+    def read(self, outcome: str, seconds: float, found: ReferentialPayload[Any] | None) -> None:
         """The store was read for a recovery: ``outcome`` is ``recovered`` (``found``),
         ``not_recovered`` or ``error``."""
 
@@ -91,7 +90,7 @@ class Events:
     raised: Callable[[float, Exception], None]
     hook_failed: Callable[[], None]
     stored: Callable[[bool, float], None]
-    read: Callable[[str, float, Payload | None], None]
+    read: Callable[[str, float, ReferentialPayload[Any] | None], None]
     served: Callable[[ReferentialPayload[Any]], None]
 
     def __init__(self, observers: Sequence[Observer]) -> None:
