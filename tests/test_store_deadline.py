@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from prometheus_client import CollectorRegistry
 
 import failover
 from failover import ConfigurationError, Failover
@@ -153,12 +154,13 @@ def release(proc: subprocess.Popen[str]) -> None:
 def test_sqlite_locked_by_another_process_sync_writes(
     sqlite_file: Path, locker: Any, clock: FakeClock
 ) -> None:
+    registry = CollectorRegistry()
     engine = Failover(
         f"sqlite:///{sqlite_file}",
         async_writes=False,
         store_timeout=0.2,
         clock=clock,
-        metrics=False,
+        metrics=registry,
     )
     failing = False
 
@@ -179,11 +181,18 @@ def test_sqlite_locked_by_another_process_sync_writes(
         with pytest.raises(Upstream):
             rates("v2")
     assert layer.errors[("find", "breaker_open")] == 10
+    # The same, read back from a real registry.
+    assert registry.get_sample_value("failover_store_up", {"store": "sqlstore"}) == 0
+    timeouts = {"store": "sqlstore", "operation": "store", "reason": "timeout"}
+    assert registry.get_sample_value("failover_store_errors_total", timeouts) == 1
+    skipped = {"store": "sqlstore", "operation": "find", "reason": "breaker_open"}
+    assert registry.get_sample_value("failover_store_errors_total", skipped) == 10
     release(proc)
     clock.advance(10)
     failing = False
     assert rates("v3") == "v3"  # the trial write answers: stored again
     assert layer.up
+    assert registry.get_sample_value("failover_store_up", {"store": "sqlstore"}) == 1
     failing = True
     assert rates("v3") == "v3"  # served back stale
     engine.close()

@@ -20,6 +20,7 @@ from ..health import HealthReport
 from ..metrics import Metrics, resolve_metrics
 from ..otel import resolve_opentelemetry
 from ..policy import resolve_policy
+from ..store_metrics import StoreMetrics
 from ..stores.base import FailoverStore, does_io, writes_async
 from ..stores.tenant import MultiTenantStore, TenantStoreFactory
 from . import validation
@@ -95,6 +96,9 @@ class Failover:
         self.raw_store, self.store = store_chain(
             store, tenant_resolver, async_writes, self.metrics, clock, self.store_timeout
         )
+        registry = getattr(self.metrics, "registry", None)
+        if registry is not None:  # Prometheus metrics: the store's health beside them
+            StoreMetrics.for_registry(registry).track(self.store)
         if isinstance(self.store, MultiTenantStore):
             self.tenant_resolver = self.store.resolver
         self.store_interval = interval = validation.store_interval(store_interval)
