@@ -300,7 +300,7 @@ class ListSplitter(_EntitySplitter, Generic[T]):
         super().__init__(item_key, keys_from_args, strict, "ListSplitter")
 
     def __repr__(self) -> str:
-        return f"ListSplitter(item_key={_name(self.item_key)}, strict={self.strict})"
+        return f"{type(self).__name__}(item_key={_name(self.item_key)}, strict={self.strict})"
 
     def split_on_store(self, ctx: StoreContext[list[T]]) -> list[StoreContext[T]]:
         """One slice per item, keyed by its entity key."""
@@ -353,7 +353,7 @@ class DictSplitter(_EntitySplitter, Generic[K, V]):
         super().__init__(item_key, keys_from_args, strict, "DictSplitter")
 
     def __repr__(self) -> str:
-        return f"DictSplitter(item_key={_name(self.item_key)}, strict={self.strict})"
+        return f"{type(self).__name__}(item_key={_name(self.item_key)}, strict={self.strict})"
 
     def split_on_store(self, ctx: StoreContext[dict[K, V]]) -> list[StoreContext[V]]:
         """One slice per entry, keyed by the entry's key."""

@@ -106,6 +106,11 @@ def _types(value: Any, owner: str, setting: str) -> tuple[type[BaseException], .
 def _exceptions(value: Any, owner: str, setting: str) -> Any:
     if not isinstance(value, type | tuple) and callable(value):
         return value  # a predicate
+    if isinstance(value, str):
+        raise ConfigurationError(
+            f"{owner}: exceptions= takes exception types or a predicate exc -> bool (e.g. "
+            f"failover.http.transient), not the string {value!r}"
+        )
     return _types(value, owner, setting)
 
 

@@ -420,3 +420,17 @@ def test_the_cause_of_a_refused_call_is_the_refusal(clock: FakeClock, upstream: 
     assert isinstance(refused.cause, pybreaker.CircuitBreakerError)
     assert refused.payload == "a"
     engine.close()
+
+
+def test_exceptions_given_a_string_says_a_predicate_is_accepted(engine: Failover) -> None:
+    with pytest.raises(failover.ConfigurationError) as raised:
+
+        @failover.failover("words", exceptions="transient", engine=engine)  # type: ignore[arg-type]
+        def fetch() -> int:
+            return 1
+
+    message = str(raised.value)
+    assert "'words'" in message
+    assert "exceptions=" in message
+    assert "predicate" in message
+    assert "failover.http.transient" in message

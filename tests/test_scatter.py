@@ -847,3 +847,22 @@ def _fresh(fn: Callable[[str], object], catalogue: Catalogue, codes: str) -> Non
         fn(codes)
     finally:
         catalogue.down = True
+
+
+def test_a_splitter_error_names_the_subclass_not_its_base(
+    engine: Failover, catalogue: Catalogue, caplog: pytest.LogCaptureFixture
+) -> None:
+    class BoomOnStore(ListSplitter[Country]):
+        def split_on_store(self, ctx: StoreContext[list[Country]]) -> list[StoreContext[Country]]:
+            raise ValueError("boom")
+
+    @failover.failover("boom", splitter=BoomOnStore("code"), engine=engine)
+    def find_countries(codes: str) -> list[Country]:
+        return catalogue(split(codes))
+
+    caplog.set_level(logging.WARNING, "failover")
+    assert find_countries("FR") == [Country("FR", "France")]
+    error = next(r.exc_info[1] for r in caplog.records if r.exc_info)
+    assert isinstance(error, SplitterError)
+    assert "splitter BoomOnStore(item_key='code', strict=False)" in str(error)
+    assert "ListSplitter" not in str(error)
