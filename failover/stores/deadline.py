@@ -35,9 +35,27 @@ from .base import (
 )
 from .browsing import BrowsingLayer
 
-__all__ = ["DeadlineStore", "StoreTimeout", "StoreUnavailable"]
+__all__ = ["DeadlineStore", "StoreTimeout", "StoreUnavailable", "abandoned"]
 
 T = TypeVar("T")
+
+_running = threading.local()  # the operation a worker runs now: its "given up" flag
+
+
+def abandoned() -> bool:
+    """Whether the caller of the store operation running on this thread gave up on it at its
+    deadline: the store then discards the connection it used instead of lending it again (it
+    may still be mid-statement, or mid-reply, when the operation returns)."""
+    flag: threading.Event | None = getattr(_running, "flag", None)
+    return flag is not None and flag.is_set()
+
+
+def _flagged(flag: threading.Event, fn: Callable[..., T], *args: Any) -> T:
+    _running.flag = flag
+    try:
+        return fn(*args)
+    finally:
+        _running.flag = None
 
 
 class StoreTimeout(StoreError, TimeoutError):
@@ -166,11 +184,13 @@ class DeadlineStore(BrowsingLayer, Capabilities):
         if full:
             self.errors[(operation, "timeout")] += 1
             raise StoreTimeout(f"store {operation}: every worker is held by an earlier operation")
-        future = pool.submit(fn, *args)
+        flag = threading.Event()
+        future = pool.submit(_flagged, flag, fn, *args)
         future.add_done_callback(self._release)
         try:
             result = future.result(self.timeout)
         except FutureTimeout:
+            flag.set()  # its connection is discarded when the operation ends
             self._failed(operation, "timeout")
             raise StoreTimeout(
                 f"store {operation} did not answer within {self.timeout:g} s"

@@ -19,7 +19,7 @@ from typing import Any
 import psycopg
 import sqlalchemy as sa
 
-from .limits import CONNECT_TIMEOUT_S
+from .limits import CONNECT_TIMEOUT_S, KEEPALIVES
 
 __all__ = ["AsyncConnections"]
 
@@ -52,6 +52,7 @@ class AsyncConnections:
             autocommit=True,
             connect_timeout=CONNECT_TIMEOUT_S,
             prepare_threshold=5 if self.prepare else None,
+            **KEEPALIVES,
         )
 
     def _give(self, connection: psycopg.AsyncConnection[Any]) -> None:

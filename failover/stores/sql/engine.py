@@ -13,7 +13,8 @@ from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine import Engine
 
 from ...errors import ConfigurationError
-from .limits import CONNECT_TIMEOUT_S
+from ..deadline import abandoned
+from .limits import CONNECT_TIMEOUT_S, KEEPALIVES, STATEMENT_TIMEOUT_MS
 from .psycopg import ping_when_idle
 
 __all__ = [
@@ -69,6 +70,13 @@ _inherited: list[Any] = []  # a forked child's connections of its parent: never 
 
 def _opened_here(dbapi_connection: Any, record: Any) -> None:
     record.info[_PID] = os.getpid()
+
+
+def _discard_abandoned(dbapi_connection: Any, record: Any) -> None:
+    """A pool ``checkin`` listener: the connection of an operation its caller gave up at the
+    engine's ``store_timeout`` is closed, never lent again."""
+    if dbapi_connection is not None and abandoned():
+        record.invalidate()
 
 
 def _checked_out_here(dbapi_connection: Any, record: Any, proxy: Any) -> None:
@@ -160,6 +168,7 @@ def make_engine(url: str | sa.URL, *, pgbouncer: str | None = None, **engine_kwa
         # First of the checkout listeners: nothing may run on a parent's connection.
         sa.event.listen(engine, "connect", _opened_here)
         sa.event.listen(engine, "checkout", _checked_out_here)
+        sa.event.listen(engine, "checkin", _discard_abandoned)
     if sqlite:
         sa.event.listen(engine, "connect", _sqlite_pragmas)
     if fast:
@@ -189,7 +198,9 @@ def _pool(
     kwargs = dict(_SERVER_POOL)
     if parsed.get_backend_name() == "postgresql":
         # An unreachable server fails in seconds, not after the system's TCP timeout.
-        kwargs["connect_args"] = {"connect_timeout": CONNECT_TIMEOUT_S}
+        kwargs["connect_args"] = {"connect_timeout": CONNECT_TIMEOUT_S, **KEEPALIVES}
+        if pooler is None:
+            kwargs["connect_args"]["options"] = f"-c statement_timeout={STATEMENT_TIMEOUT_MS}"
         if pooler in ("transaction", "statement") and fast:
             # psycopg prepares a statement run 5 times; a pooled session must not.
             kwargs["connect_args"]["prepare_threshold"] = None

@@ -34,6 +34,8 @@ from typing import TYPE_CHECKING, Any
 import sqlalchemy as sa
 from sqlalchemy import exc as sa_exc
 
+from ..deadline import abandoned
+
 if TYPE_CHECKING:
     from .aio import AsyncConnections
 
@@ -146,7 +148,7 @@ class Spares:
         """Take back a connection from `take`: kept if idle and there is room, else returned to
         the pool, or dropped when broken or left mid-transaction."""
         conn = fairy.driver_connection
-        if conn.broken or conn.pgconn.transaction_status != self._idle_status:
+        if conn.broken or conn.pgconn.transaction_status != self._idle_status or abandoned():
             self.drop(fairy)
             return
         with self._lock:

@@ -1,0 +1,107 @@
+"""Hung-store benchmark: what callers wait while the store hangs.
+
+Run with ``.venv/bin/python bench/hung_store.py``. A throwaway PostgreSQL and redis-server on
+loopback are started as the test suite starts them, then stopped with ``SIGSTOP`` (the kernel
+still accepts their TCP data: no socket error ever comes) and resumed; SQLite's write lock is
+held by another process (``BEGIN EXCLUSIVE``). For each store, with async writes on and off, it
+prints the time of one live success, one recover, and ten recovers in a row, while the store hangs
+(``store_timeout`` 0.5 s, the default).
+"""
+
+from __future__ import annotations
+
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from contextlib import AbstractContextManager, suppress
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))  # tests/ starts the servers
+
+import failover  # noqa: E402
+from failover.stores.sql import SqlStore  # noqa: E402
+from tests import postgres  # noqa: E402
+from tests.redis_server import RedisServer  # noqa: E402
+from tests.test_store_hung import _children, sqlite_locked, stopped  # noqa: E402
+
+
+class Down(Exception):
+    """The upstream's outage."""
+
+
+def measure(store: Any, async_writes: bool, hang: Callable[[], AbstractContextManager[Any]]) -> str:
+    """One markdown row: live, one recover, ten recovers (milliseconds) while the store hangs."""
+    engine = failover.Failover(store, async_writes=async_writes, metrics=False)
+    down = [False]
+
+    @failover.failover("bench.hung", engine=engine)
+    def get(x: int) -> int:
+        if down[0]:
+            raise Down(x)
+        return x
+
+    def recover() -> None:
+        with suppress(Down):
+            get(1)
+
+    get(1)
+    engine.flush(10)
+    try:
+        with hang():
+            start = time.perf_counter()
+            get(2)
+            live = time.perf_counter() - start
+            down[0] = True
+            start = time.perf_counter()
+            recover()
+            one = time.perf_counter() - start
+            start = time.perf_counter()
+            for _ in range(10):
+                recover()
+            ten = time.perf_counter() - start
+    finally:
+        engine.close()
+    mode = "async writes" if async_writes else "sync writes"
+    return f"| {mode} | {live * 1000:,.1f} | {one * 1000:,.1f} | {ten * 1000:,.1f} |"
+
+
+def main() -> None:
+    """Print one table per store."""
+    bin_dir = postgres.find_bin_dir()
+    pg = postgres.PostgresServer(bin_dir) if bin_dir else None
+    redis = RedisServer().start()
+    try:
+        cases: list[tuple[str, Callable[[], Any], Callable[[], Any]]] = []
+        folder = Path(tempfile.mkdtemp(prefix="failover-hung-"))
+        path = folder / "f.db"
+        cases.append(("SQLite (locked)", lambda: f"sqlite:///{path}", lambda: sqlite_locked(path)))
+        assert redis.process is not None
+        pid = redis.process.pid
+        cases.append(("Redis (SIGSTOP)", lambda: redis.url, lambda: stopped([pid])))
+        if pg is not None:
+            pg.start()
+            master = int((pg.data / "postmaster.pid").read_text().split()[0])
+            cases.append(
+                (
+                    "PostgreSQL (SIGSTOP)",
+                    lambda: SqlStore(pg.url, table_prefix=f"b{time.time_ns()}_"),
+                    lambda: stopped([master, *_children(master)]),
+                )
+            )
+        for title, make, hang in cases:
+            print(f"\n{title}, store_timeout 0.5 s (milliseconds)\n")
+            print("| writes | live success | one recover | ten recovers |")
+            print("|---|---:|---:|---:|")
+            for async_writes in (True, False):
+                print(measure(make(), async_writes, hang))
+    finally:
+        redis.stop()
+        if pg is not None:
+            pg.stop()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,296 @@
+"""A hung *server* holds no caller past ``store_timeout`` (`DeadlineStore`), and its store
+breaker skips it; the connection an abandoned operation used is never lent again.
+
+Real servers stopped for real: PostgreSQL and redis-server with ``SIGSTOP`` (the kernel still
+accepts their TCP data, so no socket error ever comes; always resumed in a ``finally``), and a
+SQLite file whose write lock another process holds (``BEGIN EXCLUSIVE``). Sync and async callers,
+async writes on and off. Each case asserts what the caller got while the store was still stopped,
+what the deadline layer counted, and that once the store answers again a new success is stored
+and served back stale. No assertion on time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, suppress
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import failover
+from failover import Failover
+from failover.stores.base import walk
+from failover.stores.deadline import DeadlineStore
+from failover.stores.sql import SqlStore
+
+from .conftest import FakeClock, Upstream
+
+TIMEOUT = 0.2
+RESET = 5.0  # the store breaker's open time, on the fake clock: the tests move it past
+
+
+def _children(pid: int) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[1]) == pid:
+                found.append(int(entry.name))
+    return found
+
+
+@contextmanager
+def stopped(pids: list[int]) -> Iterator[None]:
+    """The processes stopped (``SIGSTOP``) inside the block, resumed whatever happens."""
+    try:
+        for pid in pids:
+            _signal(pid, signal.SIGSTOP)
+        yield
+    finally:
+        for pid in pids:
+            _signal(pid, signal.SIGCONT)
+
+
+def _signal(pid: int, sig: signal.Signals) -> None:
+    # A backend may end between the listing and the signal: it must not keep the others stopped.
+    with suppress(ProcessLookupError):
+        os.kill(pid, sig)
+
+
+@contextmanager
+def sqlite_locked(path: Path) -> Iterator[None]:
+    """Another process holds the file's write lock (``BEGIN EXCLUSIVE``) inside the block."""
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import sqlite3, sys\n"
+            f"c = sqlite3.connect({str(path)!r}, isolation_level=None)\n"
+            "c.execute('BEGIN EXCLUSIVE')\n"
+            "print('locked', flush=True)\n"
+            "sys.stdin.readline()\n",
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout is not None
+        assert holder.stdout.readline().strip() == "locked"
+        yield
+    finally:
+        holder.kill()
+        holder.communicate(timeout=10)  # reaps it and closes its pipes
+
+
+@pytest.fixture(scope="module")
+def pg_server() -> Iterator[Any]:
+    """A PostgreSQL server of this module's own: stopping it must not stall other tests."""
+    from . import postgres
+
+    bin_dir = postgres.find_bin_dir()
+    if bin_dir is None:
+        pytest.skip(postgres.SKIP_REASON)
+    server = postgres.PostgresServer(bin_dir)
+    try:
+        server.start()
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="module")
+def redis_srv() -> Iterator[Any]:
+    """A redis-server of this module's own."""
+    from .redis_server import RedisServer
+
+    server = RedisServer().start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+Hang = Callable[[], Any]
+
+
+@pytest.fixture(params=["sqlite", "postgresql", "redis"])
+def hung_store(request: pytest.FixtureRequest, tmp_path: Path) -> tuple[str, Any, Hang]:
+    """(kind, the store or its URL, a context manager factory that hangs the store)."""
+    kind = request.param
+    if kind == "sqlite":
+        path = tmp_path / "f.db"
+        return kind, f"sqlite:///{path}", lambda: sqlite_locked(path)
+    if kind == "postgresql":
+        server = request.getfixturevalue("pg_server")
+        postmaster = int((server.data / "postmaster.pid").read_text().split()[0])
+        store = SqlStore(server.url, table_prefix=f"t{os.urandom(4).hex()}_")
+        return kind, store, lambda: stopped([postmaster, *_children(postmaster)])
+    server = request.getfixturevalue("redis_srv")
+    prefix = f"t{os.urandom(4).hex()}:"
+    assert server.process is not None
+    pid = server.process.pid
+    return kind, f"{server.url}?prefix={prefix}", lambda: stopped([pid])
+
+
+def _deadline(engine: Failover) -> DeadlineStore:
+    return next(s for s in walk(engine.store) if isinstance(s, DeadlineStore))
+
+
+def _count(layer: DeadlineStore, reason: str) -> int:
+    return sum(n for (_, why), n in layer.errors.items() if why == reason)
+
+
+def _engine(store: Any, async_writes: bool, clock: FakeClock) -> Failover:
+    return Failover(
+        store, async_writes=async_writes, store_timeout=TIMEOUT, clock=clock, metrics=False
+    )
+
+
+@pytest.mark.parametrize("async_writes", [False, True], ids=["sync-writes", "async-writes"])
+def test_a_hung_store_holds_no_sync_caller(
+    hung_store: tuple[str, Any, Hang], async_writes: bool, clock: FakeClock
+) -> None:
+    kind, url, hang = hung_store
+    engine = _engine(url, async_writes, clock)
+    upstream = Upstream()
+    try:
+
+        @failover.failover("svc.get", engine=engine)
+        def get(x: int) -> int:
+            return upstream(x)  # type: ignore[return-value]
+
+        assert get(1) == 1
+        assert engine.flush(10)
+        layer = _deadline(engine)
+        with hang():
+            assert get(2) == 2  # live, at once: the write is queued, or dropped at its deadline
+            upstream.fail()
+            answers = []
+            for _ in range(11):  # a recover, then ten in a row
+                try:
+                    answers.append(get(1))
+                except ConnectionError:  # nothing usable: the upstream's own exception
+                    answers.append(None)
+            if kind != "sqlite" or not async_writes:
+                # Reads hung (or the write timed out and opened the breaker): one deadline,
+                # then the store breaker skips the store without touching it.
+                assert answers == [None] * 11
+                assert _count(layer, "timeout") >= 1
+                assert _count(layer, "breaker_open") >= 10
+            else:
+                # SQLite in WAL mode: readers pass another process's write lock.
+                assert answers == [1] * 11
+        clock.advance(RESET + 1)  # the breaker lets a trial through
+        upstream.recover()
+        assert get(3) == 3
+        assert engine.flush(30)
+        upstream.fail()
+        assert get(3) == 3  # served stale from the store
+        assert layer.up
+    finally:
+        engine.close()
+
+
+@pytest.mark.parametrize("async_writes", [False, True], ids=["sync-writes", "async-writes"])
+def test_a_hung_store_holds_no_async_caller(
+    hung_store: tuple[str, Any, Hang], async_writes: bool, clock: FakeClock
+) -> None:
+    kind, url, hang = hung_store
+    engine = _engine(url, async_writes, clock)
+    upstream = Upstream()
+
+    @failover.failover("svc.aget", engine=engine)
+    async def aget(x: int) -> int:
+        return upstream(x)  # type: ignore[return-value]
+
+    async def recovers(n: int) -> list[int | None]:
+        answers: list[int | None] = []
+        for _ in range(n):
+            try:
+                answers.append(await aget(1))
+            except ConnectionError:
+                answers.append(None)
+        return answers
+
+    async def scenario() -> None:
+        assert await aget(1) == 1
+        assert await asyncio.to_thread(engine.flush, 10)
+        layer = _deadline(engine)
+        with hang():
+            assert await aget(2) == 2
+            upstream.fail()
+            answers = await recovers(11)
+            if kind != "sqlite" or not async_writes:
+                assert answers == [None] * 11
+                assert _count(layer, "timeout") >= 1
+                assert _count(layer, "breaker_open") >= 10
+            else:
+                assert answers == [1] * 11
+        clock.advance(RESET + 1)
+        upstream.recover()
+        assert await aget(3) == 3
+        assert await asyncio.to_thread(engine.flush, 30)
+        upstream.fail()
+        assert await aget(3) == 3
+        await engine.aclose()
+
+    try:
+        asyncio.run(scenario())
+    finally:
+        engine.close()
+
+
+def test_a_connection_given_up_at_its_deadline_is_never_lent_again(
+    pg_server: Any, clock: FakeClock
+) -> None:
+    import sqlalchemy as sa
+
+    store = SqlStore(pg_server.url, table_prefix=f"t{os.urandom(4).hex()}_")
+    engine = _engine(store, False, clock)
+    upstream = Upstream()
+    discarded = threading.Event()
+    sa.event.listen(store.engine, "invalidate", lambda *_: discarded.set())
+    postmaster = int((pg_server.data / "postmaster.pid").read_text().split()[0])
+    try:
+
+        @failover.failover("svc.conn", engine=engine)
+        def get(x: int) -> int:
+            return upstream(x)  # type: ignore[return-value]
+
+        assert get(1) == 1
+        layer = _deadline(engine)
+        with stopped([postmaster, *_children(postmaster)]):
+            assert get(2) == 2  # its write is given up at the deadline
+            assert _count(layer, "timeout") == 1
+            assert not discarded.is_set()  # the operation is still stuck on the stopped server
+        # Resumed: the operation ends on its worker, and its connection is closed, not kept.
+        assert discarded.wait(30)
+        clock.advance(RESET + 1)
+        assert get(3) == 3
+        upstream.fail()
+        assert get(3) == 3  # stored on a good connection, served stale
+    finally:
+        engine.close()
+
+
+def test_postgres_connections_carry_the_driver_bounds(pg_server: Any) -> None:
+    store = SqlStore(pg_server.url, table_prefix=f"t{os.urandom(4).hex()}_")
+    try:
+        with store.engine.connect() as conn:
+            timeout = conn.exec_driver_sql("SHOW statement_timeout").scalar()
+            keepalives = conn.connection.driver_connection.info.get_parameters()
+        assert timeout == "30s"
+        assert keepalives.get("keepalives") == "1"
+    finally:
+        store.close()
