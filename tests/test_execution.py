@@ -9,6 +9,7 @@ import math
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from datetime import timedelta
 from typing import Any
 
 import pybreaker
@@ -285,7 +286,8 @@ def test_bad_execution_settings_fail_at_decoration(options: dict[str, Any], matc
         ({"fail_max": True}, r"\['fail_max'\] must be an int >= 1"),
         ({"success_threshold": 0}, r"\['success_threshold'\] must be an int >= 1"),
         ({"reset_timeout": -1}, r"\['reset_timeout'\] must be a finite number"),
-        ({"reset_timeout": "60"}, r"\['reset_timeout'\] must be a finite number"),
+        ({"reset_timeout": "60"}, r"\['reset_timeout'\] '60' is not a duration"),
+        ({"reset_timeout": "soon"}, r"\['reset_timeout'\] 'soon' is not a duration"),
         ({"reset_timeout": math.inf}, r"\['reset_timeout'\] must be a finite number"),
         ({"exclude": ["KeyError"]}, r"\['exclude'\] must be exception types"),
         ({"exclude": [KeyError("x")]}, r"\['exclude'\] must be exception types"),
@@ -470,3 +472,15 @@ async def test_async_load_through_all_three_against_a_flapping_upstream(clock: F
     assert outcomes["live"] > 0
     assert (bulkhead.free, bulkhead.waiting) == (permits, 0)
     assert time.monotonic() - began < 5
+
+
+@pytest.mark.parametrize("reset", ["30s", "1m30s", timedelta(seconds=30), 30])
+def test_breaker_reset_timeout_takes_any_duration(reset: Any) -> None:
+    eng = Failover(metrics=False, breaker_defaults={"reset_timeout": reset})
+
+    @failover.failover("reset-duration", engine=eng, breaker=True)
+    def f() -> None: ...
+
+    f()
+    expected = 90.0 if reset == "1m30s" else 30.0
+    assert eng.breaker(f.definition).reset_timeout == expected

@@ -68,10 +68,14 @@ def breaker_defaults(value: Mapping[str, Any] | None) -> dict[str, Any]:
             raise ConfigurationError(
                 f"Failover: breaker_defaults[{key!r}] must be an int >= 1, got {item!r}"
             )
-        if key == "reset_timeout" and not (number and math.isfinite(item) and item >= 0):
+        if key == "reset_timeout" and isinstance(item, str | timedelta):
+            # A duration like every other ("30s", a timedelta); pybreaker takes seconds.
+            reset = parse_ttl(item, "Failover", "breaker_defaults['reset_timeout']")
+            settings[key] = reset.total_seconds()
+        elif key == "reset_timeout" and not (number and math.isfinite(item) and item >= 0):
             raise ConfigurationError(
                 f"Failover: breaker_defaults['reset_timeout'] must be a finite number of "
-                f"seconds >= 0, got {item!r}"
+                f"seconds >= 0 or a duration ('30s', a timedelta), got {item!r}"
             )
     exclude = settings.get("exclude")
     if exclude is not None:
