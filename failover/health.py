@@ -144,6 +144,26 @@ class PoolHealth:
 
 
 @dataclass(frozen=True, slots=True)
+class StoreHealth:
+    """A store the engine bounds with a deadline (`failover.stores.deadline.DeadlineStore`), now.
+
+    Attributes:
+        name: the store, as ``failover_store_up`` labels it (``sqlstore``, ``redisstore``).
+        status: ``up`` (it answers), ``down`` (its store breaker is open: it is skipped).
+        errors: its operations that timed out, failed or were skipped since the start, by reason
+            (``timeout``, ``error``, ``breaker_open``).
+    """
+
+    name: str
+    status: str
+    errors: Mapping[str, int]
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dictionary."""
+        return {"status": self.status, "errors": dict(self.errors)}
+
+
+@dataclass(frozen=True, slots=True)
 class HealthReport:
     """The health of an engine's failovers (`Failover.health`).
 
@@ -153,6 +173,8 @@ class HealthReport:
         window: the seconds the counts cover.
         at: when the report was made (the engine's clock).
         pools: the bulkhead pools by name: permits in use, waiters, refusals.
+        stores: the stores under a deadline, by name: up, or down while their store breaker
+            is open (the engine is then at least ``degraded``).
     """
 
     status: Status
@@ -160,6 +182,7 @@ class HealthReport:
     window: float = WINDOW
     at: datetime | None = field(default=None, compare=False)
     pools: Mapping[str, PoolHealth] = field(default_factory=dict)
+    stores: Mapping[str, StoreHealth] = field(default_factory=dict)
 
     @classmethod
     def of(
@@ -167,11 +190,17 @@ class HealthReport:
         failovers: Iterable[FailoverHealth],
         at: datetime | None = None,
         pools: Iterable[PoolHealth] = (),
+        stores: Iterable[StoreHealth] = (),
     ) -> HealthReport:
-        """The report over ``failovers``: sorted worst first, its status the worst."""
+        """The report over ``failovers``: sorted worst first, its status the worst, and at
+        least ``degraded`` while a store is down (recoveries find nothing meanwhile)."""
         ordered = sorted(failovers, key=lambda h: (_SEVERITY[h.status], h.name))
         status: Status = ordered[0].status if ordered else "idle"
-        return cls(status, {h.name: h for h in ordered}, WINDOW, at, {p.name: p for p in pools})
+        by_name = {s.name: s for s in stores}
+        if any(s.status == "down" for s in by_name.values()) and status in ("up", "idle"):
+            status = "degraded"
+        failing = {h.name: h for h in ordered}
+        return cls(status, failing, WINDOW, at, {p.name: p for p in pools}, by_name)
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready dictionary: what ``/health`` serves."""
@@ -181,6 +210,7 @@ class HealthReport:
             "at": None if self.at is None else self.at.isoformat(),
             "failovers": {name: h.to_dict() for name, h in self.failovers.items()},
             "pools": {name: p.to_dict() for name, p in self.pools.items()},
+            "stores": {name: st.to_dict() for name, st in self.stores.items()},
         }
 
 

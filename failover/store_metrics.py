@@ -11,10 +11,11 @@ from collections import Counter
 from collections.abc import Iterator
 from typing import Any
 
+from .health import StoreHealth
 from .stores.base import walk
 from .stores.deadline import DeadlineStore
 
-__all__ = ["StoreMetrics", "store_label"]
+__all__ = ["StoreMetrics", "store_health", "store_label"]
 
 _by_registry: dict[int, StoreMetrics] = {}
 _lock = threading.Lock()
@@ -25,6 +26,23 @@ def store_label(layer: DeadlineStore) -> str:
     ``redisstore``), the same for every engine on that kind of store."""
     below = list(walk(layer))
     return type(below[-1]).__name__.lower()
+
+
+def store_health(store: object) -> list[StoreHealth]:
+    """The health of each deadline layer of the store chain ``store`` (what
+    ``HealthReport.stores`` shows), one per ``store`` label, down when any layer's breaker is."""
+    found: dict[str, tuple[bool, Counter[str]]] = {}
+    for layer in walk(store):
+        if isinstance(layer, DeadlineStore):
+            label = store_label(layer)
+            up, errors = found.get(label, (True, Counter()))
+            for (_, reason), n in list(layer.errors.items()):
+                errors[reason] += n
+            found[label] = (up and layer.up, errors)
+    return [
+        StoreHealth(label, "up" if up else "down", dict(errors))
+        for label, (up, errors) in found.items()
+    ]
 
 
 class StoreMetrics:

@@ -294,3 +294,49 @@ def test_postgres_connections_carry_the_driver_bounds(pg_server: Any) -> None:
         assert keepalives.get("keepalives") == "1"
     finally:
         store.close()
+
+
+def test_a_store_down_shows_in_health_and_on_the_dashboard(
+    tmp_path: Path, clock: FakeClock
+) -> None:
+    import json
+
+    from failover.dashboard import make_wsgi_app
+
+    from .servers import fetch, serve_wsgi
+
+    path = tmp_path / "f.db"
+    engine = _engine(f"sqlite:///{path}", False, clock)
+    upstream = Upstream()
+    try:
+
+        @failover.failover("svc.h", engine=engine)
+        def get(x: int) -> int:
+            return upstream(x)  # type: ignore[return-value]
+
+        assert get(1) == 1
+        report = engine.health()
+        assert report.status == "up"
+        assert report.stores["sqlstore"].status == "up"
+        with sqlite_locked(path):
+            assert get(2) == 2  # its write times out: the store breaker opens
+        report = engine.health()
+        assert report.failovers["svc.h"].status == "up"  # every call answered live
+        assert report.status == "degraded"  # but the store is down
+        assert report.stores["sqlstore"].status == "down"
+        assert report.stores["sqlstore"].errors == {"timeout": 1}
+        with serve_wsgi(make_wsgi_app(engine)) as base:
+            status, body = fetch(f"{base}/health")
+            assert status == 200
+            assert json.loads(body)["stores"] == {
+                "sqlstore": {"status": "down", "errors": {"timeout": 1}}
+            }
+            status, page = fetch(f"{base}/")
+            assert 'id="stores"' in page
+            assert 'data-store="sqlstore"' in page
+            assert "timeout: 1" in page
+        clock.advance(RESET + 1)
+        assert get(3) == 3  # the trial answers: up again
+        assert engine.health().stores["sqlstore"].status == "up"
+    finally:
+        engine.close()

@@ -211,6 +211,7 @@ def render(
             parts.append(_kpis(overview))
             parts.append(_failovers(overview, base, selected, limit))
             parts.append(_pools(overview))
+            parts.append(_stores(overview))
     if selected is not None:
         parts.append(_entries(selected, entries, now, base, limit, after, entries_error))
     parts.append(f"</main><script>{_SCRIPT}</script></body></html>")
@@ -279,6 +280,23 @@ def _failover_row(row: FailoverRow, base: str, selected: str | None, limit: int)
         f'<td class="num">{c.get("not_recovered", 0):,}</td>'
         f"<td>{_e(_age(h.stale_age))}</td><td>{_e(h.breaker or _NONE)}</td><td>{last}</td></tr>"
     )
+
+
+def _stores(o: Overview) -> str:
+    """The stores under a deadline: up or down (store breaker open), and their troubles."""
+    if not o.stores:
+        return ""
+    head = "<tr><th>Store</th><th>Status</th><th>Errors</th></tr>"
+    html = [f'<h2>Stores</h2><table id="stores"><thead>{head}</thead><tbody>']
+    for st in o.stores:
+        errors = ", ".join(f"{_e(why)}: {n:,}" for why, n in sorted(st.errors.items()))
+        html.append(
+            f'<tr data-store="{_e(st.name)}"><td>{_e(st.name)}</td>'
+            f"<td>{_badge(st.status)}</td>"
+            f"<td>{errors or _NONE}</td></tr>"
+        )
+    html.append("</tbody></table>")
+    return "".join(html)
 
 
 def _pools(o: Overview) -> str:

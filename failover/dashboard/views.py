@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from ..health import OUTCOMES, WINDOW, FailoverHealth, PoolHealth, Status, settings_of
+from ..health import OUTCOMES, WINDOW, FailoverHealth, PoolHealth, Status, StoreHealth, settings_of
 from ..stores.browsing import Summary
 from .entries import Page, page, summary, summary_dict
 
@@ -45,6 +45,7 @@ class Overview:
     names: list[Summary] = field(default_factory=list)
     window: int = WINDOW
     pools: list[PoolHealth] = field(default_factory=list)
+    stores: list[StoreHealth] = field(default_factory=list)
 
     def totals(self) -> dict[str, int]:
         """Calls per outcome over the window, every failover together."""
@@ -83,6 +84,7 @@ class Overview:
             data["kpis"] = self.kpis()
             data["failovers"] = [row.to_dict() for row in self.failovers]
             data["pools"] = [{"name": p.name, **p.to_dict()} for p in self.pools]
+            data["stores"] = [{"name": st.name, **st.to_dict()} for st in self.stores]
         return data
 
 
@@ -122,7 +124,8 @@ class EngineView:
             rows.append(FailoverRow(health, settings_of(d, policy, engine.raw_store)))
         at = report.at or engine.clock()
         pools = list(report.pools.values())
-        return Overview(report.status, at, repr(engine.raw_store), rows, pools=pools)
+        stores = list(report.stores.values())
+        return Overview(report.status, at, repr(engine.raw_store), rows, pools=pools, stores=stores)
 
     def now(self) -> datetime:
         """The engine's time."""

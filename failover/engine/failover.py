@@ -20,7 +20,7 @@ from ..health import HealthReport
 from ..metrics import Metrics, resolve_metrics
 from ..otel import resolve_opentelemetry
 from ..policy import resolve_policy
-from ..store_metrics import StoreMetrics
+from ..store_metrics import StoreMetrics, store_health
 from ..stores.base import FailoverStore, does_io, writes_async
 from ..stores.tenant import MultiTenantStore, TenantStoreFactory
 from . import validation
@@ -164,7 +164,7 @@ class Failover:
         stale, or the breaker is open; ``up``: calls were answered live; ``idle``: no call. The
         engine's status is the worst of them (``idle`` when none is registered).
         """
-        return self.registry.health(self.clock(), self.pools.all())
+        return self.registry.health(self.clock(), self.pools.all(), store_health(self.store))
 
     def runtime(self, decorated: Decorated) -> Runtime:
         """The runtime of ``decorated`` on this engine, made on first use."""

@@ -12,7 +12,7 @@ from ..codec import JsonCodec, allow_annotation, type_name, unencodable
 from ..core import Decorated, resolve_return_type
 from ..definition import FailoverDefinition
 from ..execution import Pool, Pools
-from ..health import HealthReport, PoolHealth, settings_of
+from ..health import HealthReport, PoolHealth, StoreHealth, settings_of
 from ..metrics import Metrics
 from ..policy import ExceptionPolicy
 from ..recorder import FailoverStats
@@ -75,12 +75,15 @@ class Registry:
         with self.lock:
             return [d.definition for _, d in sorted(self.registered.items())]
 
-    def health(self, now: datetime, pools: Iterable[Pool]) -> HealthReport:
-        """Each registered failover's health at ``now``, worst first, with the pools'."""
+    def health(
+        self, now: datetime, pools: Iterable[Pool], stores: Iterable[StoreHealth] = ()
+    ) -> HealthReport:
+        """Each registered failover's health at ``now``, worst first, with the pools' and the
+        stores'."""
         with self.lock:
             stats = [self.stats[name] for name in self.registered]
         return HealthReport.of(
-            (s.health(now) for s in stats), now, (PoolHealth.of(p) for p in pools)
+            (s.health(now) for s in stats), now, (PoolHealth.of(p) for p in pools), stores
         )
 
     def _check_encodable(self, decorated: Decorated) -> None:
