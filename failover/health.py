@@ -217,20 +217,11 @@ class HealthReport:
 def settings_of(definition: FailoverDefinition, policy: object, store: object) -> dict[str, str]:
     """A failover's settings as short strings: ``failover_info``'s labels, the dashboard's
     columns. ``policy`` is the policy in force, ``store`` the engine's raw store."""
-    execution = [
-        part
-        for part, on in (
-            ("bulkhead", definition.max_concurrency is not None or definition.bulkhead is not None),
-            ("breaker", definition.breaker not in (None, False)),
-            ("timeout", definition.timeout is not None),
-        )
-        if on
-    ]
     return {
         "effective_name": definition.effective_name,
         "ttl_seconds": f"{definition.ttl.total_seconds():g}",
         "policy": _policy_name(policy),
-        "execution": "+".join(execution) or "basic",
+        "execution": definition.execution,  # as `definition.execution` reads
         "store": type(store).__name__,
     }
 

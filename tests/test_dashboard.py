@@ -59,7 +59,8 @@ def test_page_api_and_health(
     }
     (row,) = data["failovers"]
     assert row["name"] == "countries"
-    assert row["ttl_seconds"] == "3600"
+    assert row["ttl_seconds"] == 3600  # a JSON number
+    assert isinstance(row["ttl_seconds"], int)
     assert row["policy"] == "never_throw"
 
     assert get(client, "/health")[0] == 200

@@ -374,3 +374,24 @@ def test_an_idle_open_breaker_past_its_reset_timeout_reads_half_open(
     # a failover whose next call would be the trial.
     assert value(registry, "failover_circuit_state", name="busy") == 2
     assert value(registry, "failover_circuit_state", name="idle") == 1
+
+
+def test_the_info_execution_label_reads_like_the_definition(
+    registry: CollectorRegistry, clock: FakeClock
+) -> None:
+    engine = Failover(clock=clock, metrics=registry)
+
+    @failover.failover(
+        "guarded", engine=engine, breaker=True, max_concurrency=8, timeout="2s", ttl="1h"
+    )
+    def guarded() -> int:
+        return 1
+
+    guarded()
+    (execution,) = (
+        dict(labels)["execution"]
+        for (metric, labels), _ in samples(registry).items()
+        if metric == "failover_info"
+    )
+    assert execution == guarded.definition.execution == "bulkhead(8) > breaker > timeout(2s)"
+    engine.close()

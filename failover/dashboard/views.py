@@ -26,8 +26,11 @@ class FailoverRow:
     settings: dict[str, str]
 
     def to_dict(self) -> dict[str, Any]:
-        """A JSON-ready dictionary."""
-        return {"name": self.health.name, **self.settings, **self.health.to_dict()}
+        """A JSON-ready dictionary; numbers are JSON numbers (the settings are label text)."""
+        data: dict[str, Any] = {"name": self.health.name, **self.settings}
+        ttl = float(self.settings["ttl_seconds"])
+        data["ttl_seconds"] = int(ttl) if ttl.is_integer() else ttl
+        return {**data, **self.health.to_dict()}
 
 
 @dataclass(frozen=True, slots=True)
