@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import functools
 import inspect
+import logging
+from asyncio import _get_running_loop as _running_loop  # C, no exception without a loop
 from collections.abc import Callable, Coroutine
 from datetime import datetime
 from time import perf_counter
@@ -27,6 +29,7 @@ if TYPE_CHECKING:
 
 __all__ = ["AsyncFailoverFunction", "FailoverFunction", "failover"]
 
+log = logging.getLogger("failover")
 P = ParamSpec("P")
 R = TypeVar("R")
 
@@ -94,7 +97,7 @@ class AsyncFailoverFunction(Protocol[P, R]):
 class State:
     """What one decorated function shares between its shells and the engines it runs on."""
 
-    __slots__ = ("__weakref__", "_bound", "binder", "definition", "engine", "fn")
+    __slots__ = ("__weakref__", "_bound", "binder", "definition", "engine", "fn", "loop_warned")
 
     def __init__(
         self,
@@ -108,6 +111,18 @@ class State:
         self.fn = fn
         self.engine = engine
         self._bound: tuple[Failover, Runtime | None] | None = None
+        self.loop_warned = False
+
+    def warn_in_loop(self) -> None:
+        """Say once that this sync failover was called on an event loop's thread: the loop
+        stands still while the upstream (and a store read on recovery) runs."""
+        self.loop_warned = True
+        log.warning(
+            "failover %r: a sync function called from a running event loop blocks the loop "
+            "while its upstream runs (a soft timeout too: it waits on this thread); make it "
+            "`async def` (an async client) and await it, or run it with asyncio.to_thread",
+            self.definition.name,
+        )
 
     def runtime(self) -> Runtime | None:
         """The runtime on the engine in force, or ``None`` when that engine is disabled."""
@@ -160,6 +175,8 @@ def _sync_shell(state: State, envelope: bool) -> Callable[..., Any]:
         if rt is None:
             result = fn(*args, **kwargs)
             return state.passthrough(args, kwargs, result) if envelope else result
+        if _running_loop() is not None and not state.loop_warned:
+            state.warn_in_loop()
         ctx = rt.context(args, kwargs)
         if rt.flights is not None:
             return flown(rt, ctx, fn, args, kwargs, envelope)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import inspect
+import logging
 from dataclasses import dataclass
 from typing import Any
 
@@ -506,3 +507,29 @@ def test_a_failing_store_if_never_breaks_the_call(
 
     assert f("a") == "a"
     assert "storing the live result failed" in caplog.text
+
+
+def test_a_sync_failover_called_on_a_running_event_loop_warns_once(
+    engine: Failover, caplog: pytest.LogCaptureFixture
+) -> None:
+    @failover.failover("blocking", engine=engine)
+    def blocking(code: str) -> str:
+        return code
+
+    @failover.failover("other", engine=engine)
+    def other(code: str) -> str:
+        return code
+
+    blocking("outside")  # no loop on this thread: nothing to say
+    assert "event loop" not in caplog.text
+
+    async def handler() -> list[str]:
+        return [blocking("a"), blocking("b"), other("c"), blocking.referential("d").payload]
+
+    caplog.set_level(logging.WARNING, "failover")
+    assert asyncio.run(handler()) == ["a", "b", "c", "d"]
+    said = [r.getMessage() for r in caplog.records if "event loop" in r.getMessage()]
+    assert len(said) == 2  # once per failover, however many calls
+    assert said[0].startswith("failover 'blocking':")
+    assert "async def" in said[0]
+    assert said[1].startswith("failover 'other':")
