@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
+from .errors import ConfigurationError
 from .policy import ExceptionPolicy
 
 if TYPE_CHECKING:
@@ -58,6 +59,26 @@ OUTCOMES = ("live", "recovered", "not_recovered")
 BREAKER_STATES = ("closed", "half-open", "open")
 
 
+DOWN_RATIO = 0.5
+"""``down`` needs at least this share of the window's calls to have got nothing usable."""
+DOWN_MIN = 5
+"""... and at least this many of them: one unknown id during an outage is not an outage."""
+
+
+def down_thresholds(down_ratio: float, down_min: int, owner: str) -> tuple[float, int]:
+    """The checked ``down_ratio`` (0 < r <= 1) and ``down_min`` (an int >= 1).
+
+    Raises:
+        ConfigurationError: naming ``owner`` and the setting.
+    """
+    ratio_ok = isinstance(down_ratio, int | float) and not isinstance(down_ratio, bool)
+    if not ratio_ok or not 0 < down_ratio <= 1:
+        raise ConfigurationError(f"{owner}: down_ratio must be > 0 and <= 1, got {down_ratio!r}")
+    if isinstance(down_min, bool) or not isinstance(down_min, int) or down_min < 1:
+        raise ConfigurationError(f"{owner}: down_min must be an int >= 1, got {down_min!r}")
+    return float(down_ratio), down_min
+
+
 @dataclass(frozen=True, slots=True)
 class Failure:
     """The latest failed upstream call: the exception's class name and when it happened."""
@@ -72,8 +93,9 @@ class FailoverHealth:
 
     Attributes:
         name: the failover's name.
-        status: ``down`` (a call got nothing usable), ``degraded`` (calls served stale, or the
-            breaker is open), ``up`` (calls answered live), ``idle`` (no call).
+        status: ``down`` (at least half the calls, and at least 5, got nothing usable: the
+            thresholds of `failover.Failover.health`), ``degraded`` (fewer did, calls served
+            stale, or the breaker is open), ``up`` (calls answered live), ``idle`` (no call).
         counts: calls per outcome in the window: ``live``, ``recovered``, ``not_recovered``.
         last_failure: the latest failed upstream call, in the window or not; ``None`` if none.
         breaker: ``closed``, ``half-open`` or ``open``; ``None`` without a circuit breaker.

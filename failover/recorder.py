@@ -18,7 +18,16 @@ from datetime import UTC, datetime, timedelta
 from typing import ClassVar, Protocol
 
 from .events import Observer
-from .health import BREAKER_STATES, OUTCOMES, WINDOW, FailoverHealth, Failure, Status
+from .health import (
+    BREAKER_STATES,
+    DOWN_MIN,
+    DOWN_RATIO,
+    OUTCOMES,
+    WINDOW,
+    FailoverHealth,
+    Failure,
+    Status,
+)
 
 __all__ = ["MAX_ERROR_KINDS", "OTHER", "UPSTREAM_BUCKETS", "FailoverStats", "RareEvents"]
 
@@ -287,13 +296,17 @@ class FailoverStats(Observer):
                 counts[2] += ring[i + 2]
         return dict(zip(OUTCOMES, counts, strict=True))
 
-    def health(self, now: datetime) -> FailoverHealth:
-        """This failover's health at ``now``."""
+    def health(
+        self, now: datetime, down_ratio: float = DOWN_RATIO, down_min: int = DOWN_MIN
+    ) -> FailoverHealth:
+        """This failover's health at ``now``: ``down`` only when at least ``down_ratio`` of the
+        window's calls, and at least ``down_min``, got nothing usable; fewer is ``degraded``."""
         counts = self.window_counts(now)
         status: Status
-        if counts["not_recovered"]:
+        failed = counts["not_recovered"]
+        if failed >= down_min and failed >= down_ratio * sum(counts.values()):
             status = "down"
-        elif counts["recovered"] or self.breaker == "open":
+        elif failed or counts["recovered"] or self.breaker == "open":
             status = "degraded"
         elif counts["live"]:
             status = "up"

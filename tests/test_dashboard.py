@@ -69,11 +69,16 @@ def test_page_api_and_health(
     countries("FR")
     status, _, body = get(client, "/health")
     assert (status, json.loads(body)["status"]) == (200, "degraded")
-    countries("DE")  # nothing stored: down
+    countries("DE")  # nothing stored: one call is not an outage, still degraded
+    assert get(client, "/health")[0] == 200
+    for _ in range(4):
+        countries("DE")  # 5 of 7 calls got nothing usable: down
     status, _, body = get(client, "/health")
     assert status == 503
-    assert json.loads(body)["failovers"]["countries"]["counts"]["not_recovered"] == 1
+    assert json.loads(body)["failovers"]["countries"]["counts"]["not_recovered"] == 5
     assert client.head("/health").status_code == 503
+    status, _, body = get(client, "/livez")  # the process serves: liveness says only that
+    assert (status, body) == (200, "ok")
 
 
 def test_entries_are_paged(engine: Failover, countries: Any, clock: FakeClock) -> None:

@@ -7,7 +7,8 @@ import logging
 import pytest
 
 import failover
-from failover import Failover
+from failover import ConfigurationError, Failover
+from failover.dashboard import make_wsgi_app
 from failover.health import WINDOW, HealthReport
 from failover.recorder import FailoverStats
 
@@ -50,14 +51,22 @@ def test_statuses_follow_what_the_callers_got(
     assert health.last_failure.at == clock.now
 
     assert countries("DE") is None  # never stored: nothing usable
-    report = engine.health()
+    # One call that got nothing (an unknown id) is not an outage: degraded, not down.
+    assert engine.health().status == "degraded"
+    for _ in range(4):
+        assert countries("DE") is None
+    report = engine.health()  # 5 of 7 calls got nothing usable: at least 5, at least half
     assert report.status == "down"
     assert list(report.failovers) == ["countries", "quiet"]  # worst first
     assert report.failovers["countries"].counts == {
         "live": 1,
         "recovered": 1,
-        "not_recovered": 1,
+        "not_recovered": 5,
     }
+    # The thresholds are settings of health(): stricter ones keep it degraded.
+    assert engine.health(down_min=6).status == "degraded"
+    assert engine.health(down_ratio=0.8).status == "degraded"
+    assert engine.health(down_ratio=0.7, down_min=5).status == "down"
 
     # The window slides: a minute of live calls later, the failover is up again.
     upstream.recover()
@@ -191,3 +200,35 @@ def test_statistics_never_raise_into_a_call(clock: FakeClock) -> None:
     stats.not_recovered(0.1, ValueError())  # logged once, dropped
     stats.live(None, 0.1)  # the clock failed on the success path: counted, outside the window
     assert stats.calls == [1, 0, 0]
+
+
+@pytest.mark.parametrize(
+    ("setting", "value"),
+    [
+        ("down_ratio", 0),
+        ("down_ratio", 1.5),
+        ("down_ratio", True),
+        ("down_min", 0),
+        ("down_min", 2.5),
+    ],
+)
+def test_health_thresholds_are_checked(engine: Failover, setting: str, value: object) -> None:
+    with pytest.raises(ConfigurationError, match=f"Failover.health: {setting}"):
+        engine.health(**{setting: value})  # type: ignore[arg-type]
+    with pytest.raises(ConfigurationError, match=f"make_wsgi_app: {setting}"):
+        make_wsgi_app(engine, **{setting: value})  # type: ignore[arg-type]
+
+
+def test_down_needs_half_the_calls_and_at_least_five(engine: Failover, upstream: Upstream) -> None:
+    @failover.failover("mostly", engine=engine, policy="never_throw")
+    def mostly(x: str) -> str | None:
+        return upstream(x)  # type: ignore[return-value]
+
+    for i in range(6):
+        mostly(f"ok{i}")
+    upstream.fail()
+    for i in range(5):
+        mostly(f"unknown{i}")  # never stored
+    assert engine.health().status == "degraded"  # 5 of 11: fewer than half
+    mostly("unknown5")
+    assert engine.health().status == "down"  # 6 of 12: half, and more than 5

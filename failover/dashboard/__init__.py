@@ -16,6 +16,7 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import TYPE_CHECKING
 
+from ..health import DOWN_MIN, DOWN_RATIO, down_thresholds
 from .app import AsgiApp, Dashboard, WsgiApp, asgi, wsgi
 from .page import REFRESH_SECONDS
 from .views import EngineView, StoreView
@@ -33,6 +34,8 @@ def make_asgi_app(
     show_payloads: bool = False,
     token: str | None = None,
     refresh: float = REFRESH_SECONDS,
+    down_ratio: float = DOWN_RATIO,
+    down_min: int = DOWN_MIN,
 ) -> AsgiApp:
     """The dashboard of ``engine`` as an ASGI application.
 
@@ -42,11 +45,17 @@ def make_asgi_app(
         token: a bearer token required on every request; ``None``: none (put the app behind
             your own authentication, as you would an admin page).
         refresh: seconds between two refreshes of the page.
+        down_ratio: ``/health`` answers 503 (``down``) only when at least this share of a
+            failover's calls in the window got nothing usable...
+        down_min: ... and at least this many: fewer make it ``degraded`` (200).
 
     Returns:
         An ASGI application; store reads run on a worker thread.
+
+    Raises:
+        ConfigurationError: a threshold out of range.
     """
-    view = EngineView(engine)
+    view = EngineView(engine, down_thresholds(down_ratio, down_min, "make_asgi_app"))
     return asgi(Dashboard(view, show_payloads=show_payloads, token=token, refresh=refresh))
 
 
@@ -56,9 +65,11 @@ def make_wsgi_app(
     show_payloads: bool = False,
     token: str | None = None,
     refresh: float = REFRESH_SECONDS,
+    down_ratio: float = DOWN_RATIO,
+    down_min: int = DOWN_MIN,
 ) -> WsgiApp:
     """The dashboard of ``engine`` as a WSGI application (arguments as `make_asgi_app`)."""
-    view = EngineView(engine)
+    view = EngineView(engine, down_thresholds(down_ratio, down_min, "make_wsgi_app"))
     return wsgi(Dashboard(view, show_payloads=show_payloads, token=token, refresh=refresh))
 
 

@@ -1,7 +1,8 @@
 """The dashboard's routes, behind a WSGI and an ASGI adapter (standard library only).
 
 Routes, all read-only (``GET`` and ``HEAD``): ``/`` the page, ``/api/failovers``,
-``/api/entries?name=…&limit=…&after=…`` and ``/health`` (503 when ``down``).
+``/api/entries?name=…&limit=…&after=…``, ``/health`` (503 when ``down``) and ``/livez``
+(200 while the process serves).
 """
 
 from __future__ import annotations
@@ -73,6 +74,10 @@ class Dashboard:
         """Answer a request (``headers`` with lower-case names)."""
         if method not in ("GET", "HEAD"):
             return _text(HTTPStatus.METHOD_NOT_ALLOWED, "read-only", [("Allow", "GET, HEAD")])
+        if path.rstrip("/") == "/livez":
+            # Liveness only: the process serves. Says nothing of upstreams or stores, so a
+            # shared outage never restarts every replica; no token: it discloses nothing.
+            return _text(HTTPStatus.OK, "ok")
         params = {k: v[-1] for k, v in parse_qs(query, keep_blank_values=True).items()}
         if self.token is not None:
             refused = self._authenticate(base, path, params, headers)

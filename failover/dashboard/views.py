@@ -7,7 +7,17 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from ..health import OUTCOMES, WINDOW, FailoverHealth, PoolHealth, Status, StoreHealth, settings_of
+from ..health import (
+    DOWN_MIN,
+    DOWN_RATIO,
+    OUTCOMES,
+    WINDOW,
+    FailoverHealth,
+    PoolHealth,
+    Status,
+    StoreHealth,
+    settings_of,
+)
 from ..stores.browsing import Summary
 from .entries import Page, page, summary, summary_dict
 
@@ -101,8 +111,13 @@ class EngineView:
 
     per_call = True
 
-    def __init__(self, engine: Failover | None = None) -> None:
+    def __init__(
+        self,
+        engine: Failover | None = None,
+        thresholds: tuple[float, int] = (DOWN_RATIO, DOWN_MIN),
+    ) -> None:
         self._engine = engine
+        self.down_ratio, self.down_min = thresholds
 
     @property
     def engine(self) -> Failover:
@@ -116,7 +131,7 @@ class EngineView:
     def overview(self) -> Overview:
         """The engine's health and settings, worst first."""
         engine = self.engine
-        report = engine.health()
+        report = engine.health(down_ratio=self.down_ratio, down_min=self.down_min)
         definitions = {d.name: d for d in engine.definitions()}
         rows = []
         for name, health in report.failovers.items():
@@ -140,7 +155,7 @@ class EngineView:
 
     def health(self) -> dict[str, Any]:
         """What ``/health`` serves."""
-        return self.engine.health().to_dict()
+        return self.engine.health(down_ratio=self.down_ratio, down_min=self.down_min).to_dict()
 
 
 class StoreView:

@@ -16,7 +16,7 @@ from ..core import Decorated, Runtime
 from ..definition import FailoverDefinition
 from ..execution import Bulkhead, PermitSource, Pool, Pools, Refreshes
 from ..handlers import Handler
-from ..health import HealthReport
+from ..health import DOWN_MIN, DOWN_RATIO, HealthReport, down_thresholds
 from ..metrics import Metrics, resolve_metrics
 from ..otel import resolve_opentelemetry
 from ..policy import resolve_policy
@@ -157,14 +157,21 @@ class Failover:
         """Every registered failover's definition, by name."""
         return self.registry.definitions()
 
-    def health(self) -> HealthReport:
+    def health(self, *, down_ratio: float = DOWN_RATIO, down_min: int = DOWN_MIN) -> HealthReport:
         """Each registered failover's health over the last minute, worst first.
 
-        ``down``: a call got nothing usable (not recovered); ``degraded``: calls were served
-        stale, or the breaker is open; ``up``: calls were answered live; ``idle``: no call. The
+        ``down``: at least ``down_ratio`` of the calls, and at least ``down_min``, got nothing
+        usable (not recovered); ``degraded``: fewer did, calls were served stale, the breaker is
+        open, or a store is down; ``up``: calls were answered live; ``idle``: no call. The
         engine's status is the worst of them (``idle`` when none is registered).
+
+        Raises:
+            ConfigurationError: a threshold out of range.
         """
-        return self.registry.health(self.clock(), self.pools.all(), store_health(self.store))
+        thresholds = down_thresholds(down_ratio, down_min, "Failover.health")
+        return self.registry.health(
+            self.clock(), self.pools.all(), store_health(self.store), thresholds
+        )
 
     def runtime(self, decorated: Decorated) -> Runtime:
         """The runtime of ``decorated`` on this engine, made on first use."""

@@ -12,7 +12,7 @@ from ..codec import JsonCodec, allow_annotation, type_name, unencodable
 from ..core import Decorated, resolve_return_type
 from ..definition import FailoverDefinition
 from ..execution import Pool, Pools
-from ..health import HealthReport, PoolHealth, StoreHealth, settings_of
+from ..health import DOWN_MIN, DOWN_RATIO, HealthReport, PoolHealth, StoreHealth, settings_of
 from ..metrics import Metrics
 from ..policy import ExceptionPolicy
 from ..recorder import FailoverStats
@@ -76,14 +76,21 @@ class Registry:
             return [d.definition for _, d in sorted(self.registered.items())]
 
     def health(
-        self, now: datetime, pools: Iterable[Pool], stores: Iterable[StoreHealth] = ()
+        self,
+        now: datetime,
+        pools: Iterable[Pool],
+        stores: Iterable[StoreHealth] = (),
+        thresholds: tuple[float, int] = (DOWN_RATIO, DOWN_MIN),
     ) -> HealthReport:
         """Each registered failover's health at ``now``, worst first, with the pools' and the
-        stores'."""
+        stores'; ``thresholds``: ``down_ratio`` and ``down_min`` (see `Failover.health`)."""
         with self.lock:
             stats = [self.stats[name] for name in self.registered]
         return HealthReport.of(
-            (s.health(now) for s in stats), now, (PoolHealth.of(p) for p in pools), stores
+            (s.health(now, *thresholds) for s in stats),
+            now,
+            (PoolHealth.of(p) for p in pools),
+            stores,
         )
 
     def _check_encodable(self, decorated: Decorated) -> None:
