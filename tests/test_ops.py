@@ -20,6 +20,7 @@ from failover import CleanupScheduler, Failover
 from failover.cli import main
 
 from .conftest import FakeClock, Upstream
+from .test_store_hung import sqlite_locked
 
 OPS = Path(str(files("failover") / "ops"))
 PROMTOOL = shutil.which("promtool")
@@ -56,7 +57,7 @@ def test_ops_path_names_the_shipped_files(capsys: pytest.CaptureFixture[str]) ->
 
 @needs_promtool
 def test_alert_rules_pass_promtool_check() -> None:
-    assert "SUCCESS: 9 rules found" in _promtool("check", "rules", "alerts.yml", cwd=OPS)
+    assert "SUCCESS: 10 rules found" in _promtool("check", "rules", "alerts.yml", cwd=OPS)
 
 
 @needs_promtool
@@ -109,6 +110,8 @@ def _metric_names(expr: str) -> set[str]:
             "execution",
             "store",
             "pool",
+            "operation",
+            "reason",
         )
     }
 
@@ -151,7 +154,21 @@ def _exported(tmp_path: Path, clock: FakeClock, upstream: Upstream) -> set[str]:
     engine.metrics.hook_failed("countries")
     CleanupScheduler(engine, 3600, metrics=engine.metrics).run_once()
     engine.close()
+    # A store write past its deadline (SQLite locked by another process): the store series.
+    locked = tmp_path / "locked.db"
+    hung = Failover(
+        f"sqlite:///{locked}", async_writes=False, store_timeout=0.2, clock=clock, metrics=registry
+    )
+
+    @failover.failover("hung", engine=hung)
+    def answer() -> int:
+        return 1
+
+    answer()
+    with sqlite_locked(locked):
+        answer()  # its write times out
     text = generate_latest(registry).decode()
+    hung.close()
     return {s.name for family in text_string_to_metric_families(text) for s in family.samples}
 
 
