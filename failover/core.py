@@ -17,14 +17,15 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from .context import CallContext, Miss, RecoverContext
 from .definition import FailoverDefinition
-from .errors import StoreError
+from .errors import ConfigurationError, StoreError
 from .events import Events
 from .execution import Execution
 from .flight import Flights
 from .handlers import Handler, envelope_key
 from .payload import ReferentialPayload, enrich, envelope, plain_kind
 from .policy import ExceptionPolicy, default_for
-from .tenant import pinned
+from .tenant import _current as _tenant
+from .tenant import current_tenant, pinned
 
 if TYPE_CHECKING:
     from .stores.tenant import MultiTenantStore
@@ -94,6 +95,7 @@ class Runtime:
         "refusals",
         "router",
         "unattempted",
+        "unrouted",
         "unstorable",
     )
 
@@ -128,6 +130,9 @@ class Runtime:
         self.blocking = blocking
         self.blocking_writes = blocking_writes
         self.router = router
+        # Said when a call runs inside `failover.tenant(...)` on an engine that does not route
+        # by tenant (it would share one store across tenants); None: routed, or opted out.
+        self.unrouted: str | None = None
         # Single flight: the calls in flight per key, for their callers to share.
         self.flights = Flights() if definition.single_flight else None
         # A new tenant's store is made on its first use, and may connect to a database then.
@@ -141,6 +146,8 @@ class Runtime:
         binder = self.binder
         if binder.skip_first:
             args = args[1:]
+        if self.unrouted is not None and _tenant.get() is not None:  # one contextvar read
+            self._refuse_tenant()
         ctx: CallContext = _new(CallContext)  # no __init__ frame: this runs on every call
         ctx.definition = self.definition
         ctx.binder = binder
@@ -153,6 +160,16 @@ class Runtime:
         else:
             ctx.values = args  # binder.values' fast path
         return ctx
+
+    def _refuse_tenant(self) -> None:
+        raise ConfigurationError(
+            f"{self.unrouted}, but failover {self.definition.name!r} was called inside "
+            f"failover.tenant({current_tenant()!r}): every tenant would read and write the "
+            "same entries. Enable routing on the engine (Failover(store=..., "
+            "tenant_resolver=...) with a store URL containing {tenant} or a factory "
+            "tenant -> store), or pass ignore_tenant=True to the engine to share one store "
+            "on purpose."
+        )
 
     async def on_worker(self, fn: Callable[..., T], *args: Any) -> T:
         """``fn(*args)`` on a worker thread, so that store I/O never blocks the event loop.

@@ -576,3 +576,55 @@ async def test_a_new_tenants_store_is_made_off_the_event_loop(
         eng.close()
     assert len(made_on) == 2
     assert loop_thread not in made_on
+
+
+# -- a tenant block on an engine that does not route by tenant ------------------------------------
+
+
+async def test_a_tenant_block_on_an_unrouted_engine_is_refused(clock: FakeClock) -> None:
+    engine = Failover(clock=clock, metrics=False)
+    calls: list[str] = []
+
+    @failover.failover("account", engine=engine)
+    def account(field: str) -> str:
+        calls.append(field)
+        return f"acme's {field}"
+
+    @failover.failover("aaccount", engine=engine)
+    async def aaccount(field: str) -> str:
+        return f"acme's {field}"
+
+    assert account("balance") == "acme's balance"  # no tenant: a plain engine as ever
+    uses = (account, account.peek, account.invalidate, account.referential)
+    with failover.tenant("globex"):
+        refusals = []
+        for use in uses:
+            with pytest.raises(ConfigurationError) as refused:
+                use("balance")
+            refusals.append(str(refused.value))
+        with pytest.raises(ConfigurationError) as refused:
+            await aaccount("balance")
+        refusals.append(str(refused.value))
+    for message in refusals:
+        assert "does not route by tenant" in message
+        assert "tenant_resolver=" in message
+        assert "ignore_tenant=True" in message
+        assert "inside failover.tenant('globex')" in message
+    assert "failover 'aaccount'" in refusals[-1]
+    assert calls == ["balance"]  # nothing ran, nothing was read for globex
+    engine.close()
+
+
+def test_ignore_tenant_lets_tenant_blocks_share_one_store(clock: FakeClock) -> None:
+    engine = Failover(clock=clock, metrics=False, ignore_tenant=True)
+
+    @failover.failover("account", engine=engine)
+    def account(field: str) -> str:
+        return f"shared {field}"
+
+    assert account("balance") == "shared balance"
+    with failover.tenant("globex"):
+        found = account.peek("balance")
+    assert found is not None
+    assert found.payload == "shared balance"
+    engine.close()

@@ -63,6 +63,9 @@ class Failover:
         enabled: ``False`` makes every decorated function a plain pass-through.
         opentelemetry: ``True`` sends spans and metrics to the global OpenTelemetry providers,
             a `failover.otel.OpenTelemetry` to its own; ``False`` (default): none.
+        ignore_tenant: on an engine without tenant routing, a call made inside
+            `failover.tenant` raises `ConfigurationError` (tenants would share entries);
+            ``True`` allows it (code shared by tenant-aware and plain engines).
 
     Raises:
         ConfigurationError: a setting that cannot work.
@@ -83,6 +86,7 @@ class Failover:
         store_interval: timedelta | float | str | None = None,
         opentelemetry: Any = False,
         store_timeout: timedelta | float | str | None = 0.5,
+        ignore_tenant: bool = False,
     ) -> None:
         validation.check_engine(clock, async_writes, timeout_workers)
         self.clock = clock
@@ -124,6 +128,9 @@ class Failover:
             self.metrics,
             resolve_opentelemetry(opentelemetry),
         )
+        self.ignore_tenant = bool(ignore_tenant)
+        if not self.ignore_tenant and not isinstance(self.store, MultiTenantStore):
+            self.wiring.unrouted = f"engine {self!r} does not route by tenant"
         self.maintenance = Maintenance(self.store, clock, self.metrics, self.refreshes, self.pools)
 
     def __repr__(self) -> str:

@@ -78,6 +78,8 @@ class Wiring:
         self.otel = otel
         self.runtimes: dict[Decorated, Runtime] = {}
         self.breakers: dict[str, pybreaker.CircuitBreaker] = {}
+        # Set by the engine when it neither routes by tenant nor ignores tenants (Runtime.unrouted).
+        self.unrouted: str | None = None
 
     def forget(self, decorated: Decorated) -> None:
         """Drop the runtime of a failover replaced by another of its name."""
@@ -111,6 +113,7 @@ class Wiring:
                 )
                 rt.bind(self.execution(d, rt))
                 rt.unstorable = self.registry.unstorable.get(d.name)
+                rt.unrouted = self.unrouted
                 self.runtimes[decorated] = rt
             return rt
 
