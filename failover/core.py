@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from .context import CallContext, Miss, RecoverContext
 from .definition import FailoverDefinition
-from .errors import ConfigurationError, StoreError
+from .errors import ConfigurationError, SerializationError, StoreError
 from .events import Events
 from .execution import Execution
 from .flight import Flights
@@ -93,6 +93,7 @@ class Runtime:
         "new_tenants_block",
         "policy",
         "refusals",
+        "refused_types",
         "router",
         "unattempted",
         "unrouted",
@@ -123,6 +124,8 @@ class Runtime:
         self.unattempted: tuple[type[Exception], ...] = ()
         # Why nothing of this failover can be stored (said in the rethrow note), if known.
         self.unstorable: str | None = None
+        # Result types this store refused to encode: not offered to it again (logged once).
+        self.refused_types: set[type] = set()
         self.policy = policy
         self.clock = clock
         # The store chain does blocking I/O: async shells read (and, without async writes,
@@ -196,6 +199,23 @@ class Runtime:
             "failover %r: storing the live result failed", self.definition.name, exc_info=True
         )
 
+    def _refused(self, result: Any, exc: SerializationError) -> None:
+        """The store cannot encode this result's type: say so once, and never offer it again
+        (each attempt would cost an encoding and a traceback in the log)."""
+        kind = type(result)
+        name = f"{kind.__module__}.{kind.__qualname__}"
+        self.refused_types.add(kind)
+        if self.unstorable is None:
+            self.unstorable = f"the store cannot encode {name}: {exc}"
+        log.warning(
+            "failover %r: the store cannot encode %s (%s); results of this type are returned "
+            "live and no longer stored. Return plain data (a dict, a dataclass, a pydantic "
+            "model: e.g. response.json()) to have them stored",
+            self.definition.name,
+            name,
+            exc,
+        )
+
     def succeeded(self, ctx: CallContext, result: Any, seconds: float | None = None) -> Any:
         """Store ``result`` and return it enriched as live; ``seconds`` (the time the upstream
         took) reports the call as live (a late result after a soft timeout is not a call).
@@ -205,13 +225,16 @@ class Runtime:
         """
         try:
             store_if = self.definition.store_if
-            if store_if is None or store_if(result):
+            refused = self.refused_types
+            if (store_if is None or store_if(result)) and not (refused and type(result) in refused):
                 if self.events.timed:
                     self._timed_store(ctx, result)
                 else:
                     self.handler.store(ctx, result)  # sets ctx.now
             else:
                 ctx.now = self.clock()
+        except SerializationError as exc:
+            self._refused(result, exc)
         except Exception:
             self._store_failed()
         if seconds is not None:

@@ -533,3 +533,37 @@ def test_a_sync_failover_called_on_a_running_event_loop_warns_once(
     assert said[0].startswith("failover 'blocking':")
     assert "async def" in said[0]
     assert said[1].startswith("failover 'other':")
+
+
+# -- a result the store refuses to encode ---------------------------------------------------------
+
+
+class Opaque:
+    """Nothing a JSON store can encode (an HTTP response object, say)."""
+
+
+def test_a_result_the_store_refuses_is_logged_once_then_not_offered_again(
+    tmp_path: Any, clock: FakeClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    eng = Failover(f"sqlite:///{tmp_path}/f.db", clock=clock, metrics=False, async_writes=False)
+    up = Upstream()
+    answers = Opaque()
+
+    @failover.failover("opaque", engine=eng)
+    def fetch(key: str):  # type: ignore[no-untyped-def]  # no annotation: found at call time
+        up(key)
+        return answers
+
+    with caplog.at_level(logging.WARNING, "failover"):
+        for _ in range(3):
+            assert fetch("a") is answers  # returned live every time
+    refusals = [r for r in caplog.records if "cannot encode" in r.getMessage()]
+    assert len(refusals) == 1  # logged once, not on every call
+    assert "Opaque" in refusals[0].getMessage()
+    assert not [r for r in caplog.records if r.exc_info]  # no traceback per call
+    up.fail()
+    with pytest.raises(ConnectionError) as raised:
+        fetch("a")
+    assert "cannot encode" in str(raised.value.__notes__)
+    assert "Opaque" in str(raised.value.__notes__)
+    eng.close()
