@@ -101,9 +101,12 @@ def collect() -> AbstractContextManager[StaleReport]:
     return _Collecting()
 
 
-def record(served: ReferentialPayload[Any], clock: Callable[[], datetime]) -> None:
+def record(
+    served: ReferentialPayload[Any], clock: Callable[[], datetime], name: str | None = None
+) -> None:
     """Add a call's not-live envelope to the report being collected, if any (the core calls
-    this; it never raises). The age is measured on ``clock``, the engine's."""
+    this; it never raises). The age is measured on ``clock``, the engine's; ``name`` is the
+    failover's own name (the envelope carries the domain when one is set)."""
     report = _current.get()
     if report is None:
         return
@@ -113,23 +116,24 @@ def record(served: ReferentialPayload[Any], clock: Callable[[], datetime]) -> No
             age = max(0.0, (clock() - served.as_of).total_seconds())
         except Exception:  # a failing clock costs the Age header, never the call
             age = None
-    report.add(served.name, age)
+    report.add(served.name if name is None else name, age)
 
 
 class ServedObserver(Observer):
     """Adds each call of a failover served a value that is not live to the report being
     collected (one context-variable read per such call)."""
 
-    __slots__ = ("clock",)
+    __slots__ = ("clock", "name")
 
     safe: ClassVar[bool] = True
 
-    def __init__(self, clock: Callable[[], datetime]) -> None:
+    def __init__(self, clock: Callable[[], datetime], name: str | None = None) -> None:
         self.clock = clock
+        self.name = name  # the failover's own name, as written (not its domain)
 
     def __repr__(self) -> str:
         return "ServedObserver()"
 
     def served(self, out: ReferentialPayload[Any]) -> None:
         """Record ``out`` in the report being collected, if any."""
-        record(out, self.clock)
+        record(out, self.clock, self.name)

@@ -393,3 +393,28 @@ def test_a_failing_clock_costs_the_age_not_the_call(service: Service) -> None:
     with served.collect() as report:
         served.record(stale, broken)
     assert (report.names, report.age) == (("rates",), None)
+
+
+def test_the_stale_header_names_the_failover_not_its_domain(clock: FakeClock) -> None:
+    engine = failover.Failover(clock=clock, metrics=False)
+    up = Upstream()
+
+    @failover.failover("countries.v2", domain="countries", engine=engine)
+    def countries() -> list[str]:
+        return up(["FR"])  # type: ignore[return-value]
+
+    app = FastAPI()
+    app.add_middleware(StaleHeaders)
+
+    @app.get("/countries")
+    def endpoint() -> list[str]:
+        return countries()
+
+    with TestClient(app) as client:
+        assert client.get("/countries").json() == ["FR"]
+        up.fail()
+        stale = client.get("/countries")
+    assert stale.json() == ["FR"]
+    assert stale.headers["x-failover-stale"] == "countries.v2"  # what the user wrote
+    assert countries.referential().name == "countries"  # the entry's address: the domain
+    engine.close()

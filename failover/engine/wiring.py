@@ -123,7 +123,7 @@ class Wiring:
         observers: list[Observer] = [self.registry.stats[d.name]]
         if self.metrics is not NULL_METRICS:
             observers.append(MetricsObserver(self.metrics, d.name, self.clock))
-        observers.append(ServedObserver(self.clock))
+        observers.append(ServedObserver(self.clock, d.name))
         if self.otel is not None:
             observers.append(self.otel.observer(d.name, self.clock, self.breaker_state(d)))
         return Events(observers)
