@@ -866,3 +866,73 @@ def test_a_splitter_error_names_the_subclass_not_its_base(
     assert isinstance(error, SplitterError)
     assert "splitter BoomOnStore(item_key='code', strict=False)" in str(error)
     assert "ListSplitter" not in str(error)
+
+
+# -- keys of another type --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Account:
+    id: int
+    owner: str
+
+
+def _accounts_failover(engine: Failover, down: list[bool]) -> Any:
+    @failover.failover("accounts", engine=engine, splitter=ListSplitter("id"))
+    def accounts(ids: str) -> list[Account]:
+        if down:
+            raise ConnectionError("accounts down")
+        return [Account(int(i), f"owner {i}") for i in ids.split(",")]
+
+    return accounts
+
+
+def test_slices_stored_under_int_keys_but_asked_for_by_str_are_warned_once(
+    engine: Failover, caplog: pytest.LogCaptureFixture
+) -> None:
+    down: list[bool] = []
+    accounts = _accounts_failover(engine, down)
+    assert len(accounts("1,2,3")) == 3  # stored under 1, 2, 3 (ints: item_key "id")
+    down.append(True)
+    with caplog.at_level(logging.WARNING, "failover"):
+        for _ in range(3):
+            with pytest.raises(ConnectionError) as refused:
+                accounts("1,2,3")  # asks for "1", "2", "3"
+            assert "no stored entry" in str(refused.value.__notes__)
+    warnings = [r.getMessage() for r in caplog.records if "differ in type" in r.getMessage()]
+    assert len(warnings) == 1  # once per failover
+    assert "'accounts'" in warnings[0]
+    assert "asked for by str keys" in warnings[0]
+    assert "stored under int keys" in warnings[0]
+    assert "keys_from_args" in warnings[0]
+
+
+async def test_an_async_all_miss_of_mistyped_keys_is_warned_too(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    engine = Failover(f"sqlite:///{tmp_path}/f.db", metrics=False, async_writes=False)
+    down: list[bool] = []
+
+    @failover.failover("aaccounts", engine=engine, splitter=ListSplitter("id"))
+    async def accounts(ids: str) -> list[Account]:
+        if down:
+            raise ConnectionError("accounts down")
+        return [Account(int(i), f"owner {i}") for i in ids.split(",")]
+
+    assert len(await accounts("1,2")) == 2
+    down.append(True)
+    with caplog.at_level(logging.WARNING, "failover"), pytest.raises(ConnectionError):
+        await accounts("1,2")
+    assert [r for r in caplog.records if "differ in type" in r.getMessage()]
+    engine.close()
+
+
+def test_a_real_miss_of_matching_types_is_not_warned(
+    engine: Failover, caplog: pytest.LogCaptureFixture
+) -> None:
+    down: list[bool] = []
+    accounts = _accounts_failover(engine, down)
+    down.append(True)
+    with caplog.at_level(logging.WARNING, "failover"), pytest.raises(ConnectionError):
+        accounts("7,8")  # nothing stored at all
+    assert not [r for r in caplog.records if "differ in type" in r.getMessage()]

@@ -25,6 +25,7 @@ from ..scatter import CallArguments, StoreContext, slice_context
 from ..stores.base import Payload, delete_many
 from .base import drop_all_expired, envelope_key, expire_on, slice_key
 from .default import DefaultHandler
+from .mistyped import KeyTypes
 
 __all__ = ["ScatterGatherHandler"]
 
@@ -52,6 +53,7 @@ class ScatterGatherHandler:
         self.store_ = inner.store_
         self.clock = inner.clock
         self.metrics = metrics
+        self.key_types = KeyTypes()
 
     def __repr__(self) -> str:
         return f"ScatterGatherHandler({self.inner!r})"
@@ -147,6 +149,8 @@ class ScatterGatherHandler:
         else:
             requested = self._requested(d, whole)
             found = store.find_many(name, [key for key, _ in requested]) if requested else {}
+            if not found and requested and report:
+                self.key_types.check(store, d, requested)
         expired = self._expired(d, found)
         if expired:
             drop_all_expired(store, name, expired)
@@ -167,6 +171,8 @@ class ScatterGatherHandler:
         requested = self._requested(d, whole)
         keys = [key for key, _ in requested]
         found = await inner.reads.afind_many(d.effective_name, keys, tenant) if keys else {}
+        if not found and keys:
+            await inner.on_worker(tenant, self.key_types.check, self.store_, d, requested)
         expired = self._expired(d, found)
         if expired:
             await inner.on_worker(tenant, drop_all_expired, self.store_, d.effective_name, expired)
