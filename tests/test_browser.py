@@ -36,7 +36,9 @@ pytestmark = pytest.mark.skipif(
 )
 
 
-def _driver(javascript: bool = True) -> Any:
+def _driver(profile: Path, javascript: bool = True) -> Any:
+    """Chromium under Selenium, its profile in ``profile`` (a pytest temporary directory, so
+    that runs leave no profiles behind)."""
     from selenium import webdriver
     from selenium.webdriver.chrome.service import Service
 
@@ -52,7 +54,7 @@ def _driver(javascript: bool = True) -> Any:
         "--disable-component-update",
         "--disable-sync",
         "--window-size=1360,900",
-        f"--user-data-dir={tempfile.mkdtemp(prefix='failover-chromium-')}",
+        f"--user-data-dir={profile}",
     ):
         options.add_argument(flag)
     if not javascript:
@@ -63,8 +65,8 @@ def _driver(javascript: bool = True) -> Any:
 
 
 @pytest.fixture(scope="module")
-def browser() -> Iterator[Any]:
-    driver = _driver()
+def browser(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    driver = _driver(tmp_path_factory.mktemp("chromium"))
     yield driver
     driver.quit()
 
@@ -185,12 +187,12 @@ def test_themes(browser: Any, clock: FakeClock, upstream: Upstream) -> None:
         browser.execute_script("localStorage.clear()")
 
 
-def test_works_without_javascript(clock: FakeClock, upstream: Upstream) -> None:
+def test_works_without_javascript(clock: FakeClock, upstream: Upstream, tmp_path: Path) -> None:
     from selenium.webdriver.common.by import By
 
     engine, countries = _scenario(clock, upstream)
     countries("FR")
-    driver = _driver(javascript=False)
+    driver = _driver(tmp_path / "chromium", javascript=False)
     try:
         with serve_wsgi(make_wsgi_app(engine)) as url:
             driver.get(url + "/")
