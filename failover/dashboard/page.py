@@ -11,10 +11,16 @@ from __future__ import annotations
 import base64
 import hashlib
 from datetime import datetime
-from html import escape
-from urllib.parse import urlencode
 
 from .entries import Page
+from .markup import NONE as _NONE
+from .markup import age as _age
+from .markup import badge as _badge
+from .markup import e as _e
+from .markup import link as _link
+from .markup import percent as _percent
+from .markup import size as _size
+from .markup import time_of as _time
 from .views import FailoverRow, Overview
 
 __all__ = ["CSP", "REFRESH_SECONDS", "render"]
@@ -111,51 +117,6 @@ CSP = (
     "frame-ancestors 'self'"
 )
 """The page's Content-Security-Policy: only its own inline style and script run."""
-
-
-_NONE = "\u2013"  # an en dash: what the page shows for "none"
-
-
-def _e(value: object) -> str:
-    return escape(str(value), quote=True)
-
-
-def _badge(status: str) -> str:
-    return f'<span class="badge {_e(status)}">{_e(status)}</span>'
-
-
-def _age(seconds: float | None) -> str:
-    if seconds is None:
-        return _NONE
-    seconds = max(0, int(seconds))
-    days, rest = divmod(seconds, 86400)
-    hours, rest = divmod(rest, 3600)
-    minutes, secs = divmod(rest, 60)
-    parts = [f"{n}{u}" for n, u in ((days, "d"), (hours, "h"), (minutes, "m"), (secs, "s")) if n]
-    return " ".join(parts[:2]) or "0s"
-
-
-def _time(value: datetime | None) -> str:
-    if value is None:
-        return _NONE
-    return value.strftime("%Y-%m-%d %H:%M:%S %Z").strip()
-
-
-def _percent(value: float | None) -> str:
-    return _NONE if value is None else f"{value:g}%"
-
-
-def _size(value: int | None) -> str:
-    if value is None:
-        return _NONE
-    if value < 1024:
-        return f"{value} B"
-    return f"{value / 1024:.1f} KiB" if value < 1024 * 1024 else f"{value / 1048576:.1f} MiB"
-
-
-def _link(base: str, **query: str | None) -> str:
-    params = {k: v for k, v in query.items() if v is not None}
-    return _e(f"{base}/?{urlencode(params)}#entries" if params else f"{base}/")
 
 
 def render(
