@@ -20,6 +20,7 @@ from ..health import DOWN_MIN, DOWN_RATIO, HealthReport, down_thresholds
 from ..metrics import Metrics, resolve_metrics
 from ..otel import resolve_opentelemetry
 from ..policy import resolve_policy
+from ..publish import HealthPublisher, publish_interval
 from ..store_metrics import StoreMetrics, store_health
 from ..stores.base import FailoverStore, does_io, writes_async
 from ..stores.tenant import MultiTenantStore, TenantStoreFactory
@@ -66,6 +67,10 @@ class Failover:
         ignore_tenant: on an engine without tenant routing, a call made inside
             `failover.tenant` raises `ConfigurationError` (tenants would share entries);
             ``True`` allows it (code shared by tenant-aware and plain engines).
+        publish_health: write this engine's health summary to the shared store (a SQL table or
+            Redis keys, a row per process, expiring), for the cluster view of ``failover
+            dashboard --store URL``: ``True`` (every 15 s) or an interval (``"30s"``);
+            ``False`` (default): off. See `failover.publish`.
 
     Raises:
         ConfigurationError: a setting that cannot work.
@@ -87,8 +92,10 @@ class Failover:
         opentelemetry: Any = False,
         store_timeout: timedelta | float | str | None = 0.5,
         ignore_tenant: bool = False,
+        publish_health: bool | timedelta | float | str = False,
     ) -> None:
         validation.check_engine(clock, async_writes, timeout_workers)
+        publish_every = publish_interval(publish_health, "Failover")
         self.clock = clock
         self.enabled = bool(enabled)
         self.policy = resolve_policy(policy, "Failover")
@@ -132,6 +139,17 @@ class Failover:
         if not self.ignore_tenant and not isinstance(self.store, MultiTenantStore):
             self.wiring.unrouted = f"engine {self!r} does not route by tenant"
         self.maintenance = Maintenance(self.store, clock, self.metrics, self.refreshes, self.pools)
+        self.publisher: HealthPublisher | None = None
+        if publish_every is not None:
+            try:
+                owner = f"Failover(store={self.raw_store!r})"
+                self.publisher = HealthPublisher(
+                    self.store, self.health, clock, publish_every, owner
+                )
+            except Exception:
+                self.store.close()
+                raise
+            self.maintenance.background.append(self.publisher.start())
 
     def __repr__(self) -> str:
         return f"Failover(store={self.store!r}, enabled={self.enabled})"

@@ -7,15 +7,25 @@ import logging
 import threading
 from collections.abc import Callable
 from datetime import datetime, timedelta
+from typing import Protocol
 
 from ..cleanup import Cleanable, CleanupScheduler
 from ..execution import Pools, Refreshes
 from ..metrics import Metrics
 from ..stores.base import FailoverStore, flush
 
-__all__ = ["Maintenance"]
+__all__ = ["Background", "Maintenance"]
 
 log = logging.getLogger("failover.engine")
+
+
+class Background(Protocol):
+    """A background task of the engine's (the health publisher), stopped by `Maintenance.close`
+    before the store closes."""
+
+    def stop(self, timeout: float | None = None) -> bool:
+        """Stop; return whether it ended within ``timeout`` seconds."""
+        ...
 
 
 class Maintenance:
@@ -38,6 +48,7 @@ class Maintenance:
         self._lock = threading.Lock()
         self._clean_lock = threading.Lock()  # one cleanup at a time: scheduled or by hand
         self._schedulers: list[CleanupScheduler] = []
+        self.background: list[Background] = []
 
     def clean(self) -> int:
         """See `Failover.clean`."""
@@ -65,6 +76,8 @@ class Maintenance:
             self.closed = True
         for scheduler in self._schedulers:
             scheduler.stop()
+        for task in self.background:
+            task.stop(timeout)
         if not self.refreshes.close(timeout):
             log.warning("Failover.close: background refreshes still running after %ss", timeout)
         # A cleanup run by hand on another thread ends first: its store is not closed under it.

@@ -31,12 +31,13 @@ from ..errors import ConfigurationError
 from ..metrics import NULL_METRICS, Metrics
 from .base import Capabilities, FailoverStore, Payload, as_async, does_io, native_async
 from .browsing import BrowsingLayer, Page, Summary, overlaid
+from .health_rows import HealthRowsLayer
 from .write_queue import DELETED, REJECTIONS, Tombstone, Write, WriteQueue
 
 __all__ = ["REJECTIONS", "AsyncWriteStore"]
 
 
-class AsyncWriteStore(BrowsingLayer, Capabilities):
+class AsyncWriteStore(HealthRowsLayer, BrowsingLayer, Capabilities):
     """Writes go to a bounded queue that one daemon thread drains in batches (`store_many`).
 
     Reads see the writes still queued (read-your-writes within the process). Writes of one key

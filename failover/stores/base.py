@@ -21,6 +21,7 @@ __all__ = [
     "does_io",
     "flush",
     "isolating",
+    "keeps_health",
     "native_async",
     "walk",
     "writes_async",
@@ -109,6 +110,9 @@ class Capabilities:
             ``page``, ``summary``): the command line and the dashboard can list its entries.
         native_async: the store has the `AsyncFailoverStore` methods, doing its I/O on the
             event loop (an async driver): async callers await them instead of a worker thread.
+        keeps_health: the store implements `failover.stores.health_rows.HealthRows`: engines
+            publish their health summary to it (``Failover(publish_health=...)``) and the
+            store dashboard adds the processes' summaries up.
     """
 
     # Properties, so that a layer may answer per instance (as its inner store) and a raw store
@@ -144,6 +148,11 @@ class Capabilities:
     @property
     def native_async(self) -> bool:
         """The store awaits its I/O natively (the default: ``False``)."""
+        return False
+
+    @property
+    def keeps_health(self) -> bool:
+        """The store keeps the processes' health rows (the default: ``False``)."""
         return False
 
     def layers_below(self) -> Sequence[object]:
@@ -194,6 +203,12 @@ def browsable(store: object) -> bool:
     """Whether ``store`` declares the browsing protocol (`failover.stores.browsing.Browsable`);
     ``False`` when it says nothing."""
     return bool(getattr(store, "browsable", False))
+
+
+def keeps_health(store: object) -> bool:
+    """Whether ``store`` declares that it keeps health rows
+    (`failover.stores.health_rows.HealthRows`); ``False`` when it says nothing."""
+    return bool(getattr(store, "keeps_health", False))
 
 
 def native_async(store: object) -> TypeGuard[AsyncFailoverStore]:

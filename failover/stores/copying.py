@@ -19,6 +19,7 @@ from .base import (
     writes_async,
 )
 from .browsing import BrowsingLayer
+from .health_rows import HealthRowsLayer
 
 __all__ = ["CopyingStore", "copied", "deep_copy"]
 
@@ -74,7 +75,7 @@ def copied(payload: Payload) -> Payload:
     )
 
 
-class CopyingStore(BrowsingLayer, Capabilities):
+class CopyingStore(HealthRowsLayer, BrowsingLayer, Capabilities):
     """Stores and returns deep copies, so that what a caller does to a returned object never
     changes what is stored, and the reverse."""
 

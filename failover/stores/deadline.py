@@ -34,6 +34,7 @@ from .base import (
     writes_async,
 )
 from .browsing import BrowsingLayer
+from .health_rows import HealthRowsLayer, ProcessHealth, below
 
 __all__ = ["DeadlineStore", "StoreTimeout", "StoreUnavailable", "abandoned"]
 
@@ -66,7 +67,7 @@ class StoreUnavailable(StoreError):
     """A store operation skipped: the store breaker is open after a failure or timeout."""
 
 
-class DeadlineStore(BrowsingLayer, Capabilities):
+class DeadlineStore(HealthRowsLayer, BrowsingLayer, Capabilities):
     """Bounds the caller's wait on a store that does I/O, and skips a store that timed out.
 
     Reads (``find``, ``find_many``) always run under the deadline; writes only when they would
@@ -170,8 +171,11 @@ class DeadlineStore(BrowsingLayer, Capabilities):
 
     # -- running under the deadline -----------------------------------------------------------
 
-    def _run(self, operation: str, fn: Callable[..., T], *args: Any) -> T:
-        self._admit(operation)
+    def _run(self, operation: str, fn: Callable[..., T], *args: Any, guarded: bool = True) -> T:
+        # guarded=False: bounded by the deadline, but neither skipped by the breaker nor
+        # opening it (the health publisher's own writes: not a caller's, see failover.publish).
+        if guarded:
+            self._admit(operation)
         with self._lock:
             if self._busy >= self.workers:
                 full = True
@@ -191,14 +195,18 @@ class DeadlineStore(BrowsingLayer, Capabilities):
             result = future.result(self.timeout)
         except FutureTimeout:
             flag.set()  # its connection is discarded when the operation ends
-            self._failed(operation, "timeout")
+            if guarded:
+                self._failed(operation, "timeout")
+            else:
+                self.errors[(operation, "timeout")] += 1
             raise StoreTimeout(
                 f"store {operation} did not answer within {self.timeout:g} s"
             ) from None
         except Exception:
             self.errors[(operation, "error")] += 1
             raise
-        self._answered()
+        if guarded:
+            self._answered()
         return result
 
     def _release(self, _: object) -> None:
@@ -271,6 +279,16 @@ class DeadlineStore(BrowsingLayer, Capabilities):
         """Close the inner store's async clients of this loop."""
         if native_async(self.inner):
             await self.inner.aclose()
+
+    def publish_health(self, row: ProcessHealth) -> None:
+        """Publish the process's health row within the deadline (a hung store holds the
+        publisher's thread no longer than a caller), without the breaker: a slow publish
+        never makes the callers' reads skip the store."""
+        self._run("publish_health", below(self).publish_health, row, guarded=False)
+
+    def remove_health(self, process: str) -> None:
+        """Remove the process's health row, within the deadline (without the breaker)."""
+        self._run("remove_health", below(self).remove_health, process, guarded=False)
 
     def find_all(self, name: str) -> list[Payload]:
         """Every entry of ``name`` (maintenance and browsing: no deadline)."""

@@ -21,6 +21,7 @@ from .base import (
     writes_async,
 )
 from .browsing import BrowsingLayer
+from .health_rows import HealthRowsLayer
 
 __all__ = ["TieredStore"]
 
@@ -38,7 +39,7 @@ def _fresher(a: Payload | None, b: Payload | None) -> Payload | None:
     return a
 
 
-class TieredStore(BrowsingLayer, Capabilities):
+class TieredStore(HealthRowsLayer, BrowsingLayer, Capabilities):
     """A process-local store (``near``) in front of a shared one (``far``, e.g. Redis or
     PostgreSQL).
 

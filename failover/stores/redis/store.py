@@ -40,6 +40,7 @@ from ...serialization.rows import Serializer
 from .. import tenants
 from ..base import Capabilities, Payload
 from ..browsing import Page, StoredEntry, Summary, summary_of
+from ..health_rows import KeepsHealthRows
 from ..tenant import TenantStores
 from .aio import AsyncClients, AsyncRedisMethods, async_url
 from .browsing import RedisBrowsing
@@ -51,6 +52,7 @@ from .client import (
     split_url,
 )
 from .commands import Commands
+from .health_rows import RedisHealthRows
 from .topology import Client, LazyCluster, store_client
 
 __all__ = ["RedisStore"]
@@ -58,7 +60,7 @@ __all__ = ["RedisStore"]
 log = logging.getLogger(__name__)
 
 
-class RedisStore(AsyncRedisMethods, Capabilities):
+class RedisStore(KeepsHealthRows, AsyncRedisMethods, Capabilities):
     """Entries in Redis: shared by every instance, expired by Redis itself.
 
     Values go through the same `Serializer` as `SqlStore`'s (the JSON codec and its allowlist
@@ -148,6 +150,8 @@ class RedisStore(AsyncRedisMethods, Capabilities):
         self._owns_aio = aio_url is not None  # per_tenant's stores share the factory's
         self._aio = None if aio_url is None else AsyncClients(aio_url, socket_timeout, self._where)
         self.browsing = RedisBrowsing(self._redis, self._keys)
+        # The processes' health rows (Failover(publish_health=...)), a key each.
+        self.health = RedisHealthRows(self._redis, prefix, self._offset_ms)
 
     def __repr__(self) -> str:
         return self._where

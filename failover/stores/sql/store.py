@@ -25,9 +25,11 @@ from ...serialization.rows import Serializer, micros
 from .. import tenants
 from ..base import Capabilities, FailoverStore, Payload
 from ..browsing import Page, Summary
+from ..health_rows import KeepsHealthRows
 from ..tenant import TenantStores
 from .browsing import SqlBrowsing
 from .engine import first_line, make_engine, masked, prepares
+from .health_rows import SqlHealthRows
 from .psycopg import PsycopgStatements, supported
 from .statements import CoreStatements, Statements
 from .table import create_table as create_missing_table
@@ -38,7 +40,7 @@ __all__ = ["SqlStore", "per_tenant_databases", "per_tenant_tables"]
 log = logging.getLogger(__name__)
 
 
-class SqlStore(Capabilities):
+class SqlStore(KeepsHealthRows, Capabilities):
     """Entries in a SQL table: the durable store, shared by processes and instances.
 
     SQLite (a file) is the embedded default; PostgreSQL for many instances sharing one store;
@@ -99,6 +101,8 @@ class SqlStore(Capabilities):
         self._rows.where = self._where
         self._core = CoreStatements(self.engine, table)
         self.browsing = SqlBrowsing(self._core.single, table)
+        # The processes' health rows (Failover(publish_health=...)), in a table beside.
+        self.health = SqlHealthRows(self.engine, schema, prefix, self._where, create_table)
         # postgresql+psycopg: the statements past SQLAlchemy's execution layer (sql.psycopg).
         self._statements: Statements = (
             PsycopgStatements(self.engine, table) if supported(self.engine) else self._core
