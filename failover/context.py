@@ -31,12 +31,13 @@ class Miss(enum.Enum):
 class CallContext:
     """One call: its definition, its arguments (without ``self``/``cls``), and its time.
 
-    Internal and mutable only in ``now``, which the core sets when the upstream answers.
+    Internal and mutable only in ``now``, which the core sets when the upstream answers, and in
+    the key, computed on first use and carried.
     """
 
-    # Also built field by field in `Runtime.context` (no __init__ frame on the hot path): a new
+    # Also built field by field in `call.call_of` (no __init__ frame on the hot path): a new
     # field goes there too.
-    __slots__ = ("_arguments", "args", "binder", "definition", "kwargs", "now", "values")
+    __slots__ = ("_arguments", "_key", "args", "binder", "definition", "kwargs", "now", "values")
 
     def __init__(
         self,
@@ -53,6 +54,8 @@ class CallContext:
         self.values = values
         self.now: datetime | None = None
         self._arguments: Mapping[str, Any] | None = None
+        # The stored key, computed once when a layer first needs it (`handlers.key_of`).
+        self._key: str | None = None
 
     @property
     def arguments(self) -> Mapping[str, Any]:

@@ -19,12 +19,10 @@ from .context import CallContext, Miss, RecoverContext
 from .definition import FailoverDefinition
 from .errors import ConfigurationError, SerializationError, StoreError
 from .events import Events
-from .execution import Execution
-from .flight import Flights
-from .handlers import Handler, envelope_key
-from .payload import ReferentialPayload, enrich, envelope, plain_kind
-from .policy import ExceptionPolicy, default_for
-from .tenant import _current as _tenant
+from .execution import Execution, SoftTimeout
+from .handlers import Handler
+from .payload import ReferentialPayload
+from .policy import ExceptionPolicy
 from .tenant import current_tenant, pinned
 
 if TYPE_CHECKING:
@@ -34,7 +32,6 @@ __all__ = ["Binder", "Runtime"]
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
-_new = object.__new__
 
 _SIMPLE_KINDS = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
 
@@ -90,11 +87,13 @@ class Runtime:
         "flights",
         "fn",
         "handler",
+        "may_offload",
         "new_tenants_block",
         "policy",
         "refusals",
         "refused_types",
         "router",
+        "timeout",
         "unattempted",
         "unrouted",
         "unstorable",
@@ -119,6 +118,7 @@ class Runtime:
         self.handler = handler
         # The execution layer (guards, soft timeout), bound by the engine; None: call directly.
         self.execution: Execution | None = None
+        self.timeout: SoftTimeout | None = None  # the execution's soft timeout, if any
         self.refusals: tuple[type[Exception], ...] = ()
         # Refusals raised instead of calling the upstream: no upstream time, no upstream error.
         self.unattempted: tuple[type[Exception], ...] = ()
@@ -137,34 +137,18 @@ class Runtime:
         # by tenant (it would share one store across tenants); None: routed, or opted out.
         self.unrouted: str | None = None
         # Single flight: the calls in flight per key, for their callers to share.
-        self.flights = Flights() if definition.single_flight else None
+        self.flights: Any = None  # a flight.Flights, set by the engine when single_flight is on
         # A new tenant's store is made on its first use, and may connect to a database then.
         self.new_tenants_block = blocking and router is not None
+        # Whether an async caller may have to store on a worker thread (`offloads` decides).
+        self.may_offload = blocking_writes or self.new_tenants_block
         self._return_type: Any = _UNRESOLVED
         # What happened, to the observers (health, metrics, the stale report): once each.
         self.events = events
 
-    def context(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> CallContext:
-        """The call's context (``args`` as the wrapper got them, ``self``/``cls`` included)."""
-        binder = self.binder
-        if binder.skip_first:
-            args = args[1:]
-        if self.unrouted is not None and _tenant.get() is not None:  # one contextvar read
-            self._refuse_tenant()
-        ctx: CallContext = _new(CallContext)  # no __init__ frame: this runs on every call
-        ctx.definition = self.definition
-        ctx.binder = binder
-        ctx.args = args
-        ctx.kwargs = kwargs
-        ctx.now = None
-        ctx._arguments = None
-        if kwargs or not binder.simple or len(args) != binder.n:
-            ctx.values = binder.values(args, kwargs)
-        else:
-            ctx.values = args  # binder.values' fast path
-        return ctx
-
-    def _refuse_tenant(self) -> None:
+    def refuse_tenant(self) -> None:
+        """Raise the error of a call made inside ``failover.tenant(...)`` on an engine that
+        does not route by tenant."""
         raise ConfigurationError(
             f"{self.unrouted}, but failover {self.definition.name!r} was called inside "
             f"failover.tenant({current_tenant()!r}): every tenant would read and write the "
@@ -192,14 +176,23 @@ class Runtime:
         finally:
             pinned.reset(token)
 
-    # -- success ------------------------------------------------------------------------------
+    def offloads(self) -> bool:
+        """Whether an async caller stores on a worker thread: the store chain writes with
+        blocking I/O, or the current tenant's store is still to be made (its first use may
+        connect to a database)."""
+        return self.blocking_writes or (
+            self.new_tenants_block and self.router is not None and not self.router.ready()
+        )
 
-    def _store_failed(self) -> None:
+    # -- store I/O, timed for the observers --------------------------------------------------
+
+    def store_failed(self) -> None:
+        """Log a failed store of a live result (which the caller still gets)."""
         log.warning(
             "failover %r: storing the live result failed", self.definition.name, exc_info=True
         )
 
-    def _refused(self, result: Any, exc: SerializationError) -> None:
+    def refused(self, result: Any, exc: SerializationError) -> None:
         """The store cannot encode this result's type: say so once, and never offer it again
         (each attempt would cost an encoding and a traceback in the log)."""
         kind = type(result)
@@ -216,34 +209,8 @@ class Runtime:
             exc,
         )
 
-    def succeeded(self, ctx: CallContext, result: Any, seconds: float | None = None) -> Any:
-        """Store ``result`` and return it enriched as live; ``seconds`` (the time the upstream
-        took) reports the call as live (a late result after a soft timeout is not a call).
-
-        Nothing here may break the call: a failing clock, ``store_if``, key function, store or
-        metrics object is store trouble, logged and counted, and the live result returns.
-        """
-        try:
-            store_if = self.definition.store_if
-            refused = self.refused_types
-            if (store_if is None or store_if(result)) and not (refused and type(result) in refused):
-                if self.events.timed:
-                    self._timed_store(ctx, result)
-                else:
-                    self.handler.store(ctx, result)  # sets ctx.now
-            else:
-                ctx.now = self.clock()
-        except SerializationError as exc:
-            self._refused(result, exc)
-        except Exception:
-            self._store_failed()
-        if seconds is not None:
-            self.events.live(ctx.now, seconds)
-        if plain_kind(type(result)):
-            return result
-        return enrich(result, True, ctx.now)
-
-    def _timed_store(self, ctx: CallContext, result: Any) -> None:
+    def timed_store(self, ctx: CallContext, result: Any) -> None:
+        """Store ``result``, telling the observers how long it took and whether it worked."""
         start = perf_counter()
         try:
             self.handler.store(ctx, result)
@@ -251,39 +218,6 @@ class Runtime:
             self.events.stored(False, perf_counter() - start)
             raise
         self.events.stored(True, perf_counter() - start)
-
-    async def asucceeded(self, ctx: CallContext, result: Any, seconds: float) -> Any:
-        """`succeeded` for an async caller: store I/O never blocks the event loop."""
-        if self.blocking_writes or (self.new_tenants_block and self.tenant_unmade()):
-            return await self.on_worker(self.succeeded, ctx, result, seconds)
-        return self.succeeded(ctx, result, seconds)
-
-    def shared(self, ctx: CallContext, result: Any, now: datetime | None, seconds: float) -> Any:
-        """A result another call of the same key got (single flight), stored by that call:
-        reported as live and enriched, not stored again."""
-        ctx.now = now
-        self.events.live(now, seconds)
-        if plain_kind(type(result)):
-            return result
-        return enrich(result, True, now)
-
-    def tenant_unmade(self) -> bool:
-        """Whether the current tenant's store is still to be made (only with `new_tenants_block`:
-        its first use may connect to a database, so async callers store on a worker thread)."""
-        return self.router is not None and not self.router.ready()
-
-    def live_envelope(self, ctx: CallContext, value: Any) -> ReferentialPayload[Any]:
-        """The envelope of a live (already enriched) value."""
-        d = self.definition
-        now = ctx.now
-        key = envelope_key(ctx)  # a failing key= callable already showed up as a store failure
-        try:
-            expire_on = None if now is None else d.expiry.compute_expiry(d, now)
-        except Exception:  # so did a failing expiry policy
-            expire_on = None
-        return envelope(d.effective_name, key, value, now, expire_on, True)
-
-    # -- failure ------------------------------------------------------------------------------
 
     def recover(self, ctx: CallContext, cause: Exception) -> ReferentialPayload[Any] | Miss:
         """Ask the handler chain; a failing recover is logged and behaves like a miss."""
@@ -330,57 +264,14 @@ class Runtime:
             self._read(found, start)
         return found
 
-    def resolve(
-        self,
-        ctx: CallContext,
-        cause: Exception,
-        found: ReferentialPayload[Any] | Miss,
-        seconds: float | None = 0.0,
-    ) -> ReferentialPayload[Any] | None:
-        """What the caller gets after recovery: an envelope, or ``None`` to re-raise ``cause``.
-
-        ``seconds`` is the time the failed upstream took (reported with the outcome).
-        """
-        d = self.definition
-        if isinstance(cause, self.unattempted):
-            seconds = None  # refused by a guard: the upstream was not called
-        if isinstance(found, ReferentialPayload):
-            self.events.recovered(seconds, cause, found.as_of)
-        else:
-            self.events.not_recovered(seconds, cause)
-        hook = d.on_recovered
-        recovered: ReferentialPayload[Any] | None = None
-        if isinstance(found, ReferentialPayload):
-            recovered = found
-            value = enrich(found.payload, False, found.as_of)
-        elif self.policy is ExceptionPolicy.RETHROW:
-            _note(cause, d.name, found.value if self.unstorable is None else self.unstorable)
-            return None
-        elif self.policy is ExceptionPolicy.NEVER_THROW:
-            value = None
-        else:  # return_default and a callable policy make their value themselves: no hook
-            hook = None
-            if self.policy is ExceptionPolicy.RETURN_DEFAULT:
-                value = default_for(self.return_type())
-            else:
-                value = self.policy(self.recover_context(ctx, cause, None))
-        if hook is not None:
-            try:
-                value = hook(self.recover_context(ctx, cause, recovered), value)
-            except Exception:  # the hook's bug must not cost the caller a good value
-                self.events.hook_failed()
-                log.warning(
-                    "failover %r: on_recovered raised; the caller gets the value it was given",
-                    d.name,
-                    exc_info=True,
-                )
-        if recovered is None:
-            out = self.made_envelope(ctx, value, cause)
-        else:
-            r = recovered
-            out = envelope(r.name, r.key, value, r.as_of, r.expire_on, False, cause)
-        self.events.served(out)
-        return out
+    def hook_failed(self) -> None:
+        """``on_recovered`` raised: counted and logged; the caller gets the value it was given."""
+        self.events.hook_failed()
+        log.warning(
+            "failover %r: on_recovered raised; the caller gets the value it was given",
+            self.definition.name,
+            exc_info=True,
+        )
 
     def accepts(self, cause: Exception) -> bool:
         """Whether ``cause`` triggers recovery (execution-layer refusals always do)."""
@@ -391,52 +282,7 @@ class Runtime:
         self.execution = execution
         self.refusals = () if execution is None else execution.refusals
         self.unattempted = () if execution is None else execution.unattempted
-
-    def late(self, ctx: CallContext, result: Any) -> None:
-        """Store a result that came after its callers stopped waiting (soft timeout, sync
-        upstream: on the engine's pool thread, in the caller's context)."""
-        self.succeeded(ctx, result)
-
-    async def alate(self, ctx: CallContext, result: Any) -> None:
-        """`late` for an ``async def`` upstream: never blocks the event loop on store I/O."""
-        if self.blocking_writes or (self.new_tenants_block and self.tenant_unmade()):
-            await self.on_worker(self.succeeded, ctx, result)
-        else:
-            self.succeeded(ctx, result)
-
-    def failed(
-        self, ctx: CallContext, cause: Exception, seconds: float = 0.0
-    ) -> ReferentialPayload[Any] | None:
-        """Recover and resolve a failed call: an envelope, or ``None`` to re-raise ``cause``."""
-        if not self.accepts(cause):
-            self.events.raised(seconds, cause)
-            return None
-        return self.resolve(ctx, cause, self.recover(ctx, cause), seconds)
-
-    async def afailed(
-        self, ctx: CallContext, cause: Exception, seconds: float
-    ) -> ReferentialPayload[Any] | None:
-        """`failed` for an async caller: recovery never blocks the event loop."""
-        if not self.accepts(cause):
-            self.events.raised(seconds, cause)
-            return None
-        found = await self.arecover(ctx, cause) if self.blocking else self.recover(ctx, cause)
-        return self.resolve(ctx, cause, found, seconds)
-
-    def made_envelope(
-        self, ctx: CallContext, value: Any, cause: BaseException | None = None
-    ) -> ReferentialPayload[Any]:
-        """The envelope of a value made by a policy: not from the store, so no time."""
-        # A failing key= callable already showed up as a recover error.
-        return envelope(
-            self.definition.effective_name, envelope_key(ctx), value, None, None, False, cause
-        )
-
-    def recover_context(
-        self, ctx: CallContext, cause: BaseException | None, found: ReferentialPayload[Any] | None
-    ) -> RecoverContext[Any]:
-        """The frozen context handed to policies and hooks."""
-        return RecoverContext(self.definition, ctx.arguments, cause, found, self.return_type())
+        self.timeout = None if execution is None else execution.timeout
 
     def return_type(self) -> Any:
         """The return annotation, resolved on first use (forward references may be defined
@@ -455,18 +301,3 @@ def resolve_return_type(fn: Callable[..., Any], fallback: Any) -> Any:
         return typing.get_type_hints(fn, include_extras=True).get("return", fallback)
     except Exception:
         return fallback
-
-
-def _note(cause: BaseException, name: str, why: str) -> None:
-    """Say on ``cause`` why failover ``name`` recovered nothing: one note per failover, however
-    often the same exception object passes (an upstream re-raising a kept error, nested calls),
-    so that notes never pile up on it."""
-    prefix = f"failover {name!r}: nothing recovered ("
-    note = f"{prefix}{why})"
-    notes = getattr(cause, "__notes__", None)
-    if isinstance(notes, list):
-        for i, old in enumerate(notes):
-            if isinstance(old, str) and old.startswith(prefix):
-                notes[i] = note  # the latest reason, in the note's place
-                return
-    cause.add_note(note)

@@ -12,6 +12,7 @@ from datetime import datetime
 from time import perf_counter
 from typing import TYPE_CHECKING, Any, Generic, ParamSpec, Protocol, TypeVar, Unpack, overload
 
+from .call import call_of
 from .context import CallContext
 from .core import Binder, Runtime
 from .definition import FailoverDefinition
@@ -150,13 +151,13 @@ class State:
     def peek(self, *args: Any, **kwargs: Any) -> ReferentialPayload[Any] | None:
         """The stored, unexpired entry for the call."""
         rt = self.runtime()
-        return None if rt is None else rt.handler.peek(rt.context(args, kwargs))
+        return None if rt is None else rt.handler.peek(call_of(rt, args, kwargs))
 
     def invalidate(self, *args: Any, **kwargs: Any) -> None:
         """Delete the stored entry for the call."""
         rt = self.runtime()
         if rt is not None:
-            rt.handler.invalidate(rt.context(args, kwargs))
+            rt.handler.invalidate(call_of(rt, args, kwargs))
 
 
 def _sync_shell(state: State, envelope: bool) -> Callable[..., Any]:
@@ -177,20 +178,23 @@ def _sync_shell(state: State, envelope: bool) -> Callable[..., Any]:
             return state.passthrough(args, kwargs, result) if envelope else result
         if _running_loop() is not None and not state.loop_warned:
             state.warn_in_loop()
-        ctx = rt.context(args, kwargs)
+        call = call_of(rt, args, kwargs)
         if rt.flights is not None:
-            return flown(rt, ctx, fn, args, kwargs, envelope)
-        ex = rt.execution
-        start = perf_counter()
+            return flown(call, fn, args, kwargs, envelope)
         try:
-            result = fn(*args, **kwargs) if ex is None else ex.call(ctx, fn, args, kwargs)
+            if rt.execution is None:  # nothing to enter: no `with` on the hottest path
+                call.start = perf_counter()
+                result = fn(*args, **kwargs)
+            else:
+                with call:
+                    result = call.run(fn, args, kwargs)
         except Exception as exc:
-            out = rt.failed(ctx, exc, perf_counter() - start)
+            out = call.failed(exc)
             if out is None:
                 raise
             return out if envelope else out.payload
-        value = rt.succeeded(ctx, result, perf_counter() - start)
-        return rt.live_envelope(ctx, value) if envelope else value
+        value = call.live(result)
+        return call.envelope(value) if envelope else value
 
     return shell
 
@@ -208,28 +212,23 @@ def _async_shell(state: State, envelope: bool) -> Callable[..., Any]:
         if rt is None:
             result = await fn(*args, **kwargs)
             return state.passthrough(args, kwargs, result) if envelope else result
-        ctx = rt.context(args, kwargs)
+        call = call_of(rt, args, kwargs)
         if rt.flights is not None:
-            return await aflown(rt, ctx, fn, args, kwargs, envelope)
-        ex = rt.execution
-        start = perf_counter()
+            return await aflown(call, fn, args, kwargs, envelope)
         try:
-            if ex is None:
+            if rt.execution is None:
+                call.start = perf_counter()
                 result = await fn(*args, **kwargs)
             else:
-                result = await ex.acall(ctx, fn, args, kwargs)
+                async with call:
+                    result = await call.arun(fn, args, kwargs)
         except Exception as exc:
-            out = await rt.afailed(ctx, exc, perf_counter() - start)
+            out = await call.afailed(exc)
             if out is None:
                 raise
             return out if envelope else out.payload
-        seconds = perf_counter() - start
-        # Runtime.asucceeded, inlined: no coroutine of its own on the hot path.
-        if rt.blocking_writes or (rt.new_tenants_block and rt.tenant_unmade()):
-            value = await rt.on_worker(rt.succeeded, ctx, result, seconds)
-        else:
-            value = rt.succeeded(ctx, result, seconds)
-        return rt.live_envelope(ctx, value) if envelope else value
+        value = call.live(result) if not rt.may_offload else await call.live_off_loop(result)
+        return call.envelope(value) if envelope else value
 
     return shell
 

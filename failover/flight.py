@@ -18,14 +18,11 @@ import threading
 from collections.abc import Callable
 from datetime import datetime
 from time import perf_counter
-from typing import Any, Protocol, cast
+from typing import Any, cast
 
-from .context import CallContext
-from .definition import FailoverDefinition
+from .call import Call
 from .errors import SoftTimeoutError
-from .execution import Execution
 from .handlers import key_of
-from .payload import ReferentialPayload
 from .stores.copying import deep_copy
 
 __all__ = ["Flights", "aflown", "flown"]
@@ -84,54 +81,17 @@ class Flights:
             flight.future.set_result(None)  # the leader is a task of the flight's loop
 
 
-class Runtime(Protocol):
-    """What single flight needs of a failover's runtime (`failover.core.Runtime`): a
-    Protocol, so this module, which the runtime imports, imports nothing back."""
-
-    definition: FailoverDefinition
-    flights: Flights | None
-    execution: Execution | None
-
-    def failed(
-        self, ctx: CallContext, cause: Exception, seconds: float = 0.0
-    ) -> ReferentialPayload[Any] | None:
-        """Recover and resolve a failed call: an envelope, or ``None`` to re-raise ``cause``."""
-        ...
-
-    async def afailed(
-        self, ctx: CallContext, cause: Exception, seconds: float
-    ) -> ReferentialPayload[Any] | None:
-        """`failed` for an async caller."""
-        ...
-
-    def succeeded(self, ctx: CallContext, result: Any, seconds: float | None = None) -> Any:
-        """Store a live result; the value the caller gets."""
-        ...
-
-    async def asucceeded(self, ctx: CallContext, result: Any, seconds: float) -> Any:
-        """`succeeded` for an async caller."""
-        ...
-
-    def shared(self, ctx: CallContext, result: Any, now: datetime | None, seconds: float) -> Any:
-        """A follower's copy of the leader's result, enriched as live and not stored."""
-        ...
-
-    def live_envelope(self, ctx: CallContext, value: Any) -> ReferentialPayload[Any]:
-        """The envelope of a live value."""
-        ...
-
-
-def _key(ctx: CallContext) -> Any:
+def _key(call: Call) -> Any:
     try:
-        return key_of(ctx)
+        return key_of(call)
     except Exception:  # no key, no sharing: this call flies alone (its store shows the error)
         return object()
 
 
-def _late(rt: Runtime) -> SoftTimeoutError:
+def _late(call: Call) -> SoftTimeoutError:
     return SoftTimeoutError(
-        f"failover {rt.definition.name!r}: the shared call of this key did not answer within "
-        f"{rt.definition.timeout:g}s (timeout=)"
+        f"failover {call.definition.name!r}: the shared call of this key did not answer within "
+        f"{call.definition.timeout:g}s (timeout=)"
     )
 
 
@@ -142,86 +102,83 @@ def _out(out: Any, cause: Exception, envelope: bool) -> Any:
 
 
 def flown(
-    rt: Runtime,
-    ctx: CallContext,
+    call: Call,
     fn: Callable[..., Any],
     args: tuple[Any, ...],
     kwargs: dict[str, Any],
     envelope: bool,
 ) -> Any:
     """A sync call with single flight: what the caller gets (the value or its envelope)."""
+    rt = call.rt
     flights = cast(Flights, rt.flights)  # set: single_flight is on
-    key = _key(ctx)
+    key = _key(call)
     flight, leader = flights.join(key, None)
-    start = perf_counter()
+    call.start = perf_counter()
     if leader:
-        ex = rt.execution
         try:
-            result = fn(*args, **kwargs) if ex is None else ex.call(ctx, fn, args, kwargs)
+            with call:
+                result = call.run(fn, args, kwargs)
         except BaseException as exc:
             flights.land(key, flight, error=exc)
             if not isinstance(exc, Exception):
                 raise
-            return _out(rt.failed(ctx, exc, perf_counter() - start), exc, envelope)
+            return _out(call.failed(exc), exc, envelope)
         try:
-            value = rt.succeeded(ctx, result, perf_counter() - start)
+            value = call.live(result)
         finally:
-            flights.land(key, flight, result, now=ctx.now)
-        return rt.live_envelope(ctx, value) if envelope else value
+            flights.land(key, flight, result, now=call.now)
+        return call.envelope(value) if envelope else value
     if not flight.ended.wait(rt.definition.timeout):
-        late = _late(rt)
-        return _out(rt.failed(ctx, late, perf_counter() - start), late, envelope)
+        late = _late(call)
+        return _out(call.failed(late), late, envelope)
     error = flight.error
     if error is not None and not isinstance(error, Exception):
-        return flown(rt, ctx, fn, args, kwargs, envelope)  # the leader never got an answer
+        return flown(call, fn, args, kwargs, envelope)  # the leader never got an answer
     if error is not None:
-        return _out(rt.failed(ctx, error, perf_counter() - start), error, envelope)
-    value = rt.shared(ctx, deep_copy(flight.result), flight.now, perf_counter() - start)
-    return rt.live_envelope(ctx, value) if envelope else value
+        return _out(call.failed(error), error, envelope)
+    value = call.shared(deep_copy(flight.result), flight.now)
+    return call.envelope(value) if envelope else value
 
 
 async def aflown(
-    rt: Runtime,
-    ctx: CallContext,
+    call: Call,
     fn: Callable[..., Any],
     args: tuple[Any, ...],
     kwargs: dict[str, Any],
     envelope: bool,
 ) -> Any:
     """`flown` for an ``async def`` failover: followers are tasks of the leader's loop."""
+    rt = call.rt
     flights = cast(Flights, rt.flights)  # set: single_flight is on
-    key = _key(ctx)
+    key = _key(call)
     flight, leader = flights.join(key, asyncio.get_running_loop())
-    start = perf_counter()
+    call.start = perf_counter()
     if leader:
-        ex = rt.execution
         try:
-            if ex is None:
-                result = await fn(*args, **kwargs)
-            else:
-                result = await ex.acall(ctx, fn, args, kwargs)
+            async with call:
+                result = await call.arun(fn, args, kwargs)
         except BaseException as exc:
             flights.land(key, flight, error=exc)
             if not isinstance(exc, Exception):
                 raise
-            return _out(await rt.afailed(ctx, exc, perf_counter() - start), exc, envelope)
+            return _out(await call.afailed(exc), exc, envelope)
         try:
-            value = await rt.asucceeded(ctx, result, perf_counter() - start)
+            value = call.live(result) if not rt.may_offload else await call.live_off_loop(result)
         finally:
-            flights.land(key, flight, result, now=ctx.now)
-        return rt.live_envelope(ctx, value) if envelope else value
+            flights.land(key, flight, result, now=call.now)
+        return call.envelope(value) if envelope else value
     assert flight.future is not None  # an async flight
     try:
         # Shielded: a follower giving up (its timeout, its cancellation) leaves the flight be.
         async with asyncio.timeout(rt.definition.timeout):
             await asyncio.shield(flight.future)
     except TimeoutError:
-        late = _late(rt)
-        return _out(await rt.afailed(ctx, late, perf_counter() - start), late, envelope)
+        late = _late(call)
+        return _out(await call.afailed(late), late, envelope)
     error = flight.error
     if error is not None and not isinstance(error, Exception):
-        return await aflown(rt, ctx, fn, args, kwargs, envelope)  # the leader never answered
+        return await aflown(call, fn, args, kwargs, envelope)  # the leader never answered
     if error is not None:
-        return _out(await rt.afailed(ctx, error, perf_counter() - start), error, envelope)
-    value = rt.shared(ctx, deep_copy(flight.result), flight.now, perf_counter() - start)
-    return rt.live_envelope(ctx, value) if envelope else value
+        return _out(await call.afailed(error), error, envelope)
+    value = call.shared(deep_copy(flight.result), flight.now)
+    return call.envelope(value) if envelope else value

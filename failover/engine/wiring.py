@@ -8,6 +8,7 @@ from typing import Any
 
 import pybreaker
 
+from ..call import Call
 from ..core import Decorated, Runtime
 from ..definition import FailoverDefinition
 from ..errors import ConfigurationError, SoftTimeoutError
@@ -24,6 +25,7 @@ from ..execution import (
     state_code,
 )
 from ..execution.circuit import Circuit
+from ..flight import Flights
 from ..handlers import Handler, key_of
 from ..metrics import NULL_METRICS, Metrics
 from ..metrics_observer import MetricsObserver
@@ -111,7 +113,9 @@ class Wiring:
                     self.events(d),
                     self.store if isinstance(self.store, MultiTenantStore) else None,
                 )
-                rt.bind(self.execution(d, rt))
+                rt.bind(self.execution(d))
+                if d.single_flight:
+                    rt.flights = Flights()
                 rt.unstorable = self.registry.unstorable.get(d.name)
                 rt.unrouted = self.unrouted
                 self.runtimes[decorated] = rt
@@ -138,14 +142,14 @@ class Wiring:
 
         return state
 
-    def execution(self, d: FailoverDefinition, rt: Runtime) -> Execution | None:
+    def execution(self, d: FailoverDefinition) -> Execution | None:
         """The failover's execution chain: bulkhead outside breaker outside timeout."""
         guards: list[Guard] = []
         if d.max_concurrency is not None or d.bulkhead is not None:
             guards.append(self.bulkhead(d))
         timeout = None
         if d.timeout is not None:
-            timeout = SoftTimeout(d.name, d.timeout, self.refreshes, rt.late, rt.alate, key_of)
+            timeout = SoftTimeout(d.name, d.timeout, self.refreshes, Call.late, Call.alate, key_of)
         if d.breaker is not None:
             inner = (SoftTimeoutError,) if timeout is not None else ()
 

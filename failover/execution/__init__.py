@@ -14,7 +14,6 @@ Basic execution is no chain at all: the shells call the upstream directly.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 from ..errors import SoftTimeoutError
@@ -65,67 +64,42 @@ class Execution:
         parts = [*map(repr, self.guards), *([repr(self.timeout)] if self.timeout else [])]
         return f"Execution({' > '.join(parts)})"
 
-    def call(self, ctx: Any, fn: Callable[..., Any], args: Any, kwargs: Any) -> Any:
-        """Call ``fn`` through the guards, outermost first, and the soft timeout."""
-        if self.n != 1:
-            return self._call(ctx, fn, args, kwargs, 0)
-        # One guard (the common case): no frame per guard.
-        guard = self.guards[0]
-        token = guard.enter()
+    def enter(self) -> Any:
+        """Pass the guards, outermost first: their tokens, for `exit`. A guard that refuses
+        raises, and the guards it passed are left as they were."""
+        if self.n == 1:  # the common case: no list
+            return self.guards[0].enter()
+        tokens: list[Any] = []
         try:
-            if self.timeout is None:
-                result = fn(*args, **kwargs)
-            else:
-                result = self.timeout.call(ctx, fn, args, kwargs)
+            for guard in self.guards:
+                tokens.append(guard.enter())
         except BaseException as exc:
-            guard.exit(token, exc)
+            self._leave(tokens, exc)
             raise
-        guard.exit(token, None)
-        return result
+        return tokens
 
-    def _call(self, ctx: Any, fn: Callable[..., Any], args: Any, kwargs: Any, i: int) -> Any:
-        if i == self.n:
-            if self.timeout is None:
-                return fn(*args, **kwargs)
-            return self.timeout.call(ctx, fn, args, kwargs)
-        guard = self.guards[i]
-        token = guard.enter()
+    async def aenter(self) -> Any:
+        """`enter` for a task: a guard that waits (a bulkhead) does not block the event loop."""
+        if self.n == 1:
+            return await self.guards[0].aenter()
+        tokens: list[Any] = []
         try:
-            result = self._call(ctx, fn, args, kwargs, i + 1)
+            for guard in self.guards:
+                tokens.append(await guard.aenter())
         except BaseException as exc:
-            guard.exit(token, exc)
+            self._leave(tokens, exc)
             raise
-        guard.exit(token, None)
-        return result
+        return tokens
 
-    async def acall(self, ctx: Any, fn: Callable[..., Any], args: Any, kwargs: Any) -> Any:
-        """`call` for ``async def`` upstreams."""
-        if self.n != 1:
-            return await self._acall(ctx, fn, args, kwargs, 0)
-        guard = self.guards[0]
-        token = await guard.aenter()
-        try:
-            if self.timeout is None:
-                result = await fn(*args, **kwargs)
-            else:
-                result = await self.timeout.acall(ctx, fn, args, kwargs)
-        except BaseException as exc:
-            guard.exit(token, exc)
-            raise
-        guard.exit(token, None)
-        return result
+    def exit(self, tokens: Any, exc: BaseException | None) -> None:
+        """Leave the guards, innermost first, with the call's outcome (``exc``, or ``None``)."""
+        if self.n == 1:
+            self.guards[0].exit(tokens, exc)
+        else:
+            self._leave(tokens, exc)
 
-    async def _acall(self, ctx: Any, fn: Callable[..., Any], args: Any, kwargs: Any, i: int) -> Any:
-        if i == self.n:
-            if self.timeout is None:
-                return await fn(*args, **kwargs)
-            return await self.timeout.acall(ctx, fn, args, kwargs)
-        guard = self.guards[i]
-        token = await guard.aenter()
-        try:
-            result = await self._acall(ctx, fn, args, kwargs, i + 1)
-        except BaseException as exc:
+    def _leave(self, tokens: list[Any], exc: BaseException | None) -> None:
+        for guard, token in zip(
+            reversed(self.guards[: len(tokens)]), reversed(tokens), strict=True
+        ):
             guard.exit(token, exc)
-            raise
-        guard.exit(token, None)
-        return result

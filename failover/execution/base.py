@@ -1,9 +1,9 @@
 """What every execution guard is: an object that admits or refuses a call and hears how it ended.
 
 A guard is shared by every call of its failover, so per-call state travels in the token that
-`Guard.enter` returns and `Guard.exit` receives. The core drives ``enter``/``exit`` directly (no
-per-call object on the hot path); `Guard.attempt` wraps the same two methods for ``with`` and
-``async with``, one object for both worlds.
+`Guard.enter` returns and `Guard.exit` receives. The call (`failover.call.Call`) drives them
+through the failover's `Execution` when it is entered; `Guard.attempt` wraps the same two methods
+for ``with`` and ``async with``, for a guard used on its own.
 """
 
 from __future__ import annotations

@@ -53,12 +53,18 @@ class Handler(Protocol):
 
 
 def key_of(ctx: CallContext) -> str:
-    """The stored key of a call: its ``key=`` callable's raw key, or the canonical default."""
-    definition = ctx.definition
-    if definition.key is None:
-        return make_key(definition.effective_name, ctx.values)
-    raw = definition.key(*ctx.args, **ctx.kwargs)
-    return digest(definition.effective_name, canonical(raw))
+    """The stored key of a call: its ``key=`` callable's raw key, or the canonical default;
+    computed once per call and carried by it (a failing ``key=`` callable is asked again)."""
+    key = ctx._key
+    if key is None:
+        definition = ctx.definition
+        if definition.key is None:
+            key = make_key(definition.effective_name, ctx.values)
+        else:
+            raw = definition.key(*ctx.args, **ctx.kwargs)
+            key = digest(definition.effective_name, canonical(raw))
+        ctx._key = key
+    return key
 
 
 def envelope_key(ctx: CallContext) -> str:

@@ -1,0 +1,293 @@
+"""One call of one failover: the context its layers see, its guards, and every decision about
+what its caller gets.
+
+The shells (``decorator.py``) are a few lines around it::
+
+    call = call_of(runtime, args, kwargs)
+    try:
+        with call:                     # the guards (bulkhead, breaker) admit the call
+            result = fn(*args, **kwargs)
+    except Exception as exc:
+        out = call.failed(exc)         # the stale envelope, or None: re-raise
+        ...
+    return call.live(result)           # stored; the value enriched as live
+
+An ``async def`` failover enters with ``async with call`` (a bulkhead may wait without blocking
+the loop) and recovers with ``await call.afailed(exc)`` (its store read never blocks the loop);
+its runtime has decided once whether writes run on a worker thread (`Runtime.offloads`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import datetime
+from time import perf_counter
+from typing import TYPE_CHECKING, Any
+
+from .context import CallContext, Miss, RecoverContext
+from .errors import SerializationError
+from .handlers import envelope_key
+from .payload import ReferentialPayload, enrich, envelope, plain_kind
+from .policy import ExceptionPolicy, default_for
+from .tenant import _current as _tenant
+
+if TYPE_CHECKING:
+    from types import TracebackType
+
+    from .core import Runtime
+
+__all__ = ["Call", "call_of"]
+
+_new = object.__new__
+
+
+def call_of(rt: Runtime, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Call:
+    """One call of ``rt``'s failover (``args`` as the wrapper got them, ``self``/``cls``
+    included)."""
+    binder = rt.binder
+    if binder.skip_first:
+        args = args[1:]
+    if rt.unrouted is not None and _tenant.get() is not None:  # one contextvar read
+        rt.refuse_tenant()
+    call: Call = _new(Call)  # no __init__ frame: this runs on every call
+    call.rt = rt
+    call.definition = rt.definition
+    call.binder = binder
+    call.args = args
+    call.kwargs = kwargs
+    call.now = None
+    call._arguments = None
+    call._key = None
+    if kwargs or not binder.simple or len(args) != binder.n:
+        call.values = binder.values(args, kwargs)
+    else:
+        call.values = args  # binder.values' fast path
+    return call
+
+
+class Call(CallContext):
+    """One call: its arguments (a `CallContext` for the handler chain), the runtime of its
+    failover on its engine, when it started and the permits its guards gave it."""
+
+    # Built field by field in `call_of` (no __init__ frame on the hot path): a new field
+    # goes there too.
+    __slots__ = ("rt", "start", "token")
+
+    rt: Runtime
+    start: float
+    token: Any
+
+    # -- the guards ---------------------------------------------------------------------------
+
+    def __enter__(self) -> Call:
+        self.start = perf_counter()
+        ex = self.rt.execution
+        if ex is not None:
+            self.token = ex.enter()
+        return self
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        ex = self.rt.execution
+        if ex is not None:
+            ex.exit(self.token, exc)
+
+    async def __aenter__(self) -> Call:
+        self.start = perf_counter()
+        ex = self.rt.execution
+        if ex is not None:
+            self.token = await ex.aenter()
+        return self
+
+    async def __aexit__(
+        self,
+        kind: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        ex = self.rt.execution
+        if ex is not None:
+            ex.exit(self.token, exc)
+
+    def run(self, fn: Callable[..., Any], args: Any, kwargs: Any) -> Any:
+        """Call the upstream, within the soft timeout if there is one (inside the guards)."""
+        timeout = self.rt.timeout
+        return fn(*args, **kwargs) if timeout is None else timeout.call(self, fn, args, kwargs)
+
+    async def arun(self, fn: Callable[..., Any], args: Any, kwargs: Any) -> Any:
+        """`run` for an ``async def`` upstream: the soft timeout is the one real fork."""
+        timeout = self.rt.timeout
+        if timeout is None:
+            return await fn(*args, **kwargs)
+        return await timeout.acall(self, fn, args, kwargs)
+
+    # -- success ------------------------------------------------------------------------------
+
+    def live(self, result: Any, late: bool = False) -> Any:
+        """The upstream answered: store ``result`` and return it enriched as live. A ``late``
+        result (it came after its callers stopped waiting: soft timeout) is stored, not reported
+        as a call of its own.
+
+        Nothing here may break the call: a failing clock, ``store_if``, key function, store or
+        metrics object is store trouble, logged and counted, and the live result returns.
+        """
+        seconds = perf_counter() - self.start
+        rt = self.rt
+        try:
+            store_if = self.definition.store_if
+            refused = rt.refused_types
+            if (store_if is None or store_if(result)) and not (refused and type(result) in refused):
+                if rt.events.timed:
+                    rt.timed_store(self, result)
+                else:
+                    rt.handler.store(self, result)  # sets self.now
+            else:
+                self.now = rt.clock()
+        except SerializationError as exc:
+            rt.refused(result, exc)
+        except Exception:
+            rt.store_failed()
+        if not late:
+            rt.events.live(self.now, seconds)
+        if plain_kind(type(result)):
+            return result
+        return enrich(result, True, self.now)
+
+    def late(self, result: Any) -> None:
+        """Store a result that came after its callers stopped waiting (soft timeout, sync
+        upstream: on the engine's pool thread, in the caller's context)."""
+        self.live(result, True)
+
+    async def live_off_loop(self, result: Any) -> Any:
+        """`live` for an async caller whose runtime `may_offload`: on a worker thread when it
+        `offloads` now."""
+        rt = self.rt
+        return await rt.on_worker(self.live, result) if rt.offloads() else self.live(result)
+
+    async def alate(self, result: Any) -> None:
+        """`late` for an ``async def`` upstream: never blocks the event loop on store I/O."""
+        rt = self.rt
+        if rt.offloads():
+            await rt.on_worker(self.live, result, True)
+        else:
+            self.live(result, True)
+
+    def shared(self, result: Any, now: datetime | None) -> Any:
+        """A result another call of the same key got (single flight), stored by that call:
+        reported as live and enriched, not stored again."""
+        self.now = now
+        self.rt.events.live(now, perf_counter() - self.start)
+        if plain_kind(type(result)):
+            return result
+        return enrich(result, True, now)
+
+    def envelope(self, value: Any) -> ReferentialPayload[Any]:
+        """The envelope of a live (already enriched) value."""
+        d = self.definition
+        now = self.now
+        key = envelope_key(self)  # a failing key= callable already showed up as a store failure
+        try:
+            expire_on = None if now is None else d.expiry.compute_expiry(d, now)
+        except Exception:  # so did a failing expiry policy
+            expire_on = None
+        return envelope(d.effective_name, key, value, now, expire_on, True)
+
+    # -- failure ------------------------------------------------------------------------------
+
+    def failed(self, cause: Exception) -> ReferentialPayload[Any] | None:
+        """Recover and resolve a failed call: an envelope, or ``None`` to re-raise ``cause``."""
+        rt = self.rt
+        seconds = perf_counter() - self.start
+        if not rt.accepts(cause):
+            rt.events.raised(seconds, cause)
+            return None
+        return self.resolve(cause, rt.recover(self, cause), seconds)
+
+    async def afailed(self, cause: Exception) -> ReferentialPayload[Any] | None:
+        """`failed` for an async caller: the store read never blocks the event loop."""
+        rt = self.rt
+        seconds = perf_counter() - self.start
+        if not rt.accepts(cause):
+            rt.events.raised(seconds, cause)
+            return None
+        found = await rt.arecover(self, cause) if rt.blocking else rt.recover(self, cause)
+        return self.resolve(cause, found, seconds)
+
+    def resolve(
+        self, cause: Exception, found: ReferentialPayload[Any] | Miss, seconds: float | None
+    ) -> ReferentialPayload[Any] | None:
+        """What the caller gets after recovery: an envelope, or ``None`` to re-raise ``cause``.
+
+        ``seconds`` is the time the failed upstream took (reported with the outcome).
+        """
+        rt = self.rt
+        d = self.definition
+        policy = rt.policy
+        if isinstance(cause, rt.unattempted):
+            seconds = None  # refused by a guard: the upstream was not called
+        if isinstance(found, ReferentialPayload):
+            rt.events.recovered(seconds, cause, found.as_of)
+        else:
+            rt.events.not_recovered(seconds, cause)
+        hook = d.on_recovered
+        recovered: ReferentialPayload[Any] | None = None
+        if isinstance(found, ReferentialPayload):
+            recovered = found
+            value = enrich(found.payload, False, found.as_of)
+        elif policy is ExceptionPolicy.RETHROW:
+            _note(cause, d.name, found.value if rt.unstorable is None else rt.unstorable)
+            return None
+        elif policy is ExceptionPolicy.NEVER_THROW:
+            value = None
+        else:  # return_default and a callable policy make their value themselves: no hook
+            hook = None
+            if policy is ExceptionPolicy.RETURN_DEFAULT:
+                value = default_for(rt.return_type())
+            else:
+                value = policy(self.recover_context(cause, None))
+        if hook is not None:
+            try:
+                value = hook(self.recover_context(cause, recovered), value)
+            except Exception:  # the hook's bug must not cost the caller a good value
+                rt.hook_failed()
+        if recovered is None:
+            out = self.made_envelope(value, cause)
+        else:
+            r = recovered
+            out = envelope(r.name, r.key, value, r.as_of, r.expire_on, False, cause)
+        rt.events.served(out)
+        return out
+
+    def made_envelope(
+        self, value: Any, cause: BaseException | None = None
+    ) -> ReferentialPayload[Any]:
+        """The envelope of a value made by a policy: not from the store, so no time."""
+        # A failing key= callable already showed up as a recover error.
+        return envelope(
+            self.definition.effective_name, envelope_key(self), value, None, None, False, cause
+        )
+
+    def recover_context(
+        self, cause: BaseException | None, found: ReferentialPayload[Any] | None
+    ) -> RecoverContext[Any]:
+        """The frozen context handed to policies and hooks."""
+        return RecoverContext(self.definition, self.arguments, cause, found, self.rt.return_type())
+
+
+def _note(cause: BaseException, name: str, why: str) -> None:
+    """Say on ``cause`` why failover ``name`` recovered nothing: one note per failover, however
+    often the same exception object passes (an upstream re-raising a kept error, nested calls),
+    so that notes never pile up on it."""
+    prefix = f"failover {name!r}: nothing recovered ("
+    note = f"{prefix}{why})"
+    notes = getattr(cause, "__notes__", None)
+    if isinstance(notes, list):
+        for i, old in enumerate(notes):
+            if isinstance(old, str) and old.startswith(prefix):
+                notes[i] = note  # the latest reason, in the note's place
+                return
+    cause.add_note(note)
