@@ -10,7 +10,7 @@ from asyncio import _get_running_loop as _running_loop  # C, no exception withou
 from collections.abc import Callable, Coroutine
 from datetime import datetime
 from time import perf_counter
-from typing import TYPE_CHECKING, Any, Generic, ParamSpec, Protocol, TypeVar, Unpack, overload
+from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar, Unpack, overload
 
 from .call import call_of
 from .context import CallContext
@@ -20,12 +20,13 @@ from .engine import Failover
 from .engine import default as default_engine
 from .errors import ConfigurationError
 from .flight import aflown, flown
+from .functions import AsyncFailoverFunction, FailoverFunction, Method
 from .handlers import envelope_key
 from .payload import ReferentialPayload
 from .settings import Options, check_names, resolve
 
 if TYPE_CHECKING:
-    from typing import Self
+    pass
 
 
 __all__ = ["AsyncFailoverFunction", "FailoverFunction", "failover"]
@@ -33,66 +34,6 @@ __all__ = ["AsyncFailoverFunction", "FailoverFunction", "failover"]
 log = logging.getLogger("failover")
 P = ParamSpec("P")
 R = TypeVar("R")
-
-
-class FailoverFunction(Protocol[P, R]):
-    """A decorated synchronous function: callable as before, plus the failover's attributes."""
-
-    definition: FailoverDefinition
-
-    def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
-        """Call the upstream; on failure, recover the last stored result."""
-        ...
-
-    def referential(self, *args: P.args, **kwargs: P.kwargs) -> ReferentialPayload[R]:
-        """The same call, returning the envelope (freshness included)."""
-        ...
-
-    def peek(self, *args: P.args, **kwargs: P.kwargs) -> ReferentialPayload[R] | None:
-        """The stored, unexpired entry for these arguments; the upstream is not called."""
-        ...
-
-    def invalidate(self, *args: P.args, **kwargs: P.kwargs) -> None:
-        """Delete the stored entry for these arguments."""
-        ...
-
-    @overload
-    def __get__(self, instance: None, owner: type[Any]) -> Self: ...
-    @overload
-    def __get__(
-        self, instance: object, owner: type[Any] | None = None
-    ) -> FailoverFunction[..., R]: ...
-
-
-class AsyncFailoverFunction(Protocol[P, R]):
-    """A decorated ``async def`` function; ``peek`` and ``invalidate`` stay synchronous."""
-
-    definition: FailoverDefinition
-
-    def __call__(self, *args: P.args, **kwargs: P.kwargs) -> Coroutine[Any, Any, R]:
-        """Await the upstream; on failure, recover the last stored result."""
-        ...
-
-    def referential(
-        self, *args: P.args, **kwargs: P.kwargs
-    ) -> Coroutine[Any, Any, ReferentialPayload[R]]:
-        """The same call, returning the envelope (freshness included)."""
-        ...
-
-    def peek(self, *args: P.args, **kwargs: P.kwargs) -> ReferentialPayload[R] | None:
-        """The stored, unexpired entry for these arguments; the upstream is not called."""
-        ...
-
-    def invalidate(self, *args: P.args, **kwargs: P.kwargs) -> None:
-        """Delete the stored entry for these arguments."""
-        ...
-
-    @overload
-    def __get__(self, instance: None, owner: type[Any]) -> Self: ...
-    @overload
-    def __get__(
-        self, instance: object, owner: type[Any] | None = None
-    ) -> AsyncFailoverFunction[..., R]: ...
 
 
 class State:
@@ -233,55 +174,6 @@ def _async_shell(state: State, envelope: bool) -> Callable[..., Any]:
     return shell
 
 
-class _Bound(functools.partial[Any]):
-    """A decorated method bound to its instance (or class): the failover attributes bind too."""
-
-    definition: FailoverDefinition
-
-    # ``func`` is a decorated function: a function object carrying the failover's attributes,
-    # which its type cannot name (hence ``Any``).
-
-    def __new__(cls, func: Any, target: object) -> Self:
-        self = super().__new__(cls, func, target)
-        self.definition = func.definition
-        return self
-
-    def referential(self, *args: Any, **kwargs: Any) -> Any:
-        """The same call, returning the envelope."""
-        func: Any = self.func
-        return func.referential(*self.args, *args, **kwargs)
-
-    def peek(self, *args: Any, **kwargs: Any) -> Any:
-        """The stored, unexpired entry for these arguments."""
-        func: Any = self.func
-        return func.peek(*self.args, *args, **kwargs)
-
-    def invalidate(self, *args: Any, **kwargs: Any) -> None:
-        """Delete the stored entry for these arguments."""
-        func: Any = self.func
-        func.invalidate(*self.args, *args, **kwargs)
-
-
-class _Method(Generic[P, R]):
-    """Descriptor for a decorated method: class access gives the function, instance access a
-    bound callable whose ``.referential``/``.peek``/``.invalidate`` pass the instance along."""
-
-    def __init__(self, wrapper: Callable[..., Any], bind_class: bool) -> None:
-        self.wrapper = wrapper
-        self.bind_class = bind_class
-        functools.update_wrapper(self, wrapper)
-
-    def __get__(self, instance: object, owner: type[Any] | None = None) -> Any:
-        if self.bind_class:
-            return _Bound(self.wrapper, owner if owner is not None else type(instance))
-        if instance is None:
-            return self.wrapper
-        return _Bound(self.wrapper, instance)
-
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        return self.wrapper(*args, **kwargs)
-
-
 # -- building --------------------------------------------------------------------------------
 
 
@@ -355,7 +247,7 @@ def _build(fn: Any, name: str | None, options: dict[str, Any]) -> Any:
     if kind is staticmethod:
         return staticmethod(wrapper)
     if is_method:
-        return _Method(wrapper, bind_class=kind is classmethod)
+        return Method(wrapper, bind_class=kind is classmethod)
     return wrapper
 
 
