@@ -290,3 +290,55 @@ def test_rows_that_are_not_health_rows_are_skipped_and_never_run_code(
     assert [r.process for r in rows] == ["p1"]
     assert len(caplog.records) == len(bad)
     assert decoded("store", [good], clock() + timedelta(minutes=1)) == []  # expired
+
+
+def test_the_store_dashboard_adds_the_rows_up_and_escapes_them(
+    tmp_path: Path, clock: FakeClock
+) -> None:
+    """What a row holds is shown as text: anyone who can write to the store can write a row."""
+    from failover.dashboard import make_store_app
+    from failover.dashboard.cluster import cluster_of
+    from failover.stores.sql import SqlStore
+
+    from .servers import fetch, serve_wsgi
+
+    store = SqlStore(f"sqlite:///{tmp_path / 'd.db'}")
+    hostile = "<script>alert(1)</script>"
+    with serve_wsgi(make_store_app(store, clock)) as url:
+        status, page = fetch(url + "/")
+        assert status == 200
+        assert "No process publishes its health" in page
+        assert json.loads(fetch(url + "/api/failovers")[1])["cluster"]["processes"] == []
+
+        def row(process: str, status: str, **failovers: FailoverSummary) -> ProcessHealth:
+            expire_on = clock() + timedelta(minutes=1)
+            return ProcessHealth(
+                process, hostile, 7, clock(), clock(), expire_on, status, 60, failovers
+            )
+
+        store.publish_health(row("p1", "up", **{hostile: FailoverSummary("up", live=5)}))
+        store.publish_health(
+            row("p2", "down", **{hostile: FailoverSummary("down", not_recovered=5, breaker="open")})
+        )
+        status, page = fetch(url + "/")
+        assert hostile not in page
+        assert "&lt;script&gt;" in page
+        cluster = json.loads(fetch(url + "/api/failovers")[1])["cluster"]
+        assert cluster["status"] == "down"
+        assert cluster["failovers"] == [
+            {
+                "name": hostile,
+                "status": "down",
+                "processes": 2,
+                "statuses": {"down": 1, "up": 1},
+                "calls": 10,
+                "live": 5,
+                "stale": 0,
+                "not_recovered": 5,
+                "breakers_open": 1,
+                "last_failure": None,
+            }
+        ]
+    assert cluster_of([]).status == "idle"
+    assert cluster_of([]).kpis()["stale_percent"] is None
+    store.close()

@@ -30,9 +30,11 @@ def add(commands: Any) -> None:
         "dashboard",
         help="serve the read-only dashboard of a store",
         description=(
-            "Serve the dashboard of a store shared by your services: its names (entries, live "
-            "and expired, oldest and newest as_of, size) and each name's entries. Per-call "
-            "counts are per process: they come from each service's Prometheus metrics."
+            "Serve the dashboard of a store shared by your services: the health the processes "
+            "publish to it (Failover(publish_health=True)) added up per failover (the processes "
+            "reporting, their statuses, the calls served live, stale and not recovered), the "
+            "names it holds (entries, live and expired, oldest and newest as_of, size) and each "
+            "name's entries."
         ),
     )
     store_argument(dashboard)

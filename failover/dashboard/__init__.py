@@ -80,6 +80,8 @@ def make_store_app(
     show_payloads: bool = False,
     token: str | None = None,
 ) -> WsgiApp:
-    """A WSGI dashboard of a store alone: its names and entries, for any process's failovers
-    (``failover dashboard``). Per-call counts are per process: they come from Prometheus."""
+    """A WSGI dashboard of a store alone (``failover dashboard``): the health the processes
+    publish to it (``Failover(publish_health=...)``), added up per failover across them
+    (`failover.dashboard.cluster`; rows expired at ``clock()`` are left out), then the names it
+    holds and their entries."""
     return wsgi(Dashboard(StoreView(store, clock), show_payloads=show_payloads, token=token))

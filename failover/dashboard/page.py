@@ -12,6 +12,7 @@ import base64
 import hashlib
 from datetime import datetime
 
+from .cluster_page import render_cluster
 from .entries import Page
 from .markup import NONE as _NONE
 from .markup import age as _age
@@ -166,7 +167,9 @@ def render(
     if error is not None:
         parts.append(f'<p class="error" role="alert">{_e(error)}</p>')
     if overview is not None:
-        if overview.names:
+        if overview.of_store:
+            if overview.cluster is not None:
+                parts.append(render_cluster(overview.cluster, overview.at))
             parts.append(_names(overview, base, selected, limit))
         else:
             parts.append(_kpis(overview))
@@ -290,13 +293,16 @@ def _names(o: Overview, base: str, selected: str | None, limit: int) -> str:
     )
     total = sum(n.count for n in o.names)
     html = [
+        "<h2>Stored entries</h2>" if o.cluster is not None else "",
         '<section class="kpis" id="kpis">',
         f'<div class="kpi"><div class="label">Names</div><div class="value">{len(o.names)}</div>'
         '<div class="muted">in the store</div></div>',
         f'<div class="kpi"><div class="label">Entries</div><div class="value">{total:,}</div>'
         f'<div class="muted">{sum(n.expired for n in o.names):,} expired</div></div>',
         "</section>",
-        '<p class="muted">Per-call counts are per process: see the Prometheus metrics.</p>',
+        ""
+        if o.cluster is not None  # the cluster section says where the counts come from
+        else '<p class="muted">Per-call counts are per process: see the Prometheus metrics.</p>',
         f'<table id="failovers"><thead>{head}</thead><tbody>',
     ]
     for n in o.names:

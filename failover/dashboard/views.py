@@ -19,6 +19,7 @@ from ..health import (
     settings_of,
 )
 from ..stores.browsing import Summary
+from .cluster import Cluster, read_cluster
 from .entries import Page, page, summary, summary_dict
 
 if TYPE_CHECKING:
@@ -48,7 +49,8 @@ class Overview:
     """The top of the page: status, KPIs over the window, and the table's rows.
 
     An engine's view fills ``failovers``; a store's view (``failover dashboard``) fills
-    ``names``, and has no per-call counts (those are per process: see Prometheus).
+    ``names`` and, from the rows the processes publish (``Failover(publish_health=...)``),
+    ``cluster``: each failover's calls across the processes.
     """
 
     status: Status | str
@@ -59,6 +61,12 @@ class Overview:
     window: int = WINDOW
     pools: list[PoolHealth] = field(default_factory=list)
     stores: list[StoreHealth] = field(default_factory=list)
+    cluster: Cluster | None = None
+
+    @property
+    def of_store(self) -> bool:
+        """Whether this is a store's view (names and the cluster), not an engine's."""
+        return bool(self.names) or self.cluster is not None
 
     def totals(self) -> dict[str, int]:
         """Calls per outcome over the window, every failover together."""
@@ -91,8 +99,10 @@ class Overview:
             "store": self.store,
             "window_seconds": self.window,
         }
-        if self.names:
+        if self.of_store:
             data["names"] = [summary_dict(n) for n in self.names]
+            if self.cluster is not None:
+                data["cluster"] = self.cluster.to_dict()
         else:
             data["kpis"] = self.kpis()
             data["failovers"] = [row.to_dict() for row in self.failovers]
@@ -173,10 +183,13 @@ class StoreView:
         self.clock = clock
 
     def overview(self) -> Overview:
-        """What the store holds, per name."""
+        """What the store holds, per name, and the health the processes publish to it."""
         now = self.clock()
         names = summary(self.store, now)
-        return Overview("up", now, repr(self.store), names=names)
+        cluster = read_cluster(self.store, now)
+        # The store answers ("up"); the processes reporting say how their calls go.
+        status = cluster.status if cluster is not None and cluster.processes else "up"
+        return Overview(status, now, repr(self.store), names=names, cluster=cluster)
 
     def now(self) -> datetime:
         """The time of ages and expiry."""
