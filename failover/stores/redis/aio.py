@@ -21,6 +21,8 @@ from redis.backoff import NoBackoff
 
 from ..base import Payload
 from .client import Errors, Keys
+from .values import Values
+from .writes import write_commands
 
 __all__ = ["AsyncClients", "AsyncRedisMethods", "async_url"]
 
@@ -123,9 +125,7 @@ class AsyncRedisMethods:
     _aio: AsyncClients | None
     _owns_aio: bool
     _keys: Keys
-    _load: Callable[[str, str, bytes | str], Payload]
-    _decoded: Callable[[str, Iterable[tuple[str, Any]]], dict[str, Payload]]
-    _writes: Callable[[Sequence[Payload]], list[tuple[Any, ...]]]
+    _values: Values
 
     @property
     def native_async(self) -> bool:
@@ -146,7 +146,7 @@ class AsyncRedisMethods:
     async def afind(self, name: str, key: str) -> Payload | None:
         """`RedisStore.find`, awaited (one ``GET``)."""
         raw = await self._async().one("find", "GET", self._keys.entries(name) + key)
-        return None if raw is None else self._load(name, key, raw)
+        return None if raw is None else self._values.load(name, key, raw)
 
     async def afind_many(self, name: str, keys: Iterable[str]) -> dict[str, Payload]:
         """`RedisStore.find_many`, awaited (one ``MGET``)."""
@@ -155,11 +155,11 @@ class AsyncRedisMethods:
             return {}
         prefix = self._keys.entries(name)
         raws = await self._async().one("find_many", "MGET", *[prefix + k for k in wanted])
-        return self._decoded(name, zip(wanted, raws, strict=True))
+        return self._values.decoded(name, zip(wanted, raws, strict=True))
 
     async def astore_many(self, payloads: Sequence[Payload]) -> None:
         """`RedisStore.store_many`, awaited (one pipeline)."""
-        commands = self._writes(payloads)
+        commands = write_commands(self._keys, self._values, payloads)
         if commands:
             await self._async().pipelined("store", commands)
 

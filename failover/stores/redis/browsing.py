@@ -13,15 +13,14 @@ before this index existed gets it on its first page, from the expiry index.
 from __future__ import annotations
 
 import time
-from datetime import datetime
 from typing import Any
 
-from ...serialization.rows import datetime_of
-from ..browsing import PREVIEW, Page, StoredEntry
+from ..browsing import Page, StoredEntry
 from .client import Errors, Keys
 from .commands import Commands
+from .values import describe
 
-__all__ = ["CHUNK", "RedisBrowsing", "describe"]
+__all__ = ["CHUNK", "RedisBrowsing"]
 
 CHUNK = 1_000
 """Keys per ``MGET`` (or ``ZADD``, script) when a whole name is read (or indexed, trimmed)."""
@@ -37,23 +36,6 @@ for i = 2, #ARGV do
 end
 return removed
 """
-
-
-def describe(name: str, key: str, raw: bytes | str) -> StoredEntry:
-    """The entry as stored (a value with an unreadable header is listed with no times)."""
-    data = raw if isinstance(raw, bytes) else raw.encode()
-    head, _, body = data.partition(b"\n")
-    header = head.decode(errors="replace").split(" ", 2)
-    as_of: datetime | None
-    expire_on: datetime | None
-    try:
-        as_of, expire_on = datetime_of(int(header[0])), datetime_of(int(header[1]))
-        payload_type = header[2]
-    except (ValueError, IndexError, OverflowError):
-        as_of = expire_on = None
-        payload_type = "?"
-    payload = body[: PREVIEW * 4].decode(errors="replace")[:PREVIEW]
-    return StoredEntry(name, key, as_of, expire_on, len(data), payload_type, payload)
 
 
 def _text(member: bytes | str) -> str:

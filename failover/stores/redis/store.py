@@ -3,10 +3,9 @@
 The keys under the store's prefix (``"failover:"`` by default), for a failover name ``N``
 (percent-encoded, so that a ``:`` in a name can never make two entries share a key):
 
-- ``{prefix}e:{N}:{key}``, a string: one entry. A header line ``{as_of} {expire_on} {type}``
-  (microseconds since the Unix epoch, UTC; the value's type name), then the payload text as
-  `Serializer` writes it (codec, signature, encryption). Redis deletes it at its ``expire_on``
-  (``SET ... PXAT``): the store has nothing to clean.
+- ``{prefix}e:{N}:{key}``, a string: one entry, a header line then the payload text (see
+  `failover.stores.redis.values`). Redis deletes it at its ``expire_on`` (``SET ... PXAT``):
+  the store has nothing to clean.
 - ``{prefix}i:{N}``, a sorted set: the keys of ``N``'s entries, scored by the time Redis expires
   each (milliseconds). `RedisStore.find_all` walks it instead of ``KEYS``/``SCAN`` over the
   database. Every write trims the keys expired since, and the index itself expires with its
@@ -19,13 +18,12 @@ The keys under the store's prefix (``"failover:"`` by default), for a failover n
 
 One operation is one command, or one pipeline (one round trip): ``find`` is ``GET``,
 ``find_many`` one ``MGET``, ``store`` and ``store_many`` one pipeline of ``SET``\\ s and the index
-updates. Needs Redis 7.0 or later (``PEXPIREAT ... NX|GT``).
+updates (`failover.stores.redis.writes`). Needs Redis 7.0 or later (``PEXPIREAT ... NX|GT``).
 """
 
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
@@ -54,6 +52,8 @@ from .client import (
 from .commands import Commands
 from .health_rows import RedisHealthRows
 from .topology import Client, LazyCluster, store_client
+from .values import Values
+from .writes import write_commands
 
 __all__ = ["RedisStore"]
 
@@ -143,7 +143,7 @@ class RedisStore(KeepsHealthRows, AsyncRedisMethods, Capabilities):
         self.prefix = prefix
         self._where = f"RedisStore({shown}, prefix={prefix!r})"
         self.serializer = Serializer(codec, cipher, allowed_types, owner=self._where)
-        self._clock = clock
+        self._values = Values(self.serializer, clock)
         self._keys = Keys(prefix)
         cluster = isinstance(self.client, RedisCluster | LazyCluster)
         self._redis = Commands(self.client, self._where, cluster)
@@ -151,7 +151,7 @@ class RedisStore(KeepsHealthRows, AsyncRedisMethods, Capabilities):
         self._aio = None if aio_url is None else AsyncClients(aio_url, socket_timeout, self._where)
         self.browsing = RedisBrowsing(self._redis, self._keys)
         # The processes' health rows (Failover(publish_health=...)), a key each.
-        self.health = RedisHealthRows(self._redis, prefix, self._offset_ms)
+        self.health = RedisHealthRows(self._redis, prefix, self._values.offset_ms)
 
     def __repr__(self) -> str:
         return self._where
@@ -165,51 +165,6 @@ class RedisStore(KeepsHealthRows, AsyncRedisMethods, Capabilities):
     def cipher(self) -> Cipher | None:
         """The cipher payloads are encrypted with, if any."""
         return self.serializer.cipher
-
-    def _offset_ms(self) -> int:
-        """Redis's (the wall clock's) time minus the store's clock, in milliseconds."""
-        if self._clock is None:
-            return 0
-        return round((time.time() - self._clock().timestamp()) * 1000)
-
-    # -- encoding ---------------------------------------------------------------------------------
-
-    def _value(self, payload: Payload) -> tuple[str, int]:
-        """The stored string of an envelope, and when Redis expires it (ms since the epoch,
-        before the clock's offset)."""
-        text, payload_type, as_of, expire_on = self.serializer.stored(payload)
-        if "\n" in payload_type:  # the header is one line
-            payload_type = payload_type.replace("\n", " ")
-        return f"{as_of} {expire_on} {payload_type}\n{text}", expire_on // 1000
-
-    def _parts(self, name: str, pair: tuple[str, Any]) -> tuple[str, str, str, int, int]:
-        """A stored value split into ``(key, payload, payload_type, as_of, expire_on)``.
-
-        Raises:
-            SerializationError: not a failover entry (no header, or not UTF-8).
-        """
-        key, raw = pair
-        try:
-            data = raw if isinstance(raw, bytes) else raw.encode()
-            header, _, body = data.partition(b"\n")
-            as_of, expire_on, payload_type = header.split(b" ", 2)
-            return key, body.decode(), payload_type.decode(), int(as_of), int(expire_on)
-        except ValueError as exc:  # UnicodeDecodeError included
-            raise self.serializer.corrupt(name, key, f"not a failover entry ({exc})") from exc
-
-    def _load(self, name: str, key: str, raw: bytes | str) -> Payload:
-        """The envelope of a stored value.
-
-        Raises:
-            SerializationError: the value cannot be trusted or decoded.
-        """
-        return self.serializer.envelope(name, *self._parts(name, (key, raw)))
-
-    def _decoded(self, name: str, pairs: Iterable[tuple[str, Any]]) -> dict[str, Payload]:
-        """The envelopes of ``(key, stored value or None)`` pairs; a value that cannot be
-        trusted or decoded is skipped with a warning."""
-        found = ((k, raw) for k, raw in pairs if raw is not None)
-        return dict(self.serializer.each(name, found, self._parts))
 
     # -- FailoverStore ----------------------------------------------------------------------------
 
@@ -230,48 +185,9 @@ class RedisStore(KeepsHealthRows, AsyncRedisMethods, Capabilities):
             SerializationError: the codec cannot encode one of the values (nothing is written).
             StoreError: Redis cannot be reached, or refused.
         """
-        commands = self._writes(payloads)
+        commands = write_commands(self._keys, self._values, payloads)
         if commands:
             self._redis.pipelined("store", commands)
-
-    def _writes(self, payloads: Sequence[Payload]) -> list[tuple[Any, ...]]:
-        """The commands that write ``payloads`` and their indexes (none for no payloads)."""
-        if not payloads:
-            return []
-        offset = self._offset_ms()
-        commands: list[tuple[Any, ...]] = []
-        indexes: dict[str, dict[str, int]] = {}
-        for payload in payloads:
-            value, expires = self._value(payload)
-            at = max(expires + offset, 1)  # 0 and below are refused: long expired, gone at once
-            name, key = payload.name, payload.key
-            commands.append(("SET", self._keys.entries(name) + key, value, "PXAT", at))
-            members = indexes.get(name)
-            if members is None:
-                members = indexes[name] = {}
-            members[key] = at
-        now = int(time.time() * 1000)
-        for name, members in indexes.items():
-            index, lex = self._keys.index(name), self._keys.lex(name)
-            scored: list[Any] = [index]
-            ordered: list[Any] = [lex]
-            for key, at in members.items():
-                scored += (at, key)
-                ordered += (0, key)
-            last = max(members.values())
-            commands += (
-                ("ZADD", *scored),
-                ("ZREMRANGEBYSCORE", index, "-inf", now),
-                ("ZADD", *ordered),
-                # The indexes live as long as their longest-lived entry: set when they have no
-                # expiry yet (new ones), pushed later when this batch outlives them.
-                ("PEXPIREAT", index, last, "NX"),
-                ("PEXPIREAT", index, last, "GT"),
-                ("PEXPIREAT", lex, last, "NX"),
-                ("PEXPIREAT", lex, last, "GT"),
-            )
-        commands.append(("SADD", self._keys.names, *indexes))
-        return commands
 
     def find(self, name: str, key: str) -> Payload | None:
         """The entry, or ``None`` (Redis has removed expired ones).
@@ -281,7 +197,7 @@ class RedisStore(KeepsHealthRows, AsyncRedisMethods, Capabilities):
             StoreError: Redis cannot be reached.
         """
         raw = self._redis.one("find", "GET", self._keys.entries(name) + key)
-        return None if raw is None else self._load(name, key, raw)
+        return None if raw is None else self._values.load(name, key, raw)
 
     def find_many(self, name: str, keys: Iterable[str]) -> dict[str, Payload]:
         """The entries found among ``keys``, in one ``MGET`` (on a cluster, one per slot, in one
@@ -296,7 +212,7 @@ class RedisStore(KeepsHealthRows, AsyncRedisMethods, Capabilities):
             return {}
         prefix = self._keys.entries(name)
         raws = self._redis.mget("find_many", [prefix + k for k in wanted])
-        return self._decoded(name, zip(wanted, raws, strict=True))
+        return self._values.decoded(name, zip(wanted, raws, strict=True))
 
     def find_all(self, name: str) -> list[Payload]:
         """Every entry of ``name``, by key, read through the name's index (two round trips);
@@ -308,7 +224,7 @@ class RedisStore(KeepsHealthRows, AsyncRedisMethods, Capabilities):
         keys = self.browsing.keys_of(name)
         if not keys:
             return []
-        found = self._decoded(name, zip(keys, self.browsing.values(name, keys), strict=True))
+        found = self._values.decoded(name, zip(keys, self.browsing.values(name, keys), strict=True))
         return list(found.values())
 
     def delete(self, name: str, key: str) -> None:

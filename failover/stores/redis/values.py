@@ -1,0 +1,92 @@
+"""The value a `RedisStore` writes under an entry's key, and reading it back.
+
+A header line ``{as_of} {expire_on} {type}`` (microseconds since the Unix epoch, UTC; the
+value's type name), then the payload text as `Serializer` writes it (codec, signature,
+encryption). `Values` writes and decodes it; `describe` lists it as stored, not decoded.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable
+from datetime import datetime
+from typing import Any
+
+from ...serialization.rows import Serializer, datetime_of
+from ..base import Payload
+from ..browsing import PREVIEW, StoredEntry
+
+__all__ = ["Values", "describe"]
+
+
+class Values:
+    """A store's entries as Redis values, and back.
+
+    Args:
+        serializer: the store's codec, signature and cipher.
+        clock: the time ``expire_on`` is measured on, or ``None`` for the wall clock.
+    """
+
+    def __init__(self, serializer: Serializer, clock: Callable[[], datetime] | None) -> None:
+        self.serializer = serializer
+        self._clock = clock
+
+    def offset_ms(self) -> int:
+        """Redis's (the wall clock's) time minus the store's clock, in milliseconds."""
+        if self._clock is None:
+            return 0
+        return round((time.time() - self._clock().timestamp()) * 1000)
+
+    def value(self, payload: Payload) -> tuple[str, int]:
+        """The stored string of an envelope, and when Redis expires it (ms since the epoch,
+        before the clock's offset)."""
+        text, payload_type, as_of, expire_on = self.serializer.stored(payload)
+        if "\n" in payload_type:  # the header is one line
+            payload_type = payload_type.replace("\n", " ")
+        return f"{as_of} {expire_on} {payload_type}\n{text}", expire_on // 1000
+
+    def parts(self, name: str, pair: tuple[str, Any]) -> tuple[str, str, str, int, int]:
+        """A stored value split into ``(key, payload, payload_type, as_of, expire_on)``.
+
+        Raises:
+            SerializationError: not a failover entry (no header, or not UTF-8).
+        """
+        key, raw = pair
+        try:
+            data = raw if isinstance(raw, bytes) else raw.encode()
+            header, _, body = data.partition(b"\n")
+            as_of, expire_on, payload_type = header.split(b" ", 2)
+            return key, body.decode(), payload_type.decode(), int(as_of), int(expire_on)
+        except ValueError as exc:  # UnicodeDecodeError included
+            raise self.serializer.corrupt(name, key, f"not a failover entry ({exc})") from exc
+
+    def load(self, name: str, key: str, raw: bytes | str) -> Payload:
+        """The envelope of a stored value.
+
+        Raises:
+            SerializationError: the value cannot be trusted or decoded.
+        """
+        return self.serializer.envelope(name, *self.parts(name, (key, raw)))
+
+    def decoded(self, name: str, pairs: Iterable[tuple[str, Any]]) -> dict[str, Payload]:
+        """The envelopes of ``(key, stored value or None)`` pairs; a value that cannot be
+        trusted or decoded is skipped with a warning."""
+        found = ((k, raw) for k, raw in pairs if raw is not None)
+        return dict(self.serializer.each(name, found, self.parts))
+
+
+def describe(name: str, key: str, raw: bytes | str) -> StoredEntry:
+    """The entry as stored (a value with an unreadable header is listed with no times)."""
+    data = raw if isinstance(raw, bytes) else raw.encode()
+    head, _, body = data.partition(b"\n")
+    header = head.decode(errors="replace").split(" ", 2)
+    as_of: datetime | None
+    expire_on: datetime | None
+    try:
+        as_of, expire_on = datetime_of(int(header[0])), datetime_of(int(header[1]))
+        payload_type = header[2]
+    except (ValueError, IndexError, OverflowError):
+        as_of = expire_on = None
+        payload_type = "?"
+    payload = body[: PREVIEW * 4].decode(errors="replace")[:PREVIEW]
+    return StoredEntry(name, key, as_of, expire_on, len(data), payload_type, payload)
