@@ -5,14 +5,8 @@ lost host) gives them back when its leases run out, while a living holder renews
 (every third of the lease time, one round trip for all of them) for as long as its calls run.
 Waiters queue in Redis by arrival; a fair pool serves them in that order. Every decision is one
 Lua script, run atomically by Redis, with Redis's own clock (``TIME``): the processes' clocks
-never matter. For a pool ``P`` (percent-encoded) under the prefix (``failover:permits:``), in one
-hash slot (``{P}``) so that a Redis Cluster can run the scripts:
-
-- ``{prefix}{P}:h``, a sorted set: the leases held, scored by when each expires (milliseconds);
-- ``{prefix}{P}:w``, a hash: each lease's weight (permits in use = their sum);
-- ``{prefix}{P}:q``, a sorted set: the waiters, scored by arrival (``{prefix}{P}:n``, a counter);
-- ``{prefix}{P}:a``, a sorted set: when each waiter's place lapses unless it asks again (a waiter
-  that died leaves the queue within a second).
+never matter. The keys and the scripts are `failover.stores.redis.permits`'s; this module holds
+the permit logic and reaches Redis only through its `PermitScripts`.
 
 Redis unreachable (down, partitioned, too slow for ``socket_timeout``): the caller's choice,
 ``unavailable="refuse"`` (the call is refused, `failover.BulkheadFull`, and served from the
@@ -30,95 +24,21 @@ import time
 import uuid
 from datetime import timedelta
 from time import monotonic
-from urllib.parse import quote
-
-try:
-    import redis
-except ImportError as exc:  # pragma: no cover - exercised where redis-py is not installed
-    raise ImportError(
-        f"RedisPermits needs redis-py: pip install 'failover[redis]' ({exc})"
-    ) from exc
 
 from ..errors import ConfigurationError
 from ..expiry import parse_ttl
 from .permits import LocalPermits, remaining
 
+try:
+    from ..stores.redis.permits import PermitScripts, RedisClient, Unreachable, unanswered
+except ImportError as exc:  # pragma: no cover - exercised where redis-py is not installed
+    raise ImportError(
+        f"RedisPermits needs redis-py: pip install 'failover[redis]' ({exc})"
+    ) from exc
+
 __all__ = ["RedisPermits"]
 
 log = logging.getLogger(__name__)
-
-_PURGE = """
-local now = redis.call('TIME')
-now = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
-for _, id in ipairs(redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now)) do
-  redis.call('ZREM', KEYS[1], id)
-  redis.call('HDEL', KEYS[2], id)
-end
-for _, id in ipairs(redis.call('ZRANGEBYSCORE', KEYS[4], '-inf', now)) do
-  redis.call('ZREM', KEYS[4], id)
-  redis.call('ZREM', KEYS[3], id)
-end
-local used = 0
-for _, w in ipairs(redis.call('HVALS', KEYS[2])) do used = used + tonumber(w) end
-"""
-
-# KEYS: held, weights, queue, alive, arrivals.
-# ARGV: lease id, weight, permits, lease ms, fair (1/0), queue when refused (1/0), place ms.
-# Returns 1 when the lease is granted, 0 when not (queued when asked to).
-_ACQUIRE = (
-    _PURGE
-    + """
-local id, weight = ARGV[1], tonumber(ARGV[2])
-local lease, place = tonumber(ARGV[4]), tonumber(ARGV[7])
-local first = redis.call('ZRANGE', KEYS[3], 0, 0)[1]
-local ahead = ARGV[5] == '1' and first ~= nil and first ~= id
-if not ahead and used + weight <= tonumber(ARGV[3]) then
-  redis.call('ZADD', KEYS[1], now + lease, id)
-  redis.call('HSET', KEYS[2], id, weight)
-  redis.call('ZREM', KEYS[3], id)
-  redis.call('ZREM', KEYS[4], id)
-  redis.call('PEXPIRE', KEYS[1], lease * 2)
-  redis.call('PEXPIRE', KEYS[2], lease * 2)
-  return 1
-end
-if ARGV[6] == '1' then
-  if not redis.call('ZSCORE', KEYS[3], id) then
-    redis.call('ZADD', KEYS[3], redis.call('INCR', KEYS[5]), id)
-  end
-  redis.call('ZADD', KEYS[4], now + place, id)
-  for i = 3, 5 do redis.call('PEXPIRE', KEYS[i], lease + place * 2) end
-end
-return 0
-"""
-)
-
-# ARGV: lease ms, then the lease ids to renew. Returns the ids no longer held (expired).
-_RENEW = """
-local now = redis.call('TIME')
-now = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
-local lease, lost = tonumber(ARGV[1]), {}
-for i = 2, #ARGV do
-  if redis.call('ZADD', KEYS[1], 'XX', 'CH', now + lease, ARGV[i]) == 0
-     and not redis.call('ZSCORE', KEYS[1], ARGV[i]) then
-    table.insert(lost, ARGV[i])
-  end
-end
-redis.call('PEXPIRE', KEYS[1], lease * 2)
-redis.call('PEXPIRE', KEYS[2], lease * 2)
-return lost
-"""
-
-# ARGV: a lease id. Gives the lease back, or the waiter's place in the queue.
-_RELEASE = """
-redis.call('ZREM', KEYS[1], ARGV[1])
-redis.call('HDEL', KEYS[2], ARGV[1])
-redis.call('ZREM', KEYS[3], ARGV[1])
-redis.call('ZREM', KEYS[4], ARGV[1])
-return 0
-"""
-
-# Returns {permits in use, waiters queued}, leases and places that lapsed removed first.
-_COUNT = _PURGE + "return {used, redis.call('ZCARD', KEYS[3])}"
 
 _UNAVAILABLE = ("refuse", "local")
 _PLACE_MS = 1_000  # a waiter's place lapses this long after its last ask (or 3 polls)
@@ -154,7 +74,7 @@ class RedisPermits:
 
     def __init__(
         self,
-        url_or_client: str | redis.Redis,
+        url_or_client: str | RedisClient,
         lease: timedelta | float | str = "30s",
         *,
         prefix: str = "failover:permits:",
@@ -180,28 +100,13 @@ class RedisPermits:
             )
         if not isinstance(prefix, str):
             raise ConfigurationError(f"{owner}: prefix must be a string, got {prefix!r}")
-        if isinstance(url_or_client, str):
-            from ..stores.redis import make_client
-
-            self.client: redis.Redis = make_client(url_or_client, socket_timeout)
-            self._owns = True
-        elif isinstance(url_or_client, redis.Redis):
-            self.client, self._owns = url_or_client, False
-        else:
-            raise ConfigurationError(
-                f"{owner}: url_or_client must be a Redis URL or a redis.Redis, "
-                f"got {url_or_client!r}"
-            )
+        self._redis = PermitScripts(url_or_client, prefix, socket_timeout, owner)
+        self.client: RedisClient = self._redis.client
         self.prefix = prefix
         self.unavailable = unavailable
         self.pool: str | None = None
         self.permits = 0
         self.fair = True
-        self._keys: list[str] = []
-        self._acquire = self.client.register_script(_ACQUIRE)
-        self._renew = self.client.register_script(_RENEW)
-        self._release = self.client.register_script(_RELEASE)
-        self._count = self.client.register_script(_COUNT)
         self._local: LocalPermits | None = None
         self._lock = threading.Lock()
         self._held: dict[str, int] = {}  # lease id -> weight, renewed while held
@@ -219,35 +124,33 @@ class RedisPermits:
         bound = object.__new__(RedisPermits)
         bound.__dict__.update(self.__dict__)
         bound.pool, bound.permits, bound.fair = pool, permits, fair
-        tag = f"{self.prefix}{{{quote(pool, safe='')}}}"
-        bound._keys = [f"{tag}:{part}" for part in ("h", "w", "q", "a", "n")]
+        bound._redis = self._redis.for_pool(pool)
         bound._local = LocalPermits(permits, fair)
         bound._lock = threading.Lock()
         bound._held = {}
         bound._closed = threading.Event()
         bound._renewer = None
-        bound._owns = False  # the unbound source's client: closed by whoever made it
         return bound
 
     # -- one ask: the decision, made by Redis ------------------------------------------------
 
     def _ask(self, lease: str, weight: int, queue: bool) -> bool:
         lease_ms, fair = round(self.lease * 1000), int(self.fair)
-        args = (lease, weight, self.permits, lease_ms, fair, int(queue), self._place_ms)
-        granted = self._acquire(keys=self._keys, args=args)
+        args = (self.permits, lease_ms, fair, int(queue), self._place_ms)
+        granted = self._redis.acquire(lease, weight, *args)
         if granted:
             with self._lock:
                 self._held[lease] = weight
             self._renewing()
-        return bool(granted)
+        return granted
 
     def _leave(self, lease: str) -> None:
         """Give a lease or a waiter's place back; Redis unreachable, it lapses there."""
         with self._lock:
             self._held.pop(lease, None)
         try:
-            self._release(keys=self._keys[:4], args=[lease])
-        except redis.RedisError as exc:
+            self._redis.release(lease)
+        except Unreachable as exc:
             self._warn("giving permits back", exc)
 
     # -- acquire: one loop of asks, two ways to pause between them ---------------------------
@@ -270,7 +173,7 @@ class RedisPermits:
                     return None
                 time.sleep(pause if left is None else min(pause, left))
                 pause = min(pause * 2, self.poll)
-        except redis.RedisError as exc:
+        except Unreachable as exc:
             local = self._fall_back(exc).acquire(weight, deadline)
             return None if local is None else (None, local)
         finally:
@@ -297,7 +200,7 @@ class RedisPermits:
                         granted = await asyncio.shield(ask)
                 except TimeoutError as exc:
                     ask.add_done_callback(leave_later)
-                    raise redis.TimeoutError(f"no answer from Redis in {limit:g}s") from exc
+                    raise unanswered(f"no answer from Redis in {limit:g}s") from exc
                 except asyncio.CancelledError:
                     ask.add_done_callback(leave_later)
                     raise
@@ -315,13 +218,13 @@ class RedisPermits:
                     leave_later()
                     raise
                 pause = min(pause * 2, self.poll)
-        except redis.RedisError as exc:
+        except Unreachable as exc:
             local = await self._fall_back(exc).aacquire(weight, deadline)
             return None if local is None else (None, local)
         finally:
             self._exit_wait()
 
-    def _fall_back(self, exc: redis.RedisError) -> LocalPermits:
+    def _fall_back(self, exc: Unreachable) -> LocalPermits:
         """Redis could not answer: the in-process permits, or (``"refuse"``) ``exc`` again.
         A place the call may hold in the queue lapses there."""
         assert self._local is not None
@@ -345,13 +248,13 @@ class RedisPermits:
 
     def in_use(self) -> int:
         """Permits taken now by every process (one round trip; raises when Redis is down)."""
-        used, _ = self._count(keys=self._keys[:4])
-        return int(used)
+        used, _ = self._redis.count()
+        return used
 
     def queued(self) -> int:
         """Calls of every process waiting now (one round trip)."""
-        _, queued = self._count(keys=self._keys[:4])
-        return int(queued)
+        _, queued = self._redis.count()
+        return queued
 
     def waiting(self) -> int:
         """Calls of this process waiting now."""
@@ -388,8 +291,8 @@ class RedisPermits:
             if not held:
                 continue
             try:
-                lost = self._renew(keys=self._keys[:2], args=[round(self.lease * 1000), *held])
-            except redis.RedisError as exc:
+                lost = self._redis.renew(round(self.lease * 1000), held)
+            except Unreachable as exc:
                 self._warn("renewing leases", exc)
                 continue
             if lost:
@@ -415,5 +318,4 @@ class RedisPermits:
         renewer = self._renewer
         if renewer is not None and renewer is not threading.current_thread():
             renewer.join(timeout=5)
-        if self._owns:
-            self.client.close()
+        self._redis.close()
