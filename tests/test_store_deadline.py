@@ -5,6 +5,8 @@ read from the layer's counts and from what the calls returned."""
 from __future__ import annotations
 
 import asyncio
+import json
+import os
 import subprocess
 import sys
 import threading
@@ -223,3 +225,38 @@ def test_sqlite_locked_with_async_writes_reads_stale(
     assert engine.store.flush(10)  # type: ignore[attr-defined]
     assert rates("v2") == "v2"  # the queued write landed once the lock went
     engine.close()
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="POSIX only")
+def test_a_forked_child_reads_through_workers_of_its_own(tmp_path: Path, clock: FakeClock) -> None:
+    """A preforking server's worker forked after the parent read the store: the parent's
+    deadline workers did not come along, and the child's reads run on workers of its own
+    instead of waiting out the deadline in a pool that no thread serves."""
+    engine = Failover(store=f"sqlite:///{tmp_path / 'fork.db'}", clock=clock, metrics=False)
+    down = False
+
+    @failover.failover("rates", engine=engine, policy="never_throw", ttl="1d")
+    def rates(currency: str) -> object:
+        if down:
+            raise ConnectionError("rates down")
+        return {"currency": currency}
+
+    rates("EUR")
+    engine.flush(10)
+    down = True
+    assert rates("EUR") == {"currency": "EUR"}  # read by the parent's deadline workers
+    reading, writing = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: report through the pipe, never return into pytest
+        try:
+            deadline = next(s for s in walk(engine.store) if isinstance(s, DeadlineStore))
+            said = [rates("EUR"), sorted(map(list, deadline.errors))]
+            os.write(writing, json.dumps(said).encode())
+        finally:
+            os._exit(0)
+    os.close(writing)
+    with os.fdopen(reading) as pipe:
+        recovered, errors = json.loads(pipe.read())
+    os.waitpid(pid, 0)
+    engine.close()
+    assert (recovered, errors) == ({"currency": "EUR"}, [])

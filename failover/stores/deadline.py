@@ -14,6 +14,7 @@ store cannot encode) costs the caller no wait, and says nothing about the next o
 from __future__ import annotations
 
 import asyncio
+import os
 import threading
 from collections import Counter
 from collections.abc import Awaitable, Callable, Iterable, Sequence
@@ -106,6 +107,7 @@ class DeadlineStore(HealthRowsLayer, BrowsingLayer, Capabilities):
         self._lock = threading.Lock()
         self._busy = 0
         self._pool: ThreadPoolExecutor | None = None
+        self._pid = os.getpid()  # the process the pool's workers run in
         self._open_until: datetime | None = None
         self._trial = False  # a trial operation is under way: others are still skipped
         # Read once: a queued write passes straight through on the hot path.
@@ -177,6 +179,10 @@ class DeadlineStore(HealthRowsLayer, BrowsingLayer, Capabilities):
         if guarded:
             self._admit(operation)
         with self._lock:
+            if self._pid != os.getpid():
+                # A forked child (a preforking server's worker): the parent's workers did not
+                # come along, and its pool would take operations that no thread ever runs.
+                self._pool, self._busy, self._pid = None, 0, os.getpid()
             if self._busy >= self.workers:
                 full = True
             else:
