@@ -30,8 +30,7 @@ from typing import Self
 from .errors import ConfigurationError
 from .expiry import parse_ttl
 from .health import HealthReport
-from .stores.base import keeps_health
-from .stores.health_rows import FailoverSummary, HealthRows, ProcessHealth
+from .stores.health_rows import FailoverSummary, HealthRows, ProcessHealth, health_rows
 
 __all__ = ["DEFAULT_EVERY", "LIFETIME", "HealthPublisher", "publish_interval"]
 
@@ -104,12 +103,13 @@ class HealthPublisher:
         every: timedelta,
         owner: str = "Failover",
     ) -> None:
-        if not keeps_health(store):
+        rows = health_rows(store)
+        if rows is None:
             raise ConfigurationError(
                 f"{owner}: publish_health needs a shared store that keeps health rows "
                 "(a SqlStore or a RedisStore, not routed by tenant)"
             )
-        self.store: HealthRows = store  # type: ignore[assignment]  # keeps_health said so
+        self.store: HealthRows = rows
         self.health = health
         self.clock = clock
         self.every = every
@@ -221,6 +221,7 @@ class HealthPublisher:
         own, with its own row."""
         self._identify()
         self.started_at = self.clock()
+        self.published = threading.Event()
         self._thread = None
         self._lock = threading.Lock()
         self.start()

@@ -342,3 +342,47 @@ def test_the_store_dashboard_adds_the_rows_up_and_escapes_them(
     assert cluster_of([]).status == "idle"
     assert cluster_of([]).kpis()["stale_percent"] is None
     store.close()
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="POSIX only")
+def test_a_forked_worker_publishes_its_own_row_and_reads_the_store(
+    tmp_path: Path, clock: FakeClock, upstream: Upstream
+) -> None:
+    """A preforking server's worker: the publisher starts again in the child, with the child's
+    pid and a new process id, and the child's store reads run (the parent's deadline workers
+    did not come along: the child gets its own)."""
+    engine = _engine(f"sqlite:///{tmp_path / 'fork.db'}", clock)
+
+    @failover.failover("rates", engine=engine, policy="never_throw", ttl="1d")
+    def rates(currency: str) -> object:
+        return upstream({"currency": currency})
+
+    rates("EUR")
+    engine.flush(10)
+    upstream.fail()
+    assert rates("EUR") == {"currency": "EUR"}  # the parent reads under its deadline workers
+    publisher = engine.publisher
+    assert publisher is not None
+    reading, writing = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: report through the pipe, never return into pytest
+        try:
+            recovered = rates("EUR")
+            published = publisher.published.wait(10)
+            said = json.dumps([recovered, published, publisher.process, publisher.pid])
+            os.write(writing, said.encode())
+        finally:
+            os._exit(0)
+    os.close(writing)
+    with os.fdopen(reading) as pipe:
+        recovered, published, process, child = json.loads(pipe.read())
+    os.waitpid(pid, 0)
+    try:
+        assert recovered == {"currency": "EUR"}
+        assert published
+        assert child == pid
+        assert process != publisher.process
+        rows = {row.process: row.pid for row in engine.store.health_rows(clock())}  # type: ignore[attr-defined]
+        assert rows == {publisher.process: os.getpid(), process: pid}
+    finally:
+        engine.close()
