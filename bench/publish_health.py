@@ -98,7 +98,8 @@ def main() -> None:
     read = timed_ms(lambda: store.health_rows(now))
     store.close()
 
-    print(f"python {sys.version.split()[0]}, {CALLS:,} calls over 1,000 keys, best of 5, interleaved")
+    version = sys.version.split()[0]
+    print(f"python {version}, {CALLS:,} calls over 1,000 keys, best of 5, interleaved")
     print("| | ns per call | x plain call |")
     print("|---|---:|---:|")
     print(f"| plain call | {plain:,.0f} | 1.0 |")
