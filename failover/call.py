@@ -57,7 +57,7 @@ def call_of(rt: Runtime, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Call:
     call.kwargs = kwargs
     call.now = None
     call._arguments = None
-    call._key = None
+    call.stored_key = None
     if kwargs or not binder.simple or len(args) != binder.n:
         call.values = binder.values(args, kwargs)
     else:

@@ -37,7 +37,16 @@ class CallContext:
 
     # Also built field by field in `call.call_of` (no __init__ frame on the hot path): a new
     # field goes there too.
-    __slots__ = ("_arguments", "_key", "args", "binder", "definition", "kwargs", "now", "values")
+    __slots__ = (
+        "_arguments",
+        "args",
+        "binder",
+        "definition",
+        "kwargs",
+        "now",
+        "stored_key",
+        "values",
+    )
 
     def __init__(
         self,
@@ -55,7 +64,7 @@ class CallContext:
         self.now: datetime | None = None
         self._arguments: Mapping[str, Any] | None = None
         # The stored key, computed once when a layer first needs it (`handlers.key_of`).
-        self._key: str | None = None
+        self.stored_key: str | None = None
 
     @property
     def arguments(self) -> Mapping[str, Any]:

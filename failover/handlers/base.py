@@ -55,7 +55,7 @@ class Handler(Protocol):
 def key_of(ctx: CallContext) -> str:
     """The stored key of a call: its ``key=`` callable's raw key, or the canonical default;
     computed once per call and carried by it (a failing ``key=`` callable is asked again)."""
-    key = ctx._key
+    key = ctx.stored_key
     if key is None:
         definition = ctx.definition
         if definition.key is None:
@@ -63,7 +63,7 @@ def key_of(ctx: CallContext) -> str:
         else:
             raw = definition.key(*ctx.args, **ctx.kwargs)
             key = digest(definition.effective_name, canonical(raw))
-        ctx._key = key
+        ctx.stored_key = key
     return key
 
 

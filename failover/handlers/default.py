@@ -73,10 +73,10 @@ class DefaultHandler:
         if now is None:
             ctx.now = now = self.clock()
         name = definition.effective_name
-        key = ctx._key  # carried by the call once computed
+        key = ctx.stored_key  # carried by the call once computed
         if key is None:
             key = make_key(name, ctx.values) if definition.key is None else key_of(ctx)
-            ctx._key = key
+            ctx.stored_key = key
         interval = definition.store_interval
         if interval is None:
             interval = self.store_interval

@@ -172,49 +172,116 @@ class Capabilities:
         return flush_all(self.layers_below(), timeout)
 
 
+_UNDECLARED = Capabilities()
+
+
+def declared(store: object) -> Capabilities:
+    """What ``store`` (or a tenant store factory) declares it can do.
+
+    A store deriving from `Capabilities` answers itself. One of your own that does not (any
+    object with the `FailoverStore` methods is a store) may still declare with plain attributes
+    (``does_io = False``, ``browsable = True``, a ``delete_many`` or ``flush`` method): this is
+    the one place that reads them; what it does not say takes the defaults of `Capabilities`.
+    """
+    return store if isinstance(store, Capabilities) else _Attributes(store)
+
+
+_FLAGS = ("does_io", "writes_async", "isolating", "browsable", "native_async", "keeps_health")
+
+
+class _Attributes(Capabilities):
+    """The capabilities a store that does not derive from `Capabilities` declares with plain
+    attributes, read once."""
+
+    def __init__(self, store: object) -> None:
+        self.store = store
+        defaults = _UNDECLARED
+        self.flags = {n: bool(getattr(store, n, getattr(defaults, n))) for n in _FLAGS}
+        self.deletes = getattr(store, "delete_many", None)
+        self.flushes = getattr(store, "flush", None)
+
+    @property
+    def does_io(self) -> bool:
+        """As the store's attribute says."""
+        return self.flags["does_io"]
+
+    @property
+    def writes_async(self) -> bool:
+        """As the store's attribute says."""
+        return self.flags["writes_async"]
+
+    @property
+    def isolating(self) -> bool:
+        """As the store's attribute says."""
+        return self.flags["isolating"]
+
+    @property
+    def browsable(self) -> bool:
+        """As the store's attribute says."""
+        return self.flags["browsable"]
+
+    @property
+    def native_async(self) -> bool:
+        """As the store's attribute says."""
+        return self.flags["native_async"]
+
+    @property
+    def keeps_health(self) -> bool:
+        """As the store's attribute says."""
+        return self.flags["keeps_health"]
+
+    def delete_many(self, name: str, keys: Iterable[str]) -> None:
+        """The store's own ``delete_many``, else one ``delete`` per key."""
+        if callable(self.deletes):
+            self.deletes(name, keys)
+            return
+        store: Any = self.store
+        for key in dict.fromkeys(keys):
+            store.delete(name, key)
+
+    def flush(self, timeout: float | None = None) -> bool:
+        """The store's own ``flush``; a store without one queues nothing."""
+        return bool(self.flushes(timeout)) if callable(self.flushes) else True
+
+
 def does_io(store: object) -> bool:
     """Whether ``store`` (or a tenant store factory) declares I/O; ``True`` when it says nothing."""
-    return bool(getattr(store, "does_io", True))
+    return declared(store).does_io
 
 
 def writes_async(store: object) -> bool:
     """Whether ``store`` declares writes that never block the caller; ``False`` when it says
     nothing."""
-    return bool(getattr(store, "writes_async", False))
+    return declared(store).writes_async
 
 
 def isolating(store: object) -> bool:
     """Whether ``store`` declares that it isolates by encoding; ``False`` when it says nothing."""
-    return bool(getattr(store, "isolating", False))
+    return declared(store).isolating
 
 
 def delete_many(store: FailoverStore, name: str, keys: Iterable[str]) -> None:
     """Remove several entries of ``name``: in one go where ``store`` has ``delete_many`` (the
     library's stores and layers), else one ``delete`` each (a store of your own may have none)."""
-    method = getattr(store, "delete_many", None)
-    if callable(method):
-        method(name, keys)
-        return
-    for key in dict.fromkeys(keys):
-        store.delete(name, key)
+    declared(store).delete_many(name, keys)
 
 
 def browsable(store: object) -> bool:
     """Whether ``store`` declares the browsing protocol (`failover.stores.browsing.Browsable`);
     ``False`` when it says nothing."""
-    return bool(getattr(store, "browsable", False))
+    return declared(store).browsable
 
 
 def keeps_health(store: object) -> bool:
     """Whether ``store`` declares that it keeps health rows
     (`failover.stores.health_rows.HealthRows`); ``False`` when it says nothing."""
-    return bool(getattr(store, "keeps_health", False))
+    return declared(store).keeps_health
 
 
 def native_async(store: object) -> TypeGuard[AsyncFailoverStore]:
     """Whether ``store`` declares the `AsyncFailoverStore` methods (`Capabilities.native_async`);
     ``False`` when it says nothing (async callers then reach it on a worker thread)."""
-    return bool(getattr(store, "native_async", False))
+    return declared(store).native_async
 
 
 def as_async(store: object) -> AsyncFailoverStore:
@@ -235,8 +302,7 @@ def flush(store: object, timeout: float | None = None) -> bool:
     Returns:
         ``True`` when everything queued was written, ``False`` when the timeout came first.
     """
-    method = getattr(store, "flush", None)
-    return bool(method(timeout)) if callable(method) else True
+    return declared(store).flush(timeout)
 
 
 def flush_all(stores: Iterable[object], timeout: float | None = None) -> bool:
