@@ -38,6 +38,7 @@ def store_chain(
     metrics: Metrics,
     clock: Callable[[], datetime],
     store_timeout: float | None = None,
+    store_breaker_reset: float = 5.0,
 ) -> tuple[FailoverStore, FailoverStore]:
     """The engine's raw store and the chain over it, from `Failover`'s ``store=`` setting.
 
@@ -64,7 +65,7 @@ def store_chain(
         # Not over a tiered store: its near copy answers while far fails, and a breaker over
         # both would skip near too.
         if store_timeout is not None and does_io(raw) and not isinstance(raw, TieredStore):
-            chain = DeadlineStore(chain, store_timeout, clock)
+            chain = DeadlineStore(chain, store_timeout, clock, open_for=store_breaker_reset)
         # Copy before the queue, so that a caller mutating its result while the write waits
         # changes nothing; a queued write is not encoded yet, so even an isolating store needs it.
         if queued or _needs_copy(raw):

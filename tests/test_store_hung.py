@@ -25,7 +25,7 @@ from typing import Any
 import pytest
 
 import failover
-from failover import Failover
+from failover import ConfigurationError, Failover
 from failover.stores.base import walk
 from failover.stores.deadline import DeadlineStore
 from failover.stores.sql import SqlStore
@@ -338,5 +338,116 @@ def test_a_store_down_shows_in_health_and_on_the_dashboard(
         clock.advance(RESET + 1)
         assert get(3) == 3  # the trial answers: up again
         assert engine.health().stores["sqlstore"].status == "up"
+    finally:
+        engine.close()
+
+
+def test_store_breaker_reset_is_a_duration_checked_at_construction(clock: FakeClock) -> None:
+    engine = Failover("sqlite://", store_breaker_reset="30s", metrics=False)
+    assert engine.store_breaker_reset == 30.0
+    assert _deadline(engine).open_for.total_seconds() == 30.0
+    engine.close()
+    for bad in (0, -1, "soon", True, None):
+        with pytest.raises(ConfigurationError, match="Failover: store_breaker_reset"):
+            Failover("sqlite://", store_breaker_reset=bad, metrics=False)
+
+
+def test_the_store_breaker_skips_the_store_for_store_breaker_reset(
+    tmp_path: Path, clock: FakeClock
+) -> None:
+    path = tmp_path / "f.db"
+    engine = Failover(
+        f"sqlite:///{path}",
+        async_writes=False,
+        store_timeout=TIMEOUT,
+        store_breaker_reset="30s",
+        clock=clock,
+        metrics=False,
+    )
+    upstream = Upstream()
+    try:
+
+        @failover.failover("svc.reset", engine=engine)
+        def get(x: int) -> int:
+            return upstream(x)  # type: ignore[return-value]
+
+        assert get(1) == 1
+        layer = _deadline(engine)
+        with sqlite_locked(path):
+            assert get(2) == 2  # its write times out: the breaker opens for 30 s
+        upstream.fail()
+        clock.advance(RESET + 1)  # past the default open time, not past the setting
+        with pytest.raises(ConnectionError):
+            get(1)  # skipped: the store is not asked although it answers again
+        assert _count(layer, "breaker_open") == 1
+        clock.advance(30)
+        assert get(1) == 1  # the trial answers: served stale
+        assert layer.up
+    finally:
+        engine.close()
+
+
+def test_writes_queued_while_the_store_breaker_is_open_are_written_when_it_answers(
+    pg_server: Any, clock: FakeClock
+) -> None:
+    store = SqlStore(pg_server.url, table_prefix=f"t{os.urandom(4).hex()}_")
+    engine = _engine(store, True, clock)
+    upstream = Upstream()
+    postmaster = int((pg_server.data / "postmaster.pid").read_text().split()[0])
+    try:
+
+        @failover.failover("svc.queued", engine=engine)
+        def get(x: int) -> int:
+            return upstream(x)  # type: ignore[return-value]
+
+        assert get(0) == 0
+        assert engine.flush(10)
+        layer = _deadline(engine)
+        with stopped([postmaster, *_children(postmaster)]):
+            upstream.fail()
+            with pytest.raises(ConnectionError):
+                get(0)  # its read times out: the store breaker opens
+            assert not layer.up
+            upstream.recover()
+            assert [get(x) for x in range(1, 6)] == [1, 2, 3, 4, 5]  # live, queued
+            assert not engine.flush(0)  # held by the stopped server, not refused
+        assert engine.flush(30)  # resumed: every queued write written
+        clock.advance(RESET + 1)
+        upstream.fail()
+        assert [get(x) for x in range(1, 6)] == [1, 2, 3, 4, 5]  # each served stale
+    finally:
+        engine.close()
+
+
+def test_caller_runs_writes_wait_no_longer_than_the_store_deadline(
+    tmp_path: Path, clock: FakeClock
+) -> None:
+    from failover.stores.async_write import AsyncWriteStore
+
+    path = tmp_path / "f.db"
+    queue = AsyncWriteStore(SqlStore(f"sqlite:///{path}"), queue_size=1, rejection="caller_runs")
+    engine = Failover(queue, store_timeout=TIMEOUT, clock=clock, metrics=False)
+    upstream = Upstream()
+    try:
+
+        @failover.failover("svc.runs", engine=engine)
+        def get(x: int) -> int:
+            return upstream(x)  # type: ignore[return-value]
+
+        assert get(0) == 0
+        assert engine.flush(10)
+        layer = _deadline(engine)
+        with sqlite_locked(path):
+            # The worker is held by the lock on the first write; by the third at the latest a
+            # write finds the queue full and runs on the caller's thread, under the deadline.
+            assert [get(x) for x in range(1, 5)] == [1, 2, 3, 4]
+            assert layer.errors[("store_many", "timeout")] == 1
+            assert not layer.up
+        assert engine.flush(30)
+        clock.advance(RESET + 1)
+        assert get(9) == 9  # written on a caller's thread or queued, once the store answers
+        assert engine.flush(30)
+        upstream.fail()
+        assert get(9) == 9  # served stale
     finally:
         engine.close()

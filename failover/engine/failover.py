@@ -59,7 +59,11 @@ class Failover(Lifecycle):
         store_timeout: the most a caller waits for one store operation (a read while
             recovering, a write on its own thread): seconds, ``"500ms"`` or a timedelta (default
             0.5 s); past it a read is a miss and a write is dropped, and the store is skipped
-            for a few seconds (`failover.stores.deadline.DeadlineStore`). ``None``: no deadline.
+            for ``store_breaker_reset`` (`failover.stores.deadline.DeadlineStore`). ``None``:
+            no deadline.
+        store_breaker_reset: how long the store breaker skips a store whose operation timed
+            out before it lets one operation through as a trial: a duration (default 5 s, on
+            ``clock``).
         clock: the time source (aware UTC datetimes); tests pass a fake clock.
         enabled: ``False`` makes every decorated function a plain pass-through.
         opentelemetry: ``True`` sends spans and metrics to the global OpenTelemetry providers,
@@ -93,6 +97,7 @@ class Failover(Lifecycle):
         store_timeout: timedelta | float | str | None = 0.5,
         ignore_tenant: bool = False,
         publish_health: bool | timedelta | float | str = False,
+        store_breaker_reset: timedelta | float | str = 5.0,
     ) -> None:
         validation.check_engine(clock, async_writes, timeout_workers)
         publish_every = publish_interval(publish_health, "Failover")
@@ -104,8 +109,15 @@ class Failover(Lifecycle):
         self.async_writes = async_writes
         self.tenant_resolver = tenant_resolver
         self.store_timeout = validation.store_timeout(store_timeout)
+        self.store_breaker_reset = validation.store_breaker_reset(store_breaker_reset)
         self.raw_store, self.store = store_chain(
-            store, tenant_resolver, async_writes, self.metrics, clock, self.store_timeout
+            store,
+            tenant_resolver,
+            async_writes,
+            self.metrics,
+            clock,
+            self.store_timeout,
+            self.store_breaker_reset,
         )
         registry = getattr(self.metrics, "registry", None)
         if registry is not None:  # Prometheus metrics: the store's health beside them

@@ -10,7 +10,14 @@ from typing import Any
 from ..errors import ConfigurationError
 from ..expiry import parse_ttl
 
-__all__ = ["breaker_defaults", "check_engine", "env_settings", "store_interval", "store_timeout"]
+__all__ = [
+    "breaker_defaults",
+    "check_engine",
+    "env_settings",
+    "store_breaker_reset",
+    "store_interval",
+    "store_timeout",
+]
 
 BREAKER_SETTINGS = ("fail_max", "reset_timeout", "success_threshold", "exclude", "state_storage")
 
@@ -45,6 +52,12 @@ def store_timeout(value: timedelta | float | str | None) -> float | None:
     if value is None:
         return None
     return parse_ttl(value, "Failover", "store_timeout").total_seconds()
+
+
+def store_breaker_reset(value: timedelta | float | str) -> float:
+    """The engine's ``store_breaker_reset`` in seconds: how long the store breaker skips a
+    store that timed out before it lets one trial through."""
+    return parse_ttl(value, "Failover", "store_breaker_reset").total_seconds()
 
 
 def breaker_defaults(value: Mapping[str, Any] | None) -> dict[str, Any]:

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import time
 import weakref
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -119,6 +119,12 @@ class AsyncWriteStore(HealthRowsLayer, BrowsingLayer, Capabilities):
     @metrics.setter
     def metrics(self, metrics: Metrics) -> None:
         self._q.metrics = metrics
+
+    def bound_writes_here(self, run: Callable[[Callable[[], None]], None]) -> None:
+        """Make the writes done on a caller's thread (``rejection="caller_runs"`` at a full
+        queue, or after `close`) through ``run``, which bounds the caller's wait (the store
+        deadline over this queue); it may raise, the write then given up."""
+        self._q.here = run
 
     @property
     def does_io(self) -> bool:

@@ -14,6 +14,7 @@ store cannot encode) costs the caller no wait, and says nothing about the next o
 from __future__ import annotations
 
 import asyncio
+import functools
 import os
 import threading
 from collections import Counter
@@ -24,6 +25,7 @@ from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
 from ..errors import StoreError
+from .async_write import AsyncWriteStore
 from .base import (
     Capabilities,
     FailoverStore,
@@ -72,8 +74,11 @@ class DeadlineStore(HealthRowsLayer, BrowsingLayer, Capabilities):
     """Bounds the caller's wait on a store that does I/O, and skips a store that timed out.
 
     Reads (``find``, ``find_many``) always run under the deadline; writes only when they would
-    otherwise block the caller (no async-writes queue below): a queued write is already off the
-    caller's thread and passes straight through, without a thread hop.
+    otherwise block the caller: with no async-writes queue below, and the queue's own writes on
+    a caller's thread (``rejection="caller_runs"`` at a full queue, or after its close). A
+    queued write is already off the caller's thread and passes straight through, without a
+    thread hop; the breaker never refuses it (it waits in the queue, bounded by the queue's own
+    rejection policy, and is written when the store answers).
 
     Args:
         inner: the store (or the async-writes queue over it).
@@ -112,6 +117,9 @@ class DeadlineStore(HealthRowsLayer, BrowsingLayer, Capabilities):
         self._trial = False  # a trial operation is under way: others are still skipped
         # Read once: a queued write passes straight through on the hot path.
         self._queued = writes_async(inner)
+        if isinstance(inner, AsyncWriteStore):
+            # The queue's writes on a caller's thread (caller_runs) wait no longer than reads.
+            inner.bound_writes_here(functools.partial(self._run, "store_many"))
 
     def __repr__(self) -> str:
         return f"DeadlineStore({self.inner!r}, timeout={self.timeout})"

@@ -14,6 +14,7 @@ import threading
 import time
 import weakref
 from collections import deque
+from collections.abc import Callable
 from typing import Final
 
 from ..errors import SerializationError, StoreError
@@ -82,6 +83,9 @@ class WriteQueue:
         self.idle = False  # the worker waits for writes (only then is it worth a notify)
         self.worker_done = False  # the worker ended (stopped, or killed by a BaseException)
         self.exit_hook = functools.partial(_flush_at_exit, weakref.ref(self))
+        # Runs the writes made on a caller's thread (set by the store deadline over the queue,
+        # so that they wait no longer than the reads); ``None``: written directly.
+        self.here: Callable[[Callable[[], None]], None] | None = None
 
     def submit(self, writes: list[Write]) -> None:
         with self.lock:
@@ -107,12 +111,48 @@ class WriteQueue:
             # Written right here: closed, exiting, or rejection="caller_runs" at a full queue.
             self._mark_pending(writes)
             self.queued += len(writes)
-        try:
-            self.write(writes)
-        finally:
+        if self.here is None:
+            try:
+                self.write(writes)
+            finally:
+                self._handled(len(writes))
+        else:
+            self._write_here(writes, self.here)
+
+    def _handled(self, count: int) -> None:
+        with self.lock:
+            self.handled += count
+            self.progress.notify_all()
+
+    def _write_here(self, writes: list[Write], here: Callable[[Callable[[], None]], None]) -> None:
+        """Write on the caller's behalf through ``here`` (the store deadline): the caller waits
+        at most its deadline; a write given up then still ends on the deadline's worker, and
+        one that never started (the store breaker is open) is forgotten, as if dropped."""
+        started = threading.Event()  # claimed by the write, or by the caller that gave it up
+
+        def write() -> None:
             with self.lock:
-                self.handled += len(writes)
-                self.progress.notify_all()
+                if started.is_set():
+                    return  # given up before it started
+                started.set()
+            try:
+                self.write(writes)
+            finally:
+                self._handled(len(writes))
+
+        try:
+            here(write)
+        except BaseException:
+            with self.lock:
+                never = not started.is_set()
+                started.set()
+                if never:
+                    for w in writes:  # reads must not show what will never be written
+                        if self.pending.get((w[0], w[1])) is w:
+                            del self.pending[w[0], w[1]]
+            if never:
+                self._handled(len(writes))
+            raise
 
     def _mark_pending(self, writes: list[Write]) -> None:
         # Called with `lock` held: each write becomes the newest of its key.
