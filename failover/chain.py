@@ -66,6 +66,8 @@ def store_chain(
         # both would skip near too.
         if store_timeout is not None and does_io(raw) and not isinstance(raw, TieredStore):
             chain = DeadlineStore(chain, store_timeout, clock, open_for=store_breaker_reset)
+        elif store_timeout is not None and isinstance(raw, TieredStore):
+            raw.guard_far(store_timeout, clock, store_breaker_reset)  # far's own; reads hedge
         # Copy before the queue, so that a caller mutating its result while the write waits
         # changes nothing; a queued write is not encoded yet, so even an isolating store needs it.
         if queued or _needs_copy(raw):

@@ -12,9 +12,10 @@ import difflib
 from collections.abc import Callable
 from datetime import datetime
 from typing import Any
-from urllib.parse import parse_qsl, urlsplit
+from urllib.parse import parse_qsl, urlencode, urlsplit
 
 from ..errors import ConfigurationError
+from ..expiry import parse_ttl
 from .base import FailoverStore
 from .tenant import TenantStores
 
@@ -120,7 +121,8 @@ def make_store(url: str, *, clock: Callable[[], datetime] | None = None) -> Fail
     - ``redis+sentinel://host:port,.../master[/db]`` (the master the sentinels name) and
       ``redis+cluster://host:port,...`` (a Redis Cluster): a `RedisStore` (``?prefix=`` only);
     - ``tiered+`` before any other URL (``tiered+redis://host/0``): a `TieredStore` with a
-      ``cachetools://`` store near and the URL's store far;
+      ``cachetools://`` store near and the URL's store far (``?hedge_after=50ms``: how long a
+      read waits for far when near has an answer);
     - any SQLAlchemy URL (``sqlite:///path.db``, ``postgresql+psycopg://user@host/db``): a
       `SqlStore`.
 
@@ -150,13 +152,27 @@ def make_store(url: str, *, clock: Callable[[], datetime] | None = None) -> Fail
         from .tiered import TieredStore
         from .ttl import CachetoolsStore
 
+        far_url, hedge = _hedge_option(url[len(_TIERED) :])
         return TieredStore(
-            CachetoolsStore(clock=clock), make_store(url[len(_TIERED) :], clock=clock)
+            CachetoolsStore(clock=clock), make_store(far_url, clock=clock), hedge_after=hedge
         )
     check_sql_scheme(url, scheme)
     from .sql import SqlStore
 
     return SqlStore(url)  # SqlStore turns a bad URL into a ConfigurationError naming it
+
+
+def _hedge_option(url: str) -> tuple[str, str]:
+    """A tiered store's far URL without its ``hedge_after`` option, and that option (default
+    ``"50ms"``)."""
+    base, _, query = url.partition("?")
+    options = parse_qsl(query, keep_blank_values=True)
+    hedge = [value for key, value in options if key == "hedge_after"]
+    if not hedge:
+        return url, "50ms"
+    parse_ttl(hedge[-1], "TieredStore", "hedge_after")  # refused now, not at a tenant's first use
+    rest = urlencode([(key, value) for key, value in options if key != "hedge_after"])
+    return base + (f"?{rest}" if rest else ""), hedge[-1]
 
 
 def per_tenant_stores(url: str, *, clock: Callable[[], datetime] | None = None) -> TenantStores:
@@ -215,9 +231,12 @@ def per_tenant(url: str, *, clock: Callable[[], datetime] | None = None) -> Tena
         from .tiered import TieredStore
         from .ttl import CachetoolsStore
 
-        far = per_tenant(url[len(_TIERED) :], clock=clock)
+        far_url, hedge = _hedge_option(url[len(_TIERED) :])
+        far = per_tenant(far_url, clock=clock)
         return TenantStores(
-            lambda tenant: TieredStore(CachetoolsStore(clock=clock), far(tenant)),
+            lambda tenant: TieredStore(
+                CachetoolsStore(clock=clock), far(tenant), hedge_after=hedge
+            ),
             True,
             f"tiered({far!r})",
             far.close,

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import threading
 from collections.abc import Awaitable, Callable, Iterable, Sequence
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
 from ..errors import ConfigurationError
+from ..expiry import parse_ttl
 from ..metrics import Metrics
 from .async_write import AsyncWriteStore
 from .base import (
@@ -21,6 +23,7 @@ from .base import (
     writes_async,
 )
 from .browsing import BrowsingLayer
+from .deadline import DeadlineStore
 from .health_rows import HealthRowsLayer
 
 __all__ = ["TieredStore"]
@@ -51,24 +54,39 @@ class TieredStore(HealthRowsLayer, BrowsingLayer, Capabilities):
     ``near`` alone (a miss there, with ``far`` down, is a recover error); writes to ``far`` fail
     and are counted by the async-writes layer.
 
+    In an engine with a ``store_timeout``, ``far`` gets a deadline layer of its own (its
+    failures counted and shown like any store's, its store breaker skipping it), and a read
+    hedges: when ``near`` holds an entry, ``far`` gets ``hedge_after`` to answer, then ``near``
+    answers (``far``'s answer, if it comes within the deadline, is kept in ``near`` for later);
+    a ``far`` that fails or whose breaker is open leaves ``near`` to answer at once.
+
     Args:
         near: an in-process store (`InMemoryStore`, `CachetoolsStore`), which does no I/O.
         far: the shared store.
         metrics: where the async-writes layer put in front of ``far`` reports its queue, its
             drops and its failures; default: the metrics of the engine the store is given to.
+        hedge_after: how long a read waits for ``far`` when ``near`` has an answer: a duration
+            (seconds, ``"50ms"``, a timedelta; default 50 ms).
 
     Raises:
-        ConfigurationError: a ``near`` store that does I/O, or arguments that are not stores.
+        ConfigurationError: a ``near`` store that does I/O, arguments that are not stores, or a
+            ``hedge_after`` that is not a positive duration.
     """
 
     writes_async = True  # near keeps objects in memory; far's writes are queued
 
     def __init__(
-        self, near: FailoverStore, far: FailoverStore, *, metrics: Metrics | None = None
+        self,
+        near: FailoverStore,
+        far: FailoverStore,
+        *,
+        metrics: Metrics | None = None,
+        hedge_after: timedelta | float | str = 0.05,
     ) -> None:
         for setting, store in (("near", near), ("far", far)):
             if not isinstance(store, FailoverStore):
                 raise ConfigurationError(f"TieredStore: {setting} must be a store, got {store!r}")
+        self.hedge_after = parse_ttl(hedge_after, "TieredStore", "hedge_after").total_seconds()
         if does_io(near):
             raise ConfigurationError(
                 f"TieredStore: near must be an in-process store (one that does no I/O), got "
@@ -83,6 +101,18 @@ class TieredStore(HealthRowsLayer, BrowsingLayer, Capabilities):
         # while it was read (`_deletes` counts the deletes).
         self._lock = threading.Lock()
         self._deletes = 0
+        self._tasks: set[asyncio.Future[Any]] = set()  # hedged async reads still running
+
+    def guard_far(self, timeout: float, clock: Callable[[], datetime], reset: float) -> None:
+        """Put the engine's store deadline (``timeout`` seconds; its breaker open ``reset``
+        seconds on ``clock``) in front of ``far``, and hedge reads: called by the engine."""
+        if does_io(self.far) and not isinstance(self.far, DeadlineStore):
+            self.far = DeadlineStore(self.far, timeout, clock, open_for=reset)
+
+    @property
+    def _guard(self) -> DeadlineStore | None:
+        far = self.far
+        return far if isinstance(far, DeadlineStore) else None
 
     def __repr__(self) -> str:
         return f"TieredStore(near={self.near!r}, far={self.far!r})"
@@ -156,11 +186,41 @@ class TieredStore(HealthRowsLayer, BrowsingLayer, Capabilities):
                 if _fresher(self.near.find(payload.name, payload.key), payload) is payload:
                     self.near.store(payload)
 
+    def _hedged(
+        self,
+        guard: DeadlineStore,
+        name: str,
+        keys: list[str],
+        near: dict[str, Payload],
+        deletes: int,
+    ) -> dict[str, Payload] | None:
+        """``far``'s answer within ``hedge_after``; ``None`` (``near`` answers) when it has
+        not answered by then, failed, or is skipped by its breaker."""
+        try:
+            answered, far = guard.hedged(
+                "find_many",
+                guard.inner.find_many,
+                name,
+                keys,
+                budget=self.hedge_after,
+                late=lambda found: self._merged(near, found, deletes),
+            )
+        except Exception:
+            log.debug("failover: the far store failed; answering from the near one", exc_info=True)
+            return None
+        return far if answered else None
+
     def find(self, name: str, key: str) -> Payload | None:
-        """The fresher of the two tiers' entries (``near``'s alone while ``far`` fails)."""
+        """The fresher of the two tiers' entries (``near``'s alone while ``far`` fails or is
+        slower than ``hedge_after``)."""
         deletes = self._deletes
         near = self.near.find(name, key)
-        far = self._from_far(lambda: self.far.find(name, key), near is not None, "find")
+        guard = self._guard
+        if near is not None and guard is not None:
+            found = self._hedged(guard, name, [key], {key: near}, deletes)
+            far = None if found is None else found.get(key)
+        else:
+            far = self._from_far(lambda: self.far.find(name, key), near is not None, "find")
         best = _fresher(near, far)
         if best is not None and best is not near:
             self._keep((best,), deletes)
@@ -172,7 +232,11 @@ class TieredStore(HealthRowsLayer, BrowsingLayer, Capabilities):
         keys = list(keys)
         deletes = self._deletes
         near = self.near.find_many(name, keys)
-        far = self._from_far(lambda: self.far.find_many(name, keys), bool(near), "find_many")
+        guard = self._guard
+        if near and guard is not None:
+            far = self._hedged(guard, name, keys, near, deletes)
+        else:
+            far = self._from_far(lambda: self.far.find_many(name, keys), bool(near), "find_many")
         return self._merged(near, far, deletes)
 
     def _merged(
@@ -221,8 +285,35 @@ class TieredStore(HealthRowsLayer, BrowsingLayer, Capabilities):
         deletes = self._deletes
         near = self.near.find_many(name, keys)
         far_store: Any = self.far
-        far = await self._afrom_far(far_store.afind_many(name, keys), bool(near), "find_many")
+        if near and self._guard is not None:
+            far = await self._ahedged(far_store.afind_many(name, keys), near, deletes)
+        else:
+            far = await self._afrom_far(far_store.afind_many(name, keys), bool(near), "find_many")
         return self._merged(near, far, deletes)
+
+    async def _ahedged(
+        self, read: Awaitable[dict[str, Payload]], near: dict[str, Payload], deletes: int
+    ) -> dict[str, Payload] | None:
+        """`_hedged`, awaited: the far read goes on as a task past ``hedge_after`` (under its
+        deadline, which cancels it and opens the breaker), its answer kept in ``near``."""
+        task = asyncio.ensure_future(read)
+        self._tasks.add(task)  # held until done: a running task must not be collected
+        done, _ = await asyncio.wait((task,), timeout=self.hedge_after)
+
+        def landed(t: asyncio.Future[dict[str, Payload]]) -> None:
+            self._tasks.discard(t)
+            if not t.cancelled() and t.exception() is None:
+                self._merged(near, t.result(), deletes)
+
+        if not done:
+            task.add_done_callback(landed)
+            return None
+        self._tasks.discard(task)
+        try:
+            return task.result()
+        except Exception:
+            log.debug("failover: the far store failed; answering from the near one", exc_info=True)
+            return None
 
     async def astore_many(self, payloads: Sequence[Payload]) -> None:
         """`store_many`: the near store at once, the far one queued: no waiting on I/O."""

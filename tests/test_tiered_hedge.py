@@ -1,0 +1,241 @@
+"""A tiered store's reads hedge: when the near copy has an answer, the far store gets
+``hedge_after`` to answer, then the near copy answers; a far store that fails, or whose store
+breaker is open, leaves the near copy to answer at once. Far's trouble is counted and shown like
+any store's (``failover_store_errors_total``, ``HealthReport.stores``).
+
+The far store is a real redis-server, stopped with ``SIGSTOP`` (the kernel still accepts its TCP
+data: no socket error comes) and always resumed in a ``finally``. Its socket timeout and the
+engine's ``store_timeout`` are set far longer than the test may take where a read must not wait
+for them: a call that returns at all has answered from the near copy. No assertion on time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from prometheus_client import CollectorRegistry
+
+import failover
+from failover import ConfigurationError, Failover
+from failover.stores import InMemoryStore, TieredStore, make_store
+from failover.stores.base import walk
+from failover.stores.deadline import DeadlineStore
+
+from .conftest import FakeClock, Upstream
+from .redis_server import RedisServer
+from .test_store_hung import stopped
+
+RESET = 5.0
+
+
+@pytest.fixture
+def redis_srv() -> Iterator[RedisServer]:
+    """A redis-server of the test's own: it is stopped and killed."""
+    server = RedisServer().start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def _url(server: RedisServer, socket_timeout: float) -> str:
+    return (
+        f"tiered+{server.url}?prefix=t{os.urandom(4).hex()}:&socket_timeout={socket_timeout}"
+        "&hedge_after=50ms"
+    )
+
+
+def _far(engine: Failover) -> DeadlineStore:
+    found = [s for s in walk(engine.store) if isinstance(s, DeadlineStore)]
+    assert len(found) == 1  # far's own: none over the tiered store as a whole
+    return found[0]
+
+
+def _count(layer: DeadlineStore, reason: str) -> int:
+    return sum(n for (_, why), n in layer.errors.items() if why == reason)
+
+
+def test_hedge_after_is_a_duration_checked_at_construction() -> None:
+    assert TieredStore(InMemoryStore(), InMemoryStore(), hedge_after="10ms").hedge_after == 0.01
+    assert TieredStore(InMemoryStore(), InMemoryStore()).hedge_after == 0.05
+    for bad in (0, -1, "soon", True):
+        with pytest.raises(ConfigurationError, match="TieredStore: hedge_after"):
+            TieredStore(InMemoryStore(), InMemoryStore(), hedge_after=bad)
+    with pytest.raises(ConfigurationError, match="TieredStore: hedge_after"):
+        make_store("tiered+redis://127.0.0.1:1/0?hedge_after=soon")
+
+
+def test_the_url_sets_hedge_after_and_far_does_not_see_it() -> None:
+    store = make_store("tiered+redis://127.0.0.1:1/0?hedge_after=20ms&prefix=p:")
+    assert isinstance(store, TieredStore)
+    assert store.hedge_after == 0.02
+    far = store.far.inner  # type: ignore[attr-defined]  # the async-writes queue's store
+    assert far.prefix == "p:"
+    store.close()
+
+
+def test_a_hung_far_store_leaves_near_to_answer_sync(
+    redis_srv: RedisServer, clock: FakeClock
+) -> None:
+    registry = CollectorRegistry()
+    # A far read that is waited for would take a minute: returning at all is hedging.
+    engine = Failover(_url(redis_srv, 60), store_timeout=60, clock=clock, metrics=registry)
+    upstream = Upstream()
+    assert redis_srv.process is not None
+    try:
+
+        @failover.failover("svc.tiered", engine=engine)
+        def get(x: int) -> int:
+            return upstream(x)  # type: ignore[return-value]
+
+        assert get(1) == 1
+        assert engine.flush(10)
+        upstream.fail()
+        with stopped([redis_srv.process.pid]):
+            assert [get(1) for _ in range(3)] == [1, 1, 1]  # near answered, far still asked
+            far = _far(engine)
+            assert far.errors == {}  # not past its deadline: slow is not failed
+            assert far.up
+    finally:
+        engine.close()
+
+
+def test_a_far_store_past_its_deadline_is_counted_and_skipped(
+    redis_srv: RedisServer, clock: FakeClock
+) -> None:
+    registry = CollectorRegistry()
+    engine = Failover(_url(redis_srv, 60), store_timeout=0.2, clock=clock, metrics=registry)
+    upstream = Upstream()
+    assert redis_srv.process is not None
+    try:
+
+        @failover.failover("svc.tiered", engine=engine)
+        def get(x: int) -> int:
+            return upstream(x)  # type: ignore[return-value]
+
+        assert get(1) == 1
+        assert engine.flush(10)
+        upstream.fail()
+        far = _far(engine)
+        with stopped([redis_srv.process.pid]):
+            assert get(1) == 1  # hedged: near answered, the far read goes on
+            # The deadline is on the monotonic clock (not the engine's): let it pass.
+            time.sleep(0.25)
+            assert get(1) == 1  # the far read is past its deadline: a timeout, breaker open
+            assert _count(far, "timeout") == 1
+            assert not far.up
+            assert get(1) == 1  # skipped: near answers at once
+            assert _count(far, "breaker_open") >= 1
+            assert engine.health().stores["redisstore"].status == "down"
+            timeouts = registry.get_sample_value(
+                "failover_store_errors_total",
+                {"store": "redisstore", "operation": "find_many", "reason": "timeout"},
+            )
+            assert timeouts == 1
+            assert registry.get_sample_value("failover_store_up", {"store": "redisstore"}) == 0
+        clock.advance(RESET + 1)
+        assert get(1) == 1  # the trial reaches far, which answers again
+        assert far.up
+    finally:
+        engine.close()
+
+
+def test_a_failing_far_store_is_counted_and_near_answers(
+    redis_srv: RedisServer, clock: FakeClock
+) -> None:
+    registry = CollectorRegistry()
+    engine = Failover(_url(redis_srv, 60), clock=clock, metrics=registry)
+    upstream = Upstream()
+    try:
+
+        @failover.failover("svc.tiered", engine=engine)
+        def get(x: int) -> int:
+            return upstream(x)  # type: ignore[return-value]
+
+        assert get(1) == 1
+        assert engine.flush(10)
+        redis_srv.stop()  # refused: far fails at once
+        upstream.fail()
+        assert get(1) == 1
+        errors = registry.get_sample_value(
+            "failover_store_errors_total",
+            {"store": "redisstore", "operation": "find_many", "reason": "error"},
+        )
+        assert errors == 1
+        assert engine.health().stores["redisstore"].errors == {"error": 1}
+    finally:
+        engine.close()
+
+
+def test_a_hung_far_store_leaves_near_to_answer_async(
+    redis_srv: RedisServer, clock: FakeClock
+) -> None:
+    engine = Failover(_url(redis_srv, 60), store_timeout=60, clock=clock, metrics=False)
+    upstream = Upstream()
+    assert redis_srv.process is not None
+    pid = redis_srv.process.pid
+
+    @failover.failover("svc.atiered", engine=engine)
+    async def aget(x: int) -> int:
+        return upstream(x)  # type: ignore[return-value]
+
+    async def scenario() -> list[Any]:
+        assert await aget(1) == 1
+        assert await asyncio.to_thread(engine.flush, 10)
+        upstream.fail()
+        tiered = next(s for s in walk(engine.store) if isinstance(s, TieredStore))
+        with stopped([pid]):
+            answers = [await aget(1) for _ in range(3)]
+            assert len(tiered._tasks) >= 1  # far's reads still under way, not waited for
+        # Resumed: far's reads answer and their connections go back to the pool.
+        await asyncio.gather(*tiered._tasks)
+        assert _far(engine).errors == {}
+        await engine.aclose()
+        return answers
+
+    try:
+        assert asyncio.run(scenario()) == [1, 1, 1]
+    finally:
+        engine.close()
+
+
+def test_an_async_far_store_past_its_deadline_opens_its_breaker(
+    redis_srv: RedisServer, clock: FakeClock
+) -> None:
+    engine = Failover(_url(redis_srv, 60), store_timeout=0.2, clock=clock, metrics=False)
+    upstream = Upstream()
+    assert redis_srv.process is not None
+    pid = redis_srv.process.pid
+
+    @failover.failover("svc.atiered", engine=engine)
+    async def aget(x: int) -> int:
+        return upstream(x)  # type: ignore[return-value]
+
+    async def scenario() -> None:
+        assert await aget(1) == 1
+        assert await asyncio.to_thread(engine.flush, 10)
+        upstream.fail()
+        far = _far(engine)
+        tiered = next(s for s in walk(engine.store) if isinstance(s, TieredStore))
+        with stopped([pid]):
+            assert await aget(1) == 1  # hedged
+            # The far read runs on as a task under its deadline, which cancels it: wait for it.
+            await asyncio.gather(*tiered._tasks, return_exceptions=True)
+            assert _count(far, "timeout") == 1
+            assert not far.up
+            assert await aget(1) == 1  # skipped: near at once
+            assert _count(far, "breaker_open") == 1
+        clock.advance(RESET + 1)
+        assert await aget(1) == 1
+        assert far.up
+        await engine.aclose()
+
+    try:
+        asyncio.run(scenario())
+    finally:
+        engine.close()
