@@ -414,9 +414,48 @@ def test_a_value_that_cannot_be_encoded_fails_alone(
         assert store.flush(WAIT)
         assert metrics.failed == 1
         assert sorted(p.key for p in inner.find_all("n")) == ["a", "b"]
-        assert any("'odd'" in r.getMessage() for r in caplog.records)
+        assert any("cannot encode odd" in r.getMessage() for r in caplog.records)
     finally:
         store.close()
+
+
+class Opaque:
+    """Nothing a JSON store can encode (an HTTP response object, say)."""
+
+
+def test_a_result_the_store_refuses_is_logged_once_then_not_queued_again(
+    tmp_path: Any, clock: FakeClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    from prometheus_client import CollectorRegistry
+
+    import failover
+
+    registry = CollectorRegistry()
+    eng = failover.Failover(
+        f"sqlite:///{tmp_path}/f.db", clock=clock, metrics=registry, async_writes=True
+    )
+    answers = Opaque()
+
+    @failover.failover("opaque", engine=eng)
+    def fetch(key: str):  # type: ignore[no-untyped-def]  # no annotation: found at call time
+        return answers if key != "plain" else {"plain": True}
+
+    with caplog.at_level(logging.DEBUG, "failover"):
+        assert fetch("a") is answers
+        assert eng.flush(WAIT)  # the queue met the refusal
+        for key in ("b", "c", "d"):
+            assert fetch(key) is answers  # returned live every time, no longer queued
+        assert fetch("plain") == {"plain": True}  # another type of the same failover: stored
+        assert eng.flush(WAIT)
+    refusals = [r for r in caplog.records if "cannot encode" in r.getMessage()]
+    assert len(refusals) == 1  # logged once, not on every call
+    assert "Opaque" in refusals[0].getMessage()
+    assert "'opaque'" in refusals[0].getMessage()
+    assert not [r for r in caplog.records if r.exc_info]  # no traceback
+    assert registry.get_sample_value("failover_async_writes_failed_total") == 1
+    assert fetch.peek("plain") is not None
+    assert fetch.peek("b") is None
+    eng.close()
 
 
 def test_clean_by_expiry_counts_writes_still_queued(

@@ -83,11 +83,17 @@ class WriteQueue:
         self.idle = False  # the worker waits for writes (only then is it worth a notify)
         self.worker_done = False  # the worker ended (stopped, or killed by a BaseException)
         self.exit_hook = functools.partial(_flush_at_exit, weakref.ref(self))
+        # (name, result type) the store cannot encode: dropped at once, never encoded again.
+        self.refused: set[tuple[str, type]] = set()
         # Runs the writes made on a caller's thread (set by the store deadline over the queue,
         # so that they wait no longer than the reads); ``None``: written directly.
         self.here: Callable[[Callable[[], None]], None] | None = None
 
     def submit(self, writes: list[Write]) -> None:
+        if self.refused:  # only once the store refused to encode a type: else free
+            writes = [w for w in writes if not self._refused(w)]
+            if not writes:
+                return
         with self.lock:
             if not self.stopped:
                 queue = self.queue
@@ -288,6 +294,9 @@ class WriteQueue:
         for payload in payloads:
             try:
                 self.inner.store(payload)
+            except SerializationError as exc:
+                failed += 1
+                self._refuse(payload, exc)
             except Exception:
                 failed += 1
                 log.warning(
@@ -297,6 +306,29 @@ class WriteQueue:
                     exc_info=True,
                 )
         return failed
+
+    def _refused(self, write: Write) -> bool:
+        value = write[2]
+        return (
+            not isinstance(value, Tombstone) and (value.name, type(value.payload)) in self.refused
+        )
+
+    def _refuse(self, payload: Payload, exc: SerializationError) -> None:
+        """The store cannot encode this type of result of ``payload.name``: say so once, and
+        queue no more of them (each would cost an encoding, a failure and a log line)."""
+        kind = type(payload.payload)
+        if (payload.name, kind) in self.refused:
+            return
+        self.refused.add((payload.name, kind))
+        log.warning(
+            "failover: the store cannot encode %s.%s, a result of %r (%s); results of this type "
+            "are no longer queued for it. Return plain data (a dict, a dataclass, a pydantic "
+            "model: e.g. response.json()) to have them stored",
+            kind.__module__,
+            kind.__qualname__,
+            payload.name,
+            exc,
+        )
 
     def flush(self, timeout: float | None) -> bool:
         with self.lock:
