@@ -1,0 +1,72 @@
+"""What `PrometheusMetrics` counts per ``name`` label, in plain lists and floats: updated on
+the call path without ``prometheus_client``, read at scrape time."""
+
+from __future__ import annotations
+
+from bisect import bisect_left
+from collections.abc import Callable
+
+__all__ = [
+    "OTHER",
+    "RECOVERY_OUTCOMES",
+    "SECONDS_BUCKETS",
+    "STALE_AGE_BUCKETS",
+    "Histogram",
+    "Tally",
+]
+
+OTHER = "__other__"
+"""The ``name`` label of the names past ``max_names``."""
+
+SECONDS_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0)
+STALE_AGE_BUCKETS = (1.0, 10.0, 60.0, 300.0, 900.0, 3600.0, 4 * 3600.0, 86400.0, 7 * 86400.0)
+RECOVERY_OUTCOMES = ("recovered", "not_recovered", "error")
+
+
+class Histogram:
+    """Bucket counts (not cumulative) and a sum; updates are plain list and float operations."""
+
+    __slots__ = ("bounds", "counts", "total")
+
+    def __init__(self, bounds: tuple[float, ...]) -> None:
+        self.bounds = bounds
+        self.counts = [0] * (len(bounds) + 1)
+        self.total = 0.0
+
+    def observe(self, value: float) -> None:
+        """Count ``value`` in its bucket and in the sum."""
+        self.counts[bisect_left(self.bounds, value)] += 1
+        self.total += value
+
+
+class Tally:
+    """What `PrometheusMetrics` counts for one ``name`` label.
+
+    Updated without a lock: under the GIL an increment has no switch point between its read
+    and its write, so none is lost in practice (monitoring counts, not accounting).
+    """
+
+    __slots__ = (
+        "bulkhead",
+        "circuit",
+        "circuit_probe",
+        "hooks",
+        "partial",
+        "recoveries",
+        "recovery_seconds",
+        "stale_age",
+        "write_seconds",
+        "writes",
+    )
+
+    def __init__(self) -> None:
+        self.writes = [0, 0]  # ok, error
+        self.write_seconds = Histogram(SECONDS_BUCKETS)
+        self.recoveries = [0, 0, 0]  # recovered, not_recovered, error
+        self.recovery_seconds = Histogram(SECONDS_BUCKETS)
+        self.stale_age = Histogram(STALE_AGE_BUCKETS)
+        self.partial = 0
+        self.circuit: int | None = None
+        self.circuit_probe: Callable[[], int] | None = None  # the state read at scrape time
+        self.bulkhead: dict[str, int] = {}  # refusals per pool
+        self.hooks = 0
