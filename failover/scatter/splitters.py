@@ -1,152 +1,23 @@
-"""Scatter / gather: a collection result stored and recovered per entity (one *slice* each).
-
-A failover with ``splitter=`` stores each entity of a live result as an entry of its own, keyed
-as a call with that entity's key as its only argument; on failure it finds the slices a call
-asks for in one batch and merges them. So ``find_by_codes("DE,FR")`` recovers from what
-``find_all()`` stored, and, with a shared ``domain``, a single-entity failover
-(``find_country("FR")``) and a collection failover address the same entries.
-
-`ListSplitter` does ``list[T]`` results and `DictSplitter` ``dict[K, V]`` results; any object
-with the three methods of `PayloadSplitter` does the rest.
-"""
+"""The built-in splitters: `ListSplitter` (``list[T]`` results, per item) and `DictSplitter`
+(``dict[K, V]`` results, per entry), on what they share (`EntitySplitter`: the requested keys,
+the slices' contexts, strictness)."""
 
 from __future__ import annotations
 
-import inspect
 import types
 import typing
 from collections.abc import Callable, Hashable, Iterable, Mapping
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar, runtime_checkable
+from typing import Any, Generic, TypeVar
 
-from .context import RecoverContext
-from .errors import ConfigurationError
+from ..context import RecoverContext
+from ..errors import ConfigurationError
+from .contexts import SLICE_ARGUMENT, CallArguments, StoreContext, slice_context
 
-if TYPE_CHECKING:
-    from .definition import FailoverDefinition
-    from .payload import ReferentialPayload
-
-__all__ = [
-    "DictSplitter",
-    "ListSplitter",
-    "PayloadSplitter",
-    "StoreContext",
-    "check_splitter",
-    "slice_context",
-    "slice_type",
-]
+__all__ = ["DictSplitter", "EntitySplitter", "ListSplitter", "unoptional"]
 
 T = TypeVar("T")
-R = TypeVar("R")
 K = TypeVar("K")
 V = TypeVar("V")
-
-SLICE_ARGUMENT = "key"
-"""The parameter name the built-in splitters give a slice's one argument (keys ignore names)."""
-
-
-@dataclass(frozen=True, slots=True)
-class StoreContext(Generic[T]):
-    """A live result to store: the whole call's, or (from ``split_on_store``) one slice's.
-
-    Attributes:
-        definition: the failover's resolved settings.
-        arguments: the call's bound arguments by parameter name; for a slice, the arguments of
-            the call it is keyed as (its values, in order, make its key).
-        payload: the value to store.
-    """
-
-    definition: FailoverDefinition
-    arguments: Mapping[str, Any]
-    payload: T
-
-
-@runtime_checkable
-class PayloadSplitter(Protocol[T, R]):
-    """Splits a collection result ``T`` into slices ``R`` and merges recovered slices back.
-
-    A slice is stored under the key a call with the slice's ``arguments`` would get (their
-    values in order; names do not count), in the failover's effective name: give a slice the
-    one argument a single-entity function takes and both share entries through ``domain=``.
-
-    Errors raised here reach the caller as `failover.errors.SplitterError` (never on the store
-    path, where the live result still returns).
-    """
-
-    def split_on_store(self, ctx: StoreContext[T]) -> list[StoreContext[R]]:
-        """The slices of a live result, one `StoreContext` each."""
-        ...
-
-    def split_on_recover(self, ctx: RecoverContext[T]) -> list[RecoverContext[R]]:
-        """The slices a failed call asks for, in request order (``recovered`` is ``None``)."""
-        ...
-
-    def merge(self, ctx: RecoverContext[T], slices: list[RecoverContext[R]]) -> T | None:
-        """The value made of the slices; ``None`` makes the recovery a miss.
-
-        ``slices`` are those of `split_on_recover`, in its order, each with ``recovered`` set
-        (an envelope whose payload is already enriched as stale) or ``None``; merge is only
-        called when at least one was found. When the call recovers every slice
-        (``recover_all=True`` or a call without arguments), there is no request: ``slices``
-        are every live slice of the effective name, each with empty ``arguments``.
-        """
-        ...
-
-
-class CallArguments(Mapping[str, Any]):
-    """A call's bound arguments by parameter name (defaults applied), which also keeps the call
-    as it was made: ``args`` and ``kwargs`` without ``self``/``cls``."""
-
-    __slots__ = ("_names", "args", "kwargs")
-
-    def __init__(
-        self, names: Mapping[str, Any], args: tuple[Any, ...], kwargs: Mapping[str, Any]
-    ) -> None:
-        self._names = names
-        self.args = args
-        self.kwargs = kwargs
-
-    def __getitem__(self, name: str) -> Any:
-        return self._names[name]
-
-    def __iter__(self) -> typing.Iterator[str]:
-        return iter(self._names)
-
-    def __len__(self) -> int:
-        return len(self._names)
-
-    def __repr__(self) -> str:
-        return repr(dict(self._names))
-
-
-class _Building(Generic[T]):
-    """Same slots as `RecoverContext`, but mutable: a context under construction."""
-
-    __slots__ = RecoverContext.__slots__
-
-
-_new = object.__new__
-
-
-def slice_context(
-    definition: FailoverDefinition,
-    arguments: Mapping[str, Any],
-    cause: BaseException | None,
-    recovered: ReferentialPayload[T] | None,
-    return_type: Any,
-) -> RecoverContext[T]:
-    """A `RecoverContext` built about twice as fast as by its frozen ``__init__`` (one per
-    slice, thousands per call); an ordinary frozen instance all the same (see
-    `failover.payload.envelope`)."""
-    obj: Any = _new(_Building)
-    obj.definition = definition
-    obj.arguments = arguments
-    obj.cause = cause
-    obj.recovered = recovered
-    obj.return_type = return_type
-    obj.__class__ = RecoverContext
-    built: RecoverContext[T] = obj
-    return built
 
 
 def _keys(value: Any) -> Iterable[Any]:
@@ -160,7 +31,7 @@ def _keys(value: Any) -> Iterable[Any]:
     return keys
 
 
-class _EntitySplitter:
+class EntitySplitter:
     """What the built-in splitters share: requested keys, slice contexts, strictness."""
 
     __slots__ = ("item_key", "keys_from_args", "strict")
@@ -253,7 +124,7 @@ def _sorted(pairs: list[tuple[Any, Any]]) -> list[tuple[Any, Any]]:
         return pairs
 
 
-def _unoptional(tp: Any) -> Any:
+def unoptional(tp: Any) -> Any:
     if typing.get_origin(tp) in (typing.Union, types.UnionType):
         args = [a for a in typing.get_args(tp) if a is not type(None)]
         if len(args) == 1:
@@ -262,11 +133,11 @@ def _unoptional(tp: Any) -> Any:
 
 
 def _arg(tp: Any, index: int) -> Any:
-    args = typing.get_args(_unoptional(tp))
+    args = typing.get_args(unoptional(tp))
     return args[index] if len(args) > index else Any
 
 
-class ListSplitter(_EntitySplitter, Generic[T]):
+class ListSplitter(EntitySplitter, Generic[T]):
     """Splits ``list[T]`` results per item.
 
     Args:
@@ -328,7 +199,7 @@ class ListSplitter(_EntitySplitter, Generic[T]):
         return _arg(return_type, 0)
 
 
-class DictSplitter(_EntitySplitter, Generic[K, V]):
+class DictSplitter(EntitySplitter, Generic[K, V]):
     """Splits ``dict[K, V]`` results (entity key → value) per entry.
 
     Args:
@@ -382,43 +253,3 @@ class DictSplitter(_EntitySplitter, Generic[K, V]):
 
 def _name(item_key: Callable[..., Any] | None) -> str:
     return "None" if item_key is None else getattr(item_key, "__qualname__", repr(item_key))
-
-
-# -- for the decorator and the engine ----------------------------------------------------------
-
-
-def check_splitter(splitter: object, recover_all: object, owner: str) -> Any:
-    """Validate ``splitter=`` and ``recover_all=`` of a failover (``owner``: ``"failover 'x'"``);
-    returns the splitter.
-
-    Raises:
-        ConfigurationError: not a splitter, or ``recover_all`` without one.
-    """
-    if splitter is not None and not isinstance(splitter, PayloadSplitter):
-        raise ConfigurationError(
-            f"{owner}: splitter= must have split_on_store(), split_on_recover() and merge(), "
-            f"got {splitter!r}"
-        )
-    if recover_all and splitter is None:
-        raise ConfigurationError(f"{owner}: recover_all=True needs a splitter=")
-    return splitter
-
-
-_UNKNOWN = (Any, object, None, type(None))
-
-
-def slice_type(definition: FailoverDefinition, return_type: Any) -> Any:
-    """What one entry of ``definition``'s effective name holds, as far as can be told: its
-    return type, or a built-in splitter's slice type; ``None`` when unknown."""
-    splitter = definition.splitter
-    if splitter is None:
-        tp = return_type
-    elif isinstance(splitter, _EntitySplitter):
-        tp = splitter.slice_type(return_type)
-    else:
-        return None
-    tp = _unoptional(tp)
-    if tp in _UNKNOWN or tp is inspect.Signature.empty or isinstance(tp, str | TypeVar):
-        return None
-    # Generic arguments do not change how a value decodes (a JSON dict is a dict).
-    return typing.get_origin(tp) or tp
