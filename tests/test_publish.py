@@ -1,6 +1,7 @@
 """Engines publishing their health to the shared store (``Failover(publish_health=...)``): the
-rows a real SQLite file, a real PostgreSQL and a real redis-server keep, their expiry on the
-engine's fake clock, the layers they pass through, and a publisher that never touches a call."""
+rows a real SQLite file, a real PostgreSQL, a real redis-server and a Redis Cluster keep, their
+expiry on the engine's fake clock, the layers they pass through, and a publisher that never
+touches a call."""
 
 from __future__ import annotations
 
@@ -24,13 +25,13 @@ from failover.stores import InMemoryStore, TieredStore
 from failover.stores.base import keeps_health
 from failover.stores.health_rows import FailoverSummary, ProcessHealth, decoded
 
-from . import postgres, redis_server
+from . import postgres, redis_ha, redis_server
 from .conftest import FakeClock, Upstream
 
 Opener = Callable[[], Any]
 
 
-@pytest.fixture(params=["sqlite", "postgresql", "redis"])
+@pytest.fixture(params=["sqlite", "postgresql", "redis", "redis-cluster"])
 def shared(request: pytest.FixtureRequest, tmp_path: Path, clock: FakeClock) -> Iterator[Opener]:
     """Opens a new store on one shared database (what each process of a cluster does): a
     SQLite file, a PostgreSQL table prefix, a Redis key prefix."""
@@ -56,7 +57,9 @@ def shared(request: pytest.FixtureRequest, tmp_path: Path, clock: FakeClock) -> 
 
         yield open_pg
     else:
-        server, prefix = redis_server.server(), redis_server.unique_prefix()
+        # A Redis Cluster spreads the rows' keys over its slots and nodes.
+        server = redis_ha.cluster() if request.param == "redis-cluster" else redis_server.server()
+        prefix = redis_server.unique_prefix()
 
         def open_redis() -> Any:
             from failover.stores.redis import RedisStore

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from ..stores.health_rows import ProcessHealth, health_rows
+from ..stores.health_rows import FailoverSummary, ProcessHealth, health_rows
 
 __all__ = ["Cluster", "ClusterFailover", "cluster_of", "read_cluster"]
 
@@ -31,44 +31,29 @@ class ClusterFailover:
 
     Attributes:
         name: the failover's name.
-        status: the worst status a process reports for it.
         processes: how many processes report it.
         statuses: how many processes report each status, worst first.
-        live: calls the upstream answered, every process together.
-        stale: calls served stale, every process together.
-        not_recovered: calls that got nothing usable, every process together.
+        total: the worst status a process reports, the calls of every process added up (live,
+            served stale, not recovered), and the latest failure's exception class.
         breakers_open: processes whose breaker for it is open.
-        last_failure: the exception class of the latest failure a process reports, if any.
     """
 
     name: str
-    status: str
     processes: int
     statuses: dict[str, int]
-    live: int
-    stale: int
-    not_recovered: int
+    total: FailoverSummary
     breakers_open: int = 0
-    last_failure: str | None = None
-
-    @property
-    def calls(self) -> int:
-        """Every call, every process together."""
-        return self.live + self.stale + self.not_recovered
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready dictionary."""
+        total = self.total.to_dict()
+        del total["breaker"]  # one per process: breakers_open says how many are open
         return {
             "name": self.name,
-            "status": self.status,
             "processes": self.processes,
             "statuses": dict(self.statuses),
-            "calls": self.calls,
-            "live": self.live,
-            "stale": self.stale,
-            "not_recovered": self.not_recovered,
+            **total,
             "breakers_open": self.breakers_open,
-            "last_failure": self.last_failure,
         }
 
 
@@ -91,13 +76,13 @@ class Cluster:
 
     def kpis(self) -> dict[str, Any]:
         """Processes reporting, and the calls of them all, with the share served stale."""
-        calls = sum(f.calls for f in self.failovers)
-        stale = sum(f.stale for f in self.failovers)
+        calls = sum(f.total.calls for f in self.failovers)
+        stale = sum(f.total.stale for f in self.failovers)
         return {
             "processes": len(self.processes),
             "calls": calls,
             "stale": stale,
-            "not_recovered": sum(f.not_recovered for f in self.failovers),
+            "not_recovered": sum(f.total.not_recovered for f in self.failovers),
             "stale_percent": None if not calls else round(100.0 * stale / calls, 1),
         }
 
@@ -123,20 +108,16 @@ def cluster_of(rows: Iterable[ProcessHealth]) -> Cluster:
         for _, s in sorted(reports, key=lambda r: _rank(r[1].status)):
             statuses[s.status] = statuses.get(s.status, 0) + 1
         failed = [(p.published_at, s.last_failure) for p, s in reports if s.last_failure]
-        failovers.append(
-            ClusterFailover(
-                name=name,
-                status=worst(statuses),
-                processes=len(reports),
-                statuses=statuses,
-                live=sum(s.live for _, s in reports),
-                stale=sum(s.stale for _, s in reports),
-                not_recovered=sum(s.not_recovered for _, s in reports),
-                breakers_open=sum(s.breaker == "open" for _, s in reports),
-                last_failure=max(failed)[1] if failed else None,
-            )
+        total = FailoverSummary(
+            worst(statuses),
+            live=sum(s.live for _, s in reports),
+            stale=sum(s.stale for _, s in reports),
+            not_recovered=sum(s.not_recovered for _, s in reports),
+            last_failure=max(failed)[1] if failed else None,
         )
-    failovers.sort(key=lambda f: (_rank(f.status), f.name))
+        open_ = sum(s.breaker == "open" for _, s in reports)
+        failovers.append(ClusterFailover(name, len(reports), statuses, total, open_))
+    failovers.sort(key=lambda f: (_rank(f.total.status), f.name))
     return Cluster(processes, failovers)
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from datetime import datetime
 
 from .cluster import Cluster, ClusterFailover
-from .markup import NONE, age, badge, e, percent, time_of
+from .markup import NONE, age, badge, cards, e, percent, time_of
 
 __all__ = ["render_cluster"]
 
@@ -22,19 +22,18 @@ def render_cluster(cluster: Cluster, now: datetime) -> str:
         )
     k = cluster.kpis()
     window = max(p.window for p in cluster.processes)
-    cards = [
-        ("Processes", f"{k['processes']:,}", "publishing their health"),
-        ("Calls", f"{k['calls']:,}", f"each process's last {window}s"),
-        ("Served stale", f"{k['stale']:,}", f"{percent(k['stale_percent'])} of the calls"),
-        ("Not recovered", f"{k['not_recovered']:,}", "nothing usable stored"),
+    html = [
+        '<section id="cluster"><h2>Cluster</h2>',
+        cards(
+            "cluster-kpis",
+            [
+                ("Processes", f"{k['processes']:,}", "publishing their health"),
+                ("Calls", f"{k['calls']:,}", f"each process's last {window}s"),
+                ("Served stale", f"{k['stale']:,}", f"{percent(k['stale_percent'])} of the calls"),
+                ("Not recovered", f"{k['not_recovered']:,}", "nothing usable stored"),
+            ],
+        ),
     ]
-    html = ['<section id="cluster"><h2>Cluster</h2><div class="kpis" id="cluster-kpis">']
-    for label, value, note in cards:
-        html.append(
-            f'<div class="kpi" data-kpi="{e(label)}"><div class="label">{e(label)}</div>'
-            f'<div class="value">{e(value)}</div><div class="muted">{e(note)}</div></div>'
-        )
-    html.append("</div>")
     html.append(_failovers(cluster))
     html.append(_processes(cluster, now))
     html.append("</section>")
@@ -63,15 +62,19 @@ def _failovers(cluster: Cluster) -> str:
 
 def _failover_row(f: ClusterFailover) -> str:
     statuses = ", ".join(f"{n} {badge(s)}" for s, n in f.statuses.items())
+    t = f.total
+    counts = (
+        ("calls", t.calls),
+        ("live", t.live),
+        ("stale", t.stale),
+        ("not_recovered", t.not_recovered),
+        ("breakers_open", f.breakers_open),
+    )
+    cells = "".join(f'<td class="num" data-col="{col}">{n:,}</td>' for col, n in counts)
     return (
-        f'<tr data-name="{e(f.name)}"><td>{badge(f.status)}</td><td>{e(f.name)}</td>'
+        f'<tr data-name="{e(f.name)}"><td>{badge(t.status)}</td><td>{e(f.name)}</td>'
         f'<td class="num" data-col="processes">{f.processes:,}</td><td>{statuses}</td>'
-        f'<td class="num" data-col="calls">{f.calls:,}</td>'
-        f'<td class="num" data-col="live">{f.live:,}</td>'
-        f'<td class="num" data-col="stale">{f.stale:,}</td>'
-        f'<td class="num" data-col="not_recovered">{f.not_recovered:,}</td>'
-        f'<td class="num" data-col="breakers_open">{f.breakers_open:,}</td>'
-        f"<td>{e(f.last_failure or NONE)}</td></tr>"
+        f"{cells}<td>{e(t.last_failure or NONE)}</td></tr>"
     )
 
 

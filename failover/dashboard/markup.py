@@ -7,7 +7,7 @@ from datetime import datetime
 from html import escape
 from urllib.parse import urlencode
 
-__all__ = ["NONE", "age", "badge", "e", "link", "percent", "size", "time_of"]
+__all__ = ["NONE", "age", "badge", "cards", "e", "link", "percent", "size", "time_of"]
 
 NONE = "\u2013"
 """What the page shows for "none": an en dash."""
@@ -61,3 +61,15 @@ def link(base: str, **query: str | None) -> str:
     to its entries section when there is a query."""
     params = {k: v for k, v in query.items() if v is not None}
     return e(f"{base}/?{urlencode(params)}#entries" if params else f"{base}/")
+
+
+def cards(section_id: str, kpis: list[tuple[str, str, str]]) -> str:
+    """A section of KPI cards, each ``(label, value, note)`` (its ``data-kpi`` is the label)."""
+    html = [f'<section class="kpis" id="{e(section_id)}">']
+    for label, value, note in kpis:
+        html.append(
+            f'<div class="kpi" data-kpi="{e(label)}"><div class="label">{e(label)}</div>'
+            f'<div class="value">{e(value)}</div><div class="muted">{e(note)}</div></div>'
+        )
+    html.append("</section>")
+    return "".join(html)

@@ -17,6 +17,7 @@ from .entries import Page
 from .markup import NONE as _NONE
 from .markup import age as _age
 from .markup import badge as _badge
+from .markup import cards
 from .markup import e as _e
 from .markup import link as _link
 from .markup import percent as _percent
@@ -188,21 +189,16 @@ def _kpis(o: Overview) -> str:
     for row in o.failovers:
         counts[row.health.status] = counts.get(row.health.status, 0) + 1
     breakdown = ", ".join(f"{n} {s}" for s, n in counts.items()) or "none registered"
-    cards = [
-        ("Calls", f"{k['calls']:,}", f"last {o.window}s"),
-        ("Live", _percent(k["live_percent"]), "answered by the upstream"),
-        ("Served stale", _percent(k["stale_percent"]), "recovered from the store"),
-        ("Not recovered", _percent(k["not_recovered_percent"]), "nothing usable stored"),
-        ("Failovers", str(len(o.failovers)), breakdown),
-    ]
-    html = ['<section class="kpis" id="kpis">']
-    for label, value, note in cards:
-        html.append(
-            f'<div class="kpi"><div class="label">{_e(label)}</div>'
-            f'<div class="value">{_e(value)}</div><div class="muted">{_e(note)}</div></div>'
-        )
-    html.append("</section>")
-    return "".join(html)
+    return cards(
+        "kpis",
+        [
+            ("Calls", f"{k['calls']:,}", f"last {o.window}s"),
+            ("Live", _percent(k["live_percent"]), "answered by the upstream"),
+            ("Served stale", _percent(k["stale_percent"]), "recovered from the store"),
+            ("Not recovered", _percent(k["not_recovered_percent"]), "nothing usable stored"),
+            ("Failovers", str(len(o.failovers)), breakdown),
+        ],
+    )
 
 
 def _failovers(o: Overview, base: str, selected: str | None, limit: int) -> str:
