@@ -25,7 +25,7 @@ import uuid
 import weakref
 from collections.abc import Callable
 from datetime import datetime, timedelta
-from typing import Self
+from typing import ClassVar, Self
 
 from .errors import ConfigurationError
 from .expiry import parse_ttl
@@ -54,13 +54,16 @@ def publish_interval(value: object, owner: str = "Failover") -> timedelta | None
         return None
     if value is True:
         return DEFAULT_EVERY
+    refused = ConfigurationError(
+        f"{owner}: publish_health must be True, False or an interval (seconds, a timedelta, "
+        f"or e.g. '15s', '1m'), got {value!r}"
+    )
+    if not isinstance(value, timedelta | int | float | str):
+        raise refused
     try:
-        every = parse_ttl(value, owner, "publish_health")  # type: ignore[arg-type]  # checked
+        every = parse_ttl(value, owner, "publish_health")
     except ConfigurationError:
-        raise ConfigurationError(
-            f"{owner}: publish_health must be True, False or an interval (seconds, a timedelta, "
-            f"or e.g. '15s', '1m'), got {value!r}"
-        ) from None
+        raise refused from None
     if every.total_seconds() * LIFETIME > threading.TIMEOUT_MAX:
         raise ConfigurationError(f"{owner}: publish_health={value!r} is too long an interval")
     return every
@@ -195,7 +198,7 @@ class HealthPublisher:
         with self._lock:
             self._stopping.set()
             thread, self._thread = self._thread, None
-        _after_fork.discard(self)
+        _Forks.running.discard(self)
         if thread is not None and thread is not threading.current_thread():
             thread.join(timeout)
             if thread.is_alive():
@@ -227,22 +230,24 @@ class HealthPublisher:
         self.start()
 
 
-# Publishers running now, restarted in a forked child (a preforking server's workers).
-_after_fork: weakref.WeakSet[HealthPublisher] = weakref.WeakSet()
-_hooked: list[bool] = []  # the fork hook is registered on the first start, not at import
+class _Forks:
+    """The publishers running now, restarted in a forked child (a preforking server's
+    workers); the fork hook is registered on the first start, not at import."""
+
+    running: ClassVar[weakref.WeakSet[HealthPublisher]] = weakref.WeakSet()
+    lock = threading.Lock()
+    hooked = False
 
 
 def _restart_after_fork(publisher: HealthPublisher) -> None:
-    with _hook_lock:
-        if not _hooked and hasattr(os, "register_at_fork"):  # POSIX only
+    with _Forks.lock:
+        if not _Forks.hooked and hasattr(os, "register_at_fork"):  # POSIX only
             os.register_at_fork(after_in_child=_restart_in_child)
-            _hooked.append(True)
-        _after_fork.add(publisher)
+            _Forks.hooked = True
+        _Forks.running.add(publisher)
 
 
 def _restart_in_child() -> None:
-    for publisher in list(_after_fork):
+    _Forks.lock = threading.Lock()  # another thread may have held it at the fork
+    for publisher in list(_Forks.running):
         publisher._forked()
-
-
-_hook_lock = threading.Lock()
