@@ -290,12 +290,13 @@ def _names(o: Overview, base: str, selected: str | None, limit: int) -> str:
     total = sum(n.count for n in o.names)
     html = [
         "<h2>Stored entries</h2>" if o.cluster is not None else "",
-        '<section class="kpis" id="kpis">',
-        f'<div class="kpi"><div class="label">Names</div><div class="value">{len(o.names)}</div>'
-        '<div class="muted">in the store</div></div>',
-        f'<div class="kpi"><div class="label">Entries</div><div class="value">{total:,}</div>'
-        f'<div class="muted">{sum(n.expired for n in o.names):,} expired</div></div>',
-        "</section>",
+        cards(
+            "kpis",
+            [
+                ("Names", str(len(o.names)), "in the store"),
+                ("Entries", f"{total:,}", f"{sum(n.expired for n in o.names):,} expired"),
+            ],
+        ),
         ""
         if o.cluster is not None  # the cluster section says where the counts come from
         else '<p class="muted">Per-call counts are per process: see the Prometheus metrics.</p>',
