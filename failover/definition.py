@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import inspect
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+
+import pybreaker
 
 from .policy import ExceptionPolicy
 
@@ -13,6 +16,16 @@ if TYPE_CHECKING:
     from .payload import ReferentialPayload
 
 __all__ = ["ExpiryPolicy", "FailoverDefinition"]
+
+_PYBREAKER = {  # pybreaker's own defaults (fail_max 5, reset_timeout 60 s), read from it
+    name: p.default
+    for name, p in inspect.signature(pybreaker.CircuitBreaker).parameters.items()
+    if name in ("fail_max", "reset_timeout")
+}
+
+
+def _no_defaults() -> Mapping[str, Any]:
+    return {}
 
 
 @runtime_checkable
@@ -50,6 +63,8 @@ class FailoverDefinition:
         weight: bulkhead permits one call takes.
         bulkhead: the name of the shared bulkhead pool the failover draws from, or ``None``.
         single_flight: concurrent calls with the same key share one upstream call.
+        breaker_defaults: reads the ``breaker_defaults`` of the engine the failover runs on
+            (what ``breaker=True`` makes its breaker from), for `execution` to show.
     """
 
     name: str
@@ -78,6 +93,7 @@ class FailoverDefinition:
     weight: int = 1
     bulkhead: str | None = None
     single_flight: bool = False
+    breaker_defaults: Callable[[], Mapping[str, Any]] = field(default=_no_defaults, repr=False)
 
     def __repr__(self) -> str:
         policy = "engine's" if self.policy is None else getattr(self.policy, "value", self.policy)
@@ -90,7 +106,10 @@ class FailoverDefinition:
     @property
     def execution(self) -> str:
         """The execution in use, outermost first: ``"basic"``, or e.g.
-        ``"bulkhead(8) > breaker > timeout(2s)"`` or ``"bulkhead('exports', weight 5)"``."""
+        ``"bulkhead(8) > breaker(fail_max 5, reset 60s) > timeout(2s)"`` or
+        ``"bulkhead('exports', weight 5)"``. A breaker shows the settings it trips and resets
+        by: its own, or for ``breaker=True`` the engine's ``breaker_defaults`` over pybreaker's
+        (``fail_max`` 5, ``reset_timeout`` 60 s)."""
         parts = []
         if self.max_concurrency is not None or self.bulkhead is not None:
             what = [repr(self.bulkhead) if self.bulkhead else str(self.max_concurrency)]
@@ -102,10 +121,18 @@ class FailoverDefinition:
                 what.append(f"wait {self.acquire_timeout:g}s")
             parts.append(f"bulkhead({', '.join(what)})")
         if self.breaker is not None:
-            parts.append("breaker")
+            parts.append(self._breaker_shown())
         if self.timeout is not None:
             parts.append(f"timeout({self.timeout:g}s)")
         return " > ".join(parts) or "basic"
+
+    def _breaker_shown(self) -> str:
+        if isinstance(self.breaker, pybreaker.CircuitBreaker):
+            fail_max, reset = self.breaker.fail_max, self.breaker.reset_timeout
+        else:
+            merged = {**_PYBREAKER, **self.breaker_defaults()}
+            fail_max, reset = merged["fail_max"], merged["reset_timeout"]
+        return f"breaker(fail_max {fail_max}, reset {reset:g}s)"
 
     def accepts(self, exc: Exception) -> bool:
         """Whether ``exc`` triggers recovery under ``exceptions=`` and ``exclude=``."""

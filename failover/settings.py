@@ -8,7 +8,7 @@ a value into the `FailoverDefinition` field of the same name. `DEFAULTS` is read
 import difflib
 import inspect
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Annotated, Any, TypedDict
@@ -18,6 +18,7 @@ import pybreaker
 from .context import PolicyLike, RecoverContext
 from .definition import ExpiryPolicy, FailoverDefinition
 from .engine import Failover
+from .engine import default as default_engine
 from .errors import ConfigurationError
 from .expiry import FixedTtl, parse_ttl
 from .policy import resolve_policy
@@ -275,6 +276,7 @@ def resolve(
     values["splitter"] = check_splitter(values["splitter"], values["recover_all"], owner)
     _bulkhead(values, owner)
     return FailoverDefinition(
+        breaker_defaults=_breaker_defaults(given["engine"]),
         name=name,
         effective_name=values["domain"] or name,
         function=function,
@@ -282,6 +284,16 @@ def resolve(
         is_method=is_method,
         return_annotation=inspect.signature(fn).return_annotation,
         **values,
+    )
+
+
+def _breaker_defaults(engine: Failover | None) -> Callable[[], Mapping[str, Any]]:
+    """Reads the ``breaker_defaults`` of the engine a failover runs on, when asked: the
+    default engine may be configured after the failover is decorated."""
+    if engine is not None:
+        return lambda: engine.breaker_defaults
+    return lambda: (
+        {} if default_engine.installed is None else default_engine.installed.breaker_defaults
     )
 
 

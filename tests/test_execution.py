@@ -203,21 +203,46 @@ def test_definition_and_repr_show_the_execution(engine: Failover) -> None:
 
     cases = [
         ({}, "basic"),
-        ({"breaker": True}, "breaker"),
-        ({"breaker": pybreaker.CircuitBreaker()}, "breaker"),
+        ({"breaker": True}, "breaker(fail_max 5, reset 60s)"),  # pybreaker's defaults
+        (
+            {"breaker": pybreaker.CircuitBreaker(fail_max=2, reset_timeout=0.5)},
+            "breaker(fail_max 2, reset 0.5s)",
+        ),
         ({"breaker": False}, "basic"),
         ({"max_concurrency": 4}, "bulkhead(4)"),
         ({"max_concurrency": 4, "acquire_timeout": 0.5}, "bulkhead(4, wait 0.5s)"),
         ({"timeout": 2}, "timeout(2s)"),
         (
             {"timeout": 1.5, "breaker": True, "max_concurrency": 8},
-            "bulkhead(8) > breaker > timeout(1.5s)",
+            "bulkhead(8) > breaker(fail_max 5, reset 60s) > timeout(1.5s)",
         ),
     ]
     for i, (options, shown) in enumerate(cases):
         f = failover.failover(f"shown-{i}", engine=engine, **options)(fn)
         assert f.definition.execution == shown
         assert f"execution={shown!r}" in repr(f.definition)
+
+
+def test_the_definition_shows_the_breaker_the_engine_makes(clock: FakeClock) -> None:
+    engine = Failover(clock=clock, breaker_defaults={"fail_max": 3, "reset_timeout": "1m30s"})
+
+    @failover.failover("tuned", engine=engine, breaker=True)
+    def tuned() -> None: ...
+
+    assert tuned.definition.execution == "breaker(fail_max 3, reset 90s)"
+    made = engine.breaker(tuned.definition)
+    assert (made.fail_max, made.reset_timeout) == (3, 90)
+    engine.close()
+
+
+def test_a_default_engine_failover_shows_the_defaults_configured_after_it() -> None:
+    @failover.failover("configured-later", breaker=True)
+    def later() -> None: ...
+
+    assert later.definition.execution == "breaker(fail_max 5, reset 60s)"
+    engine = failover.configure(breaker_defaults={"reset_timeout": 10})
+    assert later.definition.execution == "breaker(fail_max 5, reset 10s)"
+    assert engine.breaker(later.definition).reset_timeout == 10
 
 
 def test_the_runtime_chain_is_built_once_in_order(engine: Failover) -> None:

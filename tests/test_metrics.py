@@ -393,5 +393,6 @@ def test_the_info_execution_label_reads_like_the_definition(
         for (metric, labels), _ in samples(registry).items()
         if metric == "failover_info"
     )
-    assert execution == guarded.definition.execution == "bulkhead(8) > breaker > timeout(2s)"
+    assert execution == guarded.definition.execution
+    assert execution == "bulkhead(8) > breaker(fail_max 5, reset 60s) > timeout(2s)"
     engine.close()
