@@ -54,12 +54,15 @@ def store_chain(
         for layer in walk(raw):
             # A queue the store brought along (a tiered store's, one given by the user)
             # reports to the engine's metrics, unless it was given its own.
-            if isinstance(layer, AsyncWriteStore) and layer.metrics is NULL_METRICS:
-                layer.metrics = metrics
+            if isinstance(layer, AsyncWriteStore):
+                layer.clock = clock  # its log limits on the engine's time
+                if layer.metrics is NULL_METRICS:
+                    layer.metrics = metrics
         chain = raw
         queued = _queues_writes(raw, async_writes)
         if queued:
             chain = AsyncWriteStore(chain, metrics=metrics)
+            chain.clock = clock
         # Over the queue, so that a queued write passes through without a thread hop; only
         # over I/O: an in-process store cannot hang.
         # Not over a tiered store: its near copy answers while far fails, and a breaker over

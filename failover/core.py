@@ -21,6 +21,7 @@ from .errors import ConfigurationError, SerializationError, StoreError
 from .events import Events
 from .execution import Execution, SoftTimeout
 from .handlers import Handler
+from .logs import LogLimiter
 from .payload import ReferentialPayload
 from .policy import ExceptionPolicy
 from .tenant import current_tenant, pinned
@@ -87,6 +88,7 @@ class Runtime:
         "flights",
         "fn",
         "handler",
+        "logs",
         "may_offload",
         "new_tenants_block",
         "policy",
@@ -128,6 +130,8 @@ class Runtime:
         self.refused_types: set[type] = set()
         self.policy = policy
         self.clock = clock
+        # Store and recovery trouble repeats on every call: logged once, then once a minute.
+        self.logs = LogLimiter(log, clock)
         # The store chain does blocking I/O: async shells read (and, without async writes,
         # write) on a worker thread.
         self.blocking = blocking
@@ -188,8 +192,11 @@ class Runtime:
 
     def store_failed(self) -> None:
         """Log a failed store of a live result (which the caller still gets)."""
-        log.warning(
-            "failover %r: storing the live result failed", self.definition.name, exc_info=True
+        self.logs.report(
+            "store",
+            "failover %r: storing the live result failed",
+            self.definition.name,
+            exc_info=True,
         )
 
     def refused(self, result: Any, exc: SerializationError) -> None:
@@ -246,8 +253,11 @@ class Runtime:
             self.events.read("recovered", seconds, found)
 
     def _recover_failed(self) -> Miss:
-        log.warning(
-            "failover %r: recovering failed; treated as a miss", self.definition.name, exc_info=True
+        self.logs.report(
+            "recover",
+            "failover %r: recovering failed; treated as a miss",
+            self.definition.name,
+            exc_info=True,
         )
         return Miss.ERROR
 

@@ -28,6 +28,7 @@ from .health import (
     Failure,
     Status,
 )
+from .logs import LogLimiter
 
 __all__ = ["MAX_ERROR_KINDS", "OTHER", "UPSTREAM_BUCKETS", "FailoverStats", "RareEvents"]
 
@@ -54,6 +55,14 @@ OTHER = "__other__"
 
 _LIVE, _RECOVERED, _NOT_RECOVERED = 0, 1, 2
 _UP, _STALE, _DOWN = 0, 1, 2  # what the failover's callers get lately, for the log
+
+
+def _owed(state: int) -> int:
+    """``state``, its line not logged yet (rate-limited): never equal to a state, so that the
+    next call asks again."""
+    return -1 - state
+
+
 _N = len(UPSTREAM_BUCKETS) + 1
 _SECOND = timedelta(seconds=1)
 _NEVER = datetime.min.replace(tzinfo=UTC)
@@ -80,6 +89,7 @@ class FailoverStats(Observer):
         "_end",
         "_failure",
         "_latest",
+        "_logs",
         "_ring",
         "_slot",
         "_stale",
@@ -129,6 +139,7 @@ class FailoverStats(Observer):
         self.breaker: str | None = None
         self.info: dict[str, str] = {}
         self._state = _UP
+        self._logs = LogLimiter(log, clock)
 
     def __repr__(self) -> str:
         return f"FailoverStats({self.name!r})"
@@ -236,29 +247,49 @@ class FailoverStats(Observer):
         as_of: datetime | None = None,
         now: datetime | None = None,
     ) -> None:
-        """Log a change of what callers get, once per change (under the lock: once only)."""
+        """Log a change of what callers get: once per change (under the lock: once only), at
+        most once a minute (`failover.logs.LogLimiter`: a flapping upstream changes state on
+        almost every call). A change left out leaves its state owed: the next call logs it
+        once the minute is over, with the count of changes left out."""
         with self.lock:
             previous, self._state = self._state, state
         if previous == state:
             return
+        owed = previous == _owed(state)  # the same state, still to be logged: no new change
         stale_age = None if as_of is None or now is None else (now - as_of).total_seconds()
         if state == _UP:
-            log.warning("failover %r: the upstream answers again; calls are live", self.name)
+            logged = self._logs.report(
+                "state",
+                "failover %r: the upstream answers again; calls are live",
+                self.name,
+                count=not owed,
+                what="state changes",
+            )
         elif state == _STALE:
             age = "unknown" if stale_age is None else f"{stale_age:.0f}s"
-            log.warning(
+            logged = self._logs.report(
+                "state",
                 "failover %r: the upstream fails (%s); serving stored values, stale age %s",
                 self.name,
                 kind,
                 age,
+                count=not owed,
+                what="state changes",
             )
         else:
-            log.warning(
+            logged = self._logs.report(
+                "state",
                 "failover %r: the upstream fails (%s) and nothing usable is stored; "
                 "callers get the exception policy's answer",
                 self.name,
                 kind,
+                count=not owed,
+                what="state changes",
             )
+        if not logged:
+            with self.lock:
+                if self._state == state:
+                    self._state = _owed(state)
 
     # -- rare events (execution layer, hooks) ------------------------------------------------
 

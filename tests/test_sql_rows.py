@@ -436,8 +436,9 @@ def test_a_thousand_random_corrupt_rows_are_misses_and_never_run_code(
         assert errors(registry, name) == PER_CONFIG
         skipped = [m for m in logged.messages if m.endswith("; skipped")]
         assert len(skipped) == 2 * PER_CONFIG  # by find_many, then find_all
-        # and each failed recovery (with the failover's state changes, logged once each)
-        assert len(logged.messages) - len(skipped) >= PER_CONFIG
+        # and the failed recoveries, once (then once a minute: failover.logs), with the
+        # failover's state change
+        assert 1 <= len(logged.messages) - len(skipped) <= 3
         assert not marker.exists()
 
 

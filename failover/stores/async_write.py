@@ -127,6 +127,15 @@ class AsyncWriteStore(HealthRowsLayer, BrowsingLayer, Capabilities):
         self._q.here = run
 
     @property
+    def clock(self) -> Callable[[], datetime]:
+        """The clock of the queue's log limits (the wall clock until an engine gives its own)."""
+        return self._q.logs.clock
+
+    @clock.setter
+    def clock(self, clock: Callable[[], datetime]) -> None:
+        self._q.logs.clock = clock
+
+    @property
     def does_io(self) -> bool:
         """Whether the inner store does I/O (reads still do, on the caller's thread)."""
         return does_io(self.inner)

@@ -18,6 +18,7 @@ from collections.abc import Callable
 from typing import Final
 
 from ..errors import SerializationError, StoreError
+from ..logs import LogLimiter
 from ..metrics import Metrics
 from .base import FailoverStore, Payload, delete_many
 
@@ -83,6 +84,9 @@ class WriteQueue:
         self.idle = False  # the worker waits for writes (only then is it worth a notify)
         self.worker_done = False  # the worker ended (stopped, or killed by a BaseException)
         self.exit_hook = functools.partial(_flush_at_exit, weakref.ref(self))
+        # A store that is down fails every batch: logged once, then once a minute (per
+        # operation); the engine gives its clock (`AsyncWriteStore.clock`).
+        self.logs = LogLimiter(log)
         # (name, result type) the store cannot encode: dropped at once, never encoded again.
         self.refused: set[tuple[str, type]] = set()
         # Runs the writes made on a caller's thread (set by the store deadline over the queue,
@@ -268,8 +272,11 @@ class WriteQueue:
                     failed += self._store_each(stores)
                 except Exception:
                     failed += len(stores)
-                    log.warning(
-                        "failover: writing %d queued entries failed", len(stores), exc_info=True
+                    self.logs.report(
+                        "store_many",
+                        "failover: writing %d queued entries failed",
+                        len(stores),
+                        exc_info=True,
                     )
             by_name: dict[str, list[str]] = {}
             for name, key, _ in deletes:
@@ -279,7 +286,9 @@ class WriteQueue:
                     delete_many(self.inner, name, keys)
                 except Exception:
                     failed += len(keys)
-                    log.warning("failover: a queued delete of %r failed", name, exc_info=True)
+                    self.logs.report(
+                        "delete_many", "failover: a queued delete of %r failed", name, exc_info=True
+                    )
             with self.lock:
                 # A failed write is forgotten too: reads must not show what is not stored.
                 for write in newest:
@@ -299,7 +308,8 @@ class WriteQueue:
                 self._refuse(payload, exc)
             except Exception:
                 failed += 1
-                log.warning(
+                self.logs.report(
+                    "store",
                     "failover: writing the queued entry (%r, %r) failed",
                     payload.name,
                     payload.key,
