@@ -19,10 +19,11 @@ its runtime has decided once whether writes run on a worker thread (`Runtime.off
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
-from datetime import datetime
+from datetime import datetime, timedelta
 from time import perf_counter
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from .context import CallContext, Miss, RecoverContext
 from .errors import SerializationError
@@ -39,6 +40,7 @@ if TYPE_CHECKING:
 __all__ = ["Call", "call_of"]
 
 _new = object.__new__
+log = logging.getLogger("failover")
 
 
 def call_of(rt: Runtime, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Call:
@@ -124,6 +126,40 @@ class Call(CallContext):
         if timeout is None:
             return await fn(*args, **kwargs)
         return await timeout.acall(self, fn, args, kwargs)
+
+    # -- within fresh_for ---------------------------------------------------------------------
+
+    def fresh(self) -> ReferentialPayload[Any] | None:
+        """The stored entry when it is younger than ``fresh_for`` (the call is then answered
+        from it, by `served_fresh`), else ``None``: the upstream is called as usual. Store
+        trouble is a ``None`` too (logged at debug: the call's own path meets it again)."""
+        rt = self.rt
+        try:
+            now = rt.clock()
+            found = rt.handler.fresh(self, now - cast(timedelta, rt.fresh_for))
+        except Exception:
+            log.debug("failover %r: the fresh read failed", self.definition.name, exc_info=True)
+            return None
+        if found is not None:
+            self.now = now
+        return found
+
+    def served_fresh(
+        self, found: ReferentialPayload[Any], args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> ReferentialPayload[Any]:
+        """The envelope of a call answered from ``found`` within ``fresh_for`` (up to date);
+        past ``refresh_ahead``, the entry is refreshed in the background (``args``,
+        ``kwargs``: the call's own, ``self`` included)."""
+        rt = self.rt
+        now = cast(datetime, self.now)  # set by `fresh`
+        as_of = cast(datetime, found.as_of)  # fresh entries have a time
+        age = (now - as_of).total_seconds()
+        rt.events.fresh(now, age)
+        if rt.ahead is not None and age >= rt.refresh_at:
+            rt.ahead.start(self, args, kwargs)
+        payload = found.payload
+        value = payload if plain_kind(type(payload)) else enrich(payload, True, as_of)
+        return envelope(found.name, found.key, value, as_of, found.expire_on, True)
 
     # -- success ------------------------------------------------------------------------------
 

@@ -78,6 +78,7 @@ class Runtime:
 
     __slots__ = (
         "_return_type",
+        "ahead",
         "binder",
         "blocking",
         "blocking_writes",
@@ -87,11 +88,13 @@ class Runtime:
         "execution",
         "flights",
         "fn",
+        "fresh_for",
         "handler",
         "logs",
         "may_offload",
         "new_tenants_block",
         "policy",
+        "refresh_at",
         "refusals",
         "refused_types",
         "router",
@@ -142,6 +145,12 @@ class Runtime:
         self.unrouted: str | None = None
         # Single flight: the calls in flight per key, for their callers to share.
         self.flights: Any = None  # a flight.Flights, set by the engine when single_flight is on
+        # The cache-first window (`Call.fresh`), and refresh ahead past ``refresh_at`` seconds of
+        # age: a refresh.RefreshAhead, set by the engine when refresh_ahead is on.
+        self.fresh_for = definition.fresh_for
+        ahead = definition.refresh_ahead
+        self.refresh_at = 0.0 if ahead is None else ahead.total_seconds()
+        self.ahead: Any = None
         # A new tenant's store is made on its first use, and may connect to a database then.
         self.new_tenants_block = blocking and router is not None
         # Whether an async caller may have to store on a worker thread (`offloads` decides).

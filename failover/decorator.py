@@ -120,6 +120,11 @@ def _sync_shell(state: State, envelope: bool) -> Callable[..., Any]:
         if _running_loop() is not None and not state.loop_warned:
             state.warn_in_loop()
         call = call_of(rt, args, kwargs)
+        if rt.fresh_for is not None:
+            found = call.fresh()
+            if found is not None:
+                hit = call.served_fresh(found, args, kwargs)
+                return hit if envelope else hit.payload
         if rt.flights is not None:
             return flown(call, fn, args, kwargs, envelope)
         try:
@@ -154,6 +159,11 @@ def _async_shell(state: State, envelope: bool) -> Callable[..., Any]:
             result = await fn(*args, **kwargs)
             return state.passthrough(args, kwargs, result) if envelope else result
         call = call_of(rt, args, kwargs)
+        if rt.fresh_for is not None:
+            found = await rt.on_worker(call.fresh) if rt.blocking else call.fresh()
+            if found is not None:
+                hit = call.served_fresh(found, args, kwargs)
+                return hit if envelope else hit.payload
         if rt.flights is not None:
             return await aflown(call, fn, args, kwargs, envelope)
         try:
@@ -286,7 +296,7 @@ def failover(name: Any = None, /, **options: Unpack[Options]) -> Any:
             ``expiry``, ``exceptions``, ``exclude``, ``store_if``, ``policy``,
             ``on_recovered``, ``splitter``, ``recover_all``, ``breaker``, ``max_concurrency``,
             ``bulkhead``, ``weight``, ``acquire_timeout``, ``timeout``, ``store_interval``,
-            ``single_flight``, ``engine``.
+            ``single_flight``, ``fresh_for``, ``refresh_ahead``, ``engine``.
 
     Raises:
         ConfigurationError: an unknown setting, or one that cannot work, naming the failover

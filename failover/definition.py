@@ -65,6 +65,10 @@ class FailoverDefinition:
         single_flight: concurrent calls with the same key share one upstream call.
         breaker_defaults: reads the ``breaker_defaults`` of the engine the failover runs on
             (what ``breaker=True`` makes its breaker from), for `execution` to show.
+        fresh_for: the cache-first window: an entry younger than this is served without
+            calling the upstream; ``None``: every call calls the upstream.
+        refresh_ahead: the age at which an entry served within ``fresh_for`` is refreshed in
+            the background; ``None``: never ahead.
     """
 
     name: str
@@ -94,6 +98,8 @@ class FailoverDefinition:
     bulkhead: str | None = None
     single_flight: bool = False
     breaker_defaults: Callable[[], Mapping[str, Any]] = field(default=_no_defaults, repr=False)
+    fresh_for: timedelta | None = None
+    refresh_ahead: timedelta | None = None
 
     def __repr__(self) -> str:
         policy = "engine's" if self.policy is None else getattr(self.policy, "value", self.policy)

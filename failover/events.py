@@ -1,8 +1,9 @@
 """The facts of one failover's calls, emitted once by the core to the observers subscribed.
 
-The core (`failover.core.Runtime`) says what happened: a call ended live, recovered, not
-recovered or raised; a live result was stored (or the store failed); the store was read for a
-recovery; the ``on_recovered`` hook failed; a value that is not live was served. Observers
+The core (`failover.call.Call`) says what happened: a call ended live, fresh (served from the
+store within ``fresh_for``), recovered, not recovered or raised; a live result was stored (or
+the store failed); the store was read for a recovery; the ``on_recovered`` hook failed; a value
+that is not live was served. Observers
 subscribe by overriding the `Observer` methods they want: the health statistics
 (`failover.health.FailoverStats`), the Prometheus metrics (`failover.metrics.MetricsObserver`),
 the stale report of a unit of work (`failover.served.ServedObserver`). Adding one is a new
@@ -42,6 +43,10 @@ class Observer:
     def live(self, now: datetime | None, seconds: float) -> None:
         """A call answered live; ``seconds``: the upstream's time."""
 
+    def fresh(self, now: datetime, age: float) -> None:
+        """A call was answered from the store within ``fresh_for`` (the upstream not called):
+        the entry was ``age`` seconds old at ``now``."""
+
     def recovered(self, seconds: float | None, cause: Exception, as_of: datetime | None) -> None:
         """A call failed with ``cause`` and was served the value stored at ``as_of``;
         ``seconds`` is ``None`` when a guard refused it (the upstream was not called)."""
@@ -72,7 +77,17 @@ class Observer:
         return method
 
 
-FACTS = ("live", "recovered", "not_recovered", "raised", "hook_failed", "stored", "read", "served")
+FACTS = (
+    "live",
+    "fresh",
+    "recovered",
+    "not_recovered",
+    "raised",
+    "hook_failed",
+    "stored",
+    "read",
+    "served",
+)
 
 
 class Events:
@@ -85,6 +100,7 @@ class Events:
     __slots__ = (*FACTS, "observers", "timed")
 
     live: Callable[[datetime | None, float], None]
+    fresh: Callable[[datetime, float], None]
     recovered: Callable[[float | None, Exception, datetime | None], None]
     not_recovered: Callable[[float | None, Exception], None]
     raised: Callable[[float, Exception], None]

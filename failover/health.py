@@ -55,7 +55,9 @@ _SEVERITY: dict[str, int] = {"down": 0, "degraded": 1, "up": 2, "idle": 3}
 WINDOW = 60
 """Seconds of the sliding window health counts over."""
 
-OUTCOMES = ("live", "recovered", "not_recovered")
+OUTCOMES = ("live", "recovered", "not_recovered", "fresh")
+"""What a call got: the upstream's answer, a stored value after a failure, nothing usable, or
+a stored value within ``fresh_for`` (the upstream not called)."""
 BREAKER_STATES = ("closed", "half-open", "open")
 
 

@@ -151,6 +151,10 @@ class OtelObserver(Observer):
         """A ``failover.call`` span, outcome ``live``."""
         self._call("live", seconds)
 
+    def fresh(self, now: datetime, age: float) -> None:
+        """A ``failover.call`` span, outcome ``fresh`` (served within ``fresh_for``)."""
+        self._call("fresh", 0.0)
+
     def recovered(self, seconds: float | None, cause: Exception, as_of: datetime | None) -> None:
         """A ``failover.call`` span, outcome ``recovered``, with the stale age."""
         age = self._age(as_of)

@@ -53,7 +53,9 @@ MAX_ERROR_KINDS = 20
 
 OTHER = "__other__"
 
-_LIVE, _RECOVERED, _NOT_RECOVERED = 0, 1, 2
+_LIVE, _RECOVERED, _NOT_RECOVERED, _FRESH = 0, 1, 2, 3
+_K = len(OUTCOMES)  # counts per slot of the window
+_ZEROS = (0,) * _K
 _UP, _STALE, _DOWN = 0, 1, 2  # what the failover's callers get lately, for the log
 
 
@@ -120,7 +122,7 @@ class FailoverStats(Observer):
         self.metrics = metrics
         self.lock = threading.Lock()  # only for state changes: the counts take no lock
         # Monotonic totals, for metrics collectors.
-        self.calls = [0, 0, 0]  # live, recovered, not_recovered
+        self.calls = [0] * _K  # live, recovered, not_recovered, fresh
         self.upstream_ok = [0] * _N  # per histogram bucket, not cumulative
         self.upstream_error = [0] * _N
         self.upstream_ok_sum = 0.0
@@ -128,9 +130,9 @@ class FailoverStats(Observer):
         self.errors: dict[str, int] = {}
         self.bulkhead_rejections = 0
         self.hook_errors = 0
-        # The window: slot i counts the calls of one second (stamp: which), 3 outcomes each.
+        # The window: slot i counts the calls of one second (stamp: which), one count per outcome.
         self._stamps = [-1] * WINDOW
-        self._ring = [0] * (3 * WINDOW)
+        self._ring = [0] * (_K * WINDOW)
         self._slot = 0  # the current slot's first index in _ring
         self._latest = -1  # the latest second counted: older than the window means idle
         self._start = self._end = _NEVER  # the current slot's second: no call yet
@@ -169,6 +171,16 @@ class FailoverStats(Observer):
             self.upstream_ok_sum += seconds
             if self._state != _UP:
                 self._change(_UP)
+        except Exception:
+            _dropped()
+
+    def fresh(self, now: datetime, age: float) -> None:
+        """The caller got a stored value within ``fresh_for``: the upstream was not called."""
+        try:
+            if not self._start <= now < self._end:
+                self._advance(now)
+            self._ring[self._slot + _FRESH] += 1
+            self.calls[_FRESH] += 1
         except Exception:
             _dropped()
 
@@ -231,10 +243,10 @@ class FailoverStats(Observer):
         """Make the slot of ``now``'s second current, cleared if it held an older second."""
         second = math.floor(now.timestamp())
         slot = second % WINDOW
-        i = 3 * slot
+        i = _K * slot
         if self._stamps[slot] != second:
             self._stamps[slot] = second
-            self._ring[i : i + 3] = (0, 0, 0)
+            self._ring[i : i + _K] = _ZEROS
         self._latest = max(self._latest, second)
         self._start = datetime.fromtimestamp(second, now.tzinfo)
         self._end = self._start + _SECOND
@@ -315,16 +327,15 @@ class FailoverStats(Observer):
     def window_counts(self, now: datetime) -> dict[str, int]:
         """Calls per outcome over the `WINDOW` seconds up to ``now``."""
         second = math.floor(now.timestamp())
-        counts = [0, 0, 0]
+        counts = [0] * _K
         if second - self._latest >= WINDOW:  # idle: the common case among many failovers
             return dict(zip(OUTCOMES, counts, strict=True))
         stamps, ring = list(self._stamps), list(self._ring)  # copies: writers take no lock
         for slot in range(WINDOW):
             if 0 <= second - stamps[slot] < WINDOW:
-                i = 3 * slot
-                counts[0] += ring[i]
-                counts[1] += ring[i + 1]
-                counts[2] += ring[i + 2]
+                i = _K * slot
+                for k in range(_K):
+                    counts[k] += ring[i + k]
         return dict(zip(OUTCOMES, counts, strict=True))
 
     def health(
@@ -339,7 +350,7 @@ class FailoverStats(Observer):
             status = "down"
         elif failed or counts["recovered"] or self.breaker == "open":
             status = "degraded"
-        elif counts["live"]:
+        elif counts["live"] or counts["fresh"]:
             status = "up"
         else:
             status = "idle"

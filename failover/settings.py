@@ -171,6 +171,24 @@ def _interval(value: Any, owner: str, setting: str) -> timedelta | None:
     return None if value is None else parse_ttl(value, owner, setting)
 
 
+def _fresh_for(value: Any, owner: str, setting: str) -> timedelta | None:
+    return None if value is None else parse_ttl(value, owner, setting)
+
+
+def _refresh_ahead(value: Any, owner: str, setting: str) -> float | timedelta | None:
+    """A fraction of ``fresh_for`` (a number between 0 and 1) or a duration (text or a
+    timedelta); made an age by `_freshness`, which knows ``fresh_for``."""
+    if value is None or isinstance(value, timedelta | str):
+        return None if value is None else parse_ttl(value, owner, setting)
+    ok = isinstance(value, int | float) and not isinstance(value, bool) and 0 < value < 1
+    if not ok:
+        raise ConfigurationError(
+            f"{owner}: refresh_ahead= must be a fraction of fresh_for between 0 and 1 "
+            f"(0.8: refresh in the last fifth) or a duration such as '4m', got {value!r}"
+        )
+    return float(value)
+
+
 class Options(TypedDict, total=False):
     """The keyword settings of `failover.failover`.
 
@@ -202,6 +220,11 @@ class Options(TypedDict, total=False):
             ``None``: the engine's.
         single_flight: concurrent calls with the same key share one upstream call and one
             store write; each waits at most its own ``timeout``.
+        fresh_for: cache-first window: a stored entry younger than this is served (up to date)
+            without calling the upstream; older ones fail over as usual up to ``ttl``.
+        refresh_ahead: with ``fresh_for``: a call that finds an entry this old (a fraction of
+            ``fresh_for``, ``0.8``, or a duration) is answered from the store and refreshes it
+            in the background, once per key.
         engine: the engine to use; default: the process-wide default engine, resolved per call.
     """
 
@@ -229,6 +252,8 @@ class Options(TypedDict, total=False):
     timeout: Annotated[timedelta | float | str | None, Setting(None, _timeout)]
     store_interval: Annotated[timedelta | float | str | None, Setting(None, _interval)]
     single_flight: Annotated[bool, Setting(False, _strict_flag)]
+    fresh_for: Annotated[timedelta | float | str | None, Setting(None, _fresh_for)]
+    refresh_ahead: Annotated[float | timedelta | str | None, Setting(None, _refresh_ahead)]
     engine: Annotated[Failover | None, Setting(None)]
 
 
@@ -275,6 +300,7 @@ def resolve(
         values["expiry"] = FixedTtl(values["ttl"])
     values["splitter"] = check_splitter(values["splitter"], values["recover_all"], owner)
     _bulkhead(values, owner)
+    _freshness(values, owner)
     return FailoverDefinition(
         breaker_defaults=_breaker_defaults(given["engine"]),
         name=name,
@@ -318,3 +344,28 @@ def _bulkhead(values: dict[str, Any], owner: str) -> None:
                     f"{owner}: {setting}= needs max_concurrency= or bulkhead= "
                     "(the bulkhead it applies to)"
                 )
+
+
+def _freshness(values: dict[str, Any], owner: str) -> None:
+    """The rules across ``fresh_for``, ``refresh_ahead`` and ``ttl``; ``refresh_ahead`` becomes
+    the age at which a fresh entry is refreshed."""
+    fresh_for, ahead = values["fresh_for"], values["refresh_ahead"]
+    if fresh_for is None:
+        if ahead is not None:
+            raise ConfigurationError(
+                f"{owner}: refresh_ahead= needs fresh_for= (it refreshes entries served "
+                "from the store within their freshness)"
+            )
+        return
+    if isinstance(values["expiry"], FixedTtl) and fresh_for > values["ttl"]:
+        raise ConfigurationError(
+            f"{owner}: fresh_for={fresh_for} is longer than ttl={values['ttl']}: an entry "
+            "is expired before it stops being fresh; make fresh_for at most the ttl"
+        )
+    if isinstance(ahead, float):
+        values["refresh_ahead"] = fresh_for * ahead
+    elif ahead is not None and ahead >= fresh_for:
+        raise ConfigurationError(
+            f"{owner}: refresh_ahead={ahead} is not shorter than fresh_for={fresh_for}: "
+            "no entry would be refreshed ahead of its end of freshness"
+        )

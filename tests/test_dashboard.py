@@ -54,6 +54,7 @@ def test_page_api_and_health(
     assert data["kpis"] == {
         "calls": 1,
         "live_percent": 100.0,
+        "fresh_percent": 0.0,
         "stale_percent": 0.0,
         "not_recovered_percent": 0.0,
     }

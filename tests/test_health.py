@@ -37,7 +37,7 @@ def test_statuses_follow_what_the_callers_got(
     countries("FR")
     report = engine.health()
     assert report.status == "up"
-    assert report.failovers["countries"].counts == {"live": 1, "recovered": 0, "not_recovered": 0}
+    assert report.failovers["countries"].counts == {"live": 1, "recovered": 0, "not_recovered": 0, "fresh": 0}
     assert report.failovers["quiet"].status == "idle"
 
     clock.advance(30)
@@ -62,6 +62,7 @@ def test_statuses_follow_what_the_callers_got(
         "live": 1,
         "recovered": 1,
         "not_recovered": 5,
+        "fresh": 0,
     }
     # The thresholds are settings of health(): stricter ones keep it degraded.
     assert engine.health(down_min=6).status == "degraded"
@@ -74,7 +75,7 @@ def test_statuses_follow_what_the_callers_got(
     countries("FR")
     health = engine.health().failovers["countries"]
     assert health.status == "up"
-    assert health.counts == {"live": 1, "recovered": 0, "not_recovered": 0}
+    assert health.counts == {"live": 1, "recovered": 0, "not_recovered": 0, "fresh": 0}
     assert health.last_failure is not None  # still said, outside the window
 
     clock.advance(WINDOW)
@@ -89,7 +90,7 @@ def test_counts_are_per_second_over_the_last_minute(engine: Failover, clock: Fak
     counts = engine.health().failovers["ticks"].counts
     assert counts["live"] == WINDOW - 1  # the calls of the last 59 s; this second has none yet
     stats = engine.registry.stats["ticks"]
-    assert len(stats._ring) == 3 * WINDOW  # constant memory, however many calls
+    assert len(stats._ring) == 4 * WINDOW  # constant memory, however many calls
 
 
 def test_a_clock_going_back_counts_in_its_own_second(engine: Failover, clock: FakeClock) -> None:
@@ -127,6 +128,7 @@ async def test_async_calls_are_counted(engine: Failover, upstream: Upstream) -> 
         "live": 1,
         "recovered": 1,
         "not_recovered": 1,
+        "fresh": 0,
     }
 
 
@@ -201,7 +203,7 @@ def test_statistics_never_raise_into_a_call(clock: FakeClock) -> None:
     stats = FailoverStats("x", broken_clock)  # type: ignore[arg-type]
     stats.not_recovered(0.1, ValueError())  # logged once, dropped
     stats.live(None, 0.1)  # the clock failed on the success path: counted, outside the window
-    assert stats.calls == [1, 0, 0]
+    assert stats.calls == [1, 0, 0, 0]
 
 
 @pytest.mark.parametrize(

@@ -194,6 +194,7 @@ def _kpis(o: Overview) -> str:
         [
             ("Calls", f"{k['calls']:,}", f"last {o.window}s"),
             ("Live", _percent(k["live_percent"]), "answered by the upstream"),
+            ("Fresh", _percent(k["fresh_percent"]), "from the store within fresh_for"),
             ("Served stale", _percent(k["stale_percent"]), "recovered from the store"),
             ("Not recovered", _percent(k["not_recovered_percent"]), "nothing usable stored"),
             ("Failovers", str(len(o.failovers)), breakdown),
@@ -206,7 +207,8 @@ def _failovers(o: Overview, base: str, selected: str | None, limit: int) -> str:
         return '<p class="muted" id="failovers">No failover is registered with this engine.</p>'
     head = (
         "<tr><th>Status</th><th>Failover</th><th>TTL</th><th>Policy</th><th>Execution</th>"
-        '<th class="num">Live</th><th class="num">Stale</th><th class="num">Not recovered</th>'
+        '<th class="num">Live</th><th class="num">Fresh</th><th class="num">Stale</th>'
+        '<th class="num">Not recovered</th>'
         "<th>Stale age</th><th>Breaker</th><th>Last failure</th></tr>"
     )
     rows = [f'<h2>Failovers <span class="muted">(last {o.window}s)</span></h2>']
@@ -236,7 +238,8 @@ def _failover_row(row: FailoverRow, base: str, selected: str | None, limit: int)
         f'<td><a href="{link}" title="Show the stored entries">{name}</a>{domain}</td>'
         f"<td>{_e(_age(float(s.get('ttl_seconds') or 0)))}</td><td>{_e(s.get('policy', ''))}</td>"
         f"<td>{_e(s.get('execution', ''))}</td>"
-        f'<td class="num">{c.get("live", 0):,}</td><td class="num">{c.get("recovered", 0):,}</td>'
+        f'<td class="num">{c.get("live", 0):,}</td><td class="num">{c.get("fresh", 0):,}</td>'
+        f'<td class="num">{c.get("recovered", 0):,}</td>'
         f'<td class="num">{c.get("not_recovered", 0):,}</td>'
         f"<td>{_e(_age(h.stale_age))}</td><td>{_e(h.breaker or _NONE)}</td><td>{last}</td></tr>"
     )

@@ -87,6 +87,7 @@ class Overview:
         return {
             "calls": calls,
             "live_percent": share(totals["live"]),
+            "fresh_percent": share(totals["fresh"]),
             "stale_percent": share(totals["recovered"]),
             "not_recovered_percent": share(totals["not_recovered"]),
         }

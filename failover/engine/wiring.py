@@ -31,6 +31,7 @@ from ..metrics import NULL_METRICS, Metrics
 from ..metrics_observer import MetricsObserver
 from ..otel import OpenTelemetry
 from ..policy import ExceptionPolicy
+from ..refresh import RefreshAhead
 from ..served import ServedObserver
 from ..stores.base import FailoverStore, does_io, writes_async
 from ..stores.tenant import MultiTenantStore
@@ -116,6 +117,8 @@ class Wiring:
                 rt.bind(self.execution(d))
                 if d.single_flight:
                     rt.flights = Flights()
+                if d.refresh_ahead is not None:
+                    rt.ahead = RefreshAhead(rt, self.refreshes)
                 rt.unstorable = self.registry.unstorable.get(d.name)
                 rt.unrouted = self.unrouted
                 self.runtimes[decorated] = rt

@@ -51,6 +51,11 @@ class Handler(Protocol):
         """Delete the stored entry for the call."""
         ...
 
+    def fresh(self, ctx: CallContext, since: datetime) -> Payload | None:
+        """The stored entry for the call when it was stored after ``since`` (within
+        ``fresh_for``; every slice of it, for scatter/gather), else ``None``."""
+        ...
+
 
 def key_of(ctx: CallContext) -> str:
     """The stored key of a call: its ``key=`` callable's raw key, or the canonical default;

@@ -184,6 +184,13 @@ class DefaultHandler:
         found = self._live(ctx)
         return None if isinstance(found, Miss) else found
 
+    def fresh(self, ctx: CallContext, since: datetime) -> Payload | None:
+        """The stored entry when it was stored after ``since``, else ``None``."""
+        found = self._live(ctx)
+        if isinstance(found, Miss) or found.as_of is None or found.as_of <= since:
+            return None
+        return found
+
     def invalidate(self, ctx: CallContext) -> None:
         """Delete the stored entry (the next success stores again, whatever the interval)."""
         name, key = ctx.definition.effective_name, key_of(ctx)

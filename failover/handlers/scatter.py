@@ -114,6 +114,27 @@ class ScatterGatherHandler:
         found = self._gather(ctx, None, False)
         return None if isinstance(found, Miss) else found
 
+    def fresh(self, ctx: CallContext, since: datetime) -> Payload | None:
+        """The merged slices when every slice the call asks for was stored after ``since``
+        later, else ``None`` (the upstream is called for them all)."""
+        d = ctx.definition
+        if d.splitter is None:
+            return self.inner.fresh(ctx, since)
+        if _everything(ctx):
+            return None  # "every slice there is": the store cannot say none is missing
+        requested = self._requested(d, _whole(ctx, None))
+        if not requested:
+            return None
+        found = self.store_.find_many(d.effective_name, [key for key, _ in requested])
+        if len(found) < len({key for key, _ in requested}):
+            return None
+        if any(p.as_of is None or p.as_of <= since for p in found.values()):
+            return None
+        if self._expired(d, found):  # a custom expiry may end an entry before fresh_for
+            return None
+        merged = self._merged(ctx, None, False, _whole(ctx, None), requested, found, False)
+        return None if isinstance(merged, Miss) else merged
+
     def invalidate(self, ctx: CallContext) -> None:
         """Delete the slices the call would recover (every slice of the effective name for a
         call that recovers them all); the call's next success is stored, whatever the

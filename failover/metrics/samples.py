@@ -71,7 +71,7 @@ class Sum:
     """The tracked statistics of one label, added up."""
 
     def __init__(self) -> None:
-        self.calls = [0, 0, 0]
+        self.calls = [0] * len(OUTCOMES)
         self.ok = [0] * (len(UPSTREAM_BUCKETS) + 1)
         self.error = [0] * (len(UPSTREAM_BUCKETS) + 1)
         self.ok_sum = 0.0
