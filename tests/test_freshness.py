@@ -166,7 +166,8 @@ def test_refresh_ahead_refreshes_once_per_key_in_the_background(clock: FakeClock
     get("GBP")
     clock.advance(minutes=7)  # 70% of fresh_for: not yet
     assert get("GBP")["n"] == 1
-    assert engine.refreshes.wait(WAIT) and calls == ["GBP"]
+    assert engine.refreshes.wait(WAIT)
+    assert calls == ["GBP"]
     clock.advance(minutes=1)  # 80%: answered from the store, refreshed behind
     answers = [get("GBP")["n"] for _ in range(5)]
     assert answers == [1] * 5  # every caller answered at once, from the store

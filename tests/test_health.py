@@ -37,7 +37,12 @@ def test_statuses_follow_what_the_callers_got(
     countries("FR")
     report = engine.health()
     assert report.status == "up"
-    assert report.failovers["countries"].counts == {"live": 1, "recovered": 0, "not_recovered": 0, "fresh": 0}
+    assert report.failovers["countries"].counts == {
+        "live": 1,
+        "recovered": 0,
+        "not_recovered": 0,
+        "fresh": 0,
+    }
     assert report.failovers["quiet"].status == "idle"
 
     clock.advance(30)
