@@ -1,8 +1,8 @@
 """Stores from URLs: `make_store` for one store, `per_tenant` for one store per tenant.
 
-The routing is by URL scheme and stays generic: each kind of store makes its own per-tenant
-factory (`per_tenant_stores` here for the in-process stores, `failover.stores.sql` for SQL,
-`RedisStore.per_tenant` for Redis), on the shared checks of `failover.stores.tenants`. Store
+The routing is by URL scheme and stays generic: both pick the kind of store a URL names, whose
+per-tenant factory is made in `failover.stores.tenants` (`per_tenant_stores` here for the
+in-process stores, `failover.stores.sql` for SQL, `RedisStore.per_tenant` for Redis). Store
 modules are imported when their scheme is first used.
 """
 
@@ -16,8 +16,9 @@ from urllib.parse import parse_qsl, urlencode, urlsplit
 
 from ..errors import ConfigurationError
 from ..expiry import parse_ttl
+from . import tenants
 from .base import FailoverStore
-from .tenant import TenantStores
+from .tenants import TenantStores
 
 __all__ = ["check_sql_scheme", "make_store", "per_tenant", "per_tenant_stores"]
 
@@ -195,10 +196,7 @@ def per_tenant_stores(url: str, *, clock: Callable[[], datetime] | None = None) 
             f"per_tenant_stores: {url!r} is not an in-process store URL; for a database use "
             "per_tenant_tables or per_tenant_databases"
         )
-    make_store(url, clock=clock).close()  # a bad option fails now, not at the first tenant
-    return TenantStores(
-        lambda tenant: make_store(url, clock=clock), False, f"per_tenant_stores({url!r})"
-    )
+    return tenants.in_process(lambda: make_store(url, clock=clock), f"per_tenant_stores({url!r})")
 
 
 def per_tenant(url: str, *, clock: Callable[[], datetime] | None = None) -> TenantStores:
@@ -233,13 +231,10 @@ def per_tenant(url: str, *, clock: Callable[[], datetime] | None = None) -> Tena
 
         far_url, hedge = _hedge_option(url[len(_TIERED) :])
         far = per_tenant(far_url, clock=clock)
-        return TenantStores(
-            lambda tenant: TieredStore(
-                CachetoolsStore(clock=clock), far(tenant), hedge_after=hedge
-            ),
-            True,
+        return tenants.layered(
+            far,
+            lambda store: TieredStore(CachetoolsStore(clock=clock), store, hedge_after=hedge),
             f"tiered({far!r})",
-            far.close,
         )
     from .sql import per_tenant_databases, per_tenant_tables
 

@@ -40,7 +40,6 @@ __all__ = [
     "TENANT_ID",
     "MultiTenantStore",
     "TenantStoreFactory",
-    "TenantStores",
     "safe_tenant_id",
 ]
 
@@ -354,38 +353,3 @@ class MultiTenantStore(BrowsingLayer, Capabilities):
         finally:
             if failed:
                 raise failed[0]
-
-
-class TenantStores:
-    """A factory ``tenant -> store`` that declares whether its stores do I/O, and releases what
-    they share (a connection pool) when the `MultiTenantStore` closes.
-
-    Args:
-        make: makes one tenant's store.
-        does_io: whether the stores it makes do I/O.
-        description: its ``repr``.
-        close: releases what the stores share, if anything.
-    """
-
-    def __init__(
-        self,
-        make: TenantStoreFactory,
-        does_io: bool,
-        description: str,
-        close: Callable[[], None] | None = None,
-    ) -> None:
-        self._make = make
-        self.does_io = does_io
-        self._description = description
-        self._close = close
-
-    def __repr__(self) -> str:
-        return self._description
-
-    def __call__(self, tenant: str) -> FailoverStore:
-        return self._make(tenant)
-
-    def close(self) -> None:
-        """Release what the tenants' stores share."""
-        if self._close is not None:
-            self._close()

@@ -1,15 +1,18 @@
-"""The per-tenant factories of the SQL and Redis stores, and the checks they share.
+"""Every per-tenant factory: `TenantStores`, and how each kind of store is made per tenant.
 
-- `tables`: one SQL table per tenant, one shared engine (`failover.stores.sql.per_tenant_tables`);
+- `in_process`: one in-process store per tenant (`failover.stores.factory.per_tenant_stores`);
+- `layered`: a layer of its own over each tenant's store (the near store of ``tiered+`` URLs);
+- `tables`: one SQL table per tenant, one shared engine (`failover.stores.sql.per_tenant_tables`,
+  `SqlStore.per_tenant`);
 - `databases`: one SQL database per tenant (`failover.stores.sql.per_tenant_databases`);
 - `key_prefixes`: one Redis key prefix per tenant, one shared client (`RedisStore.per_tenant`).
 
-Each takes the store class it makes (so that this module imports no store module, and the store
-modules can offer their factory). The in-process stores' factory (`per_tenant_stores`) and the
-engine's pick from a store URL (`per_tenant`) are in `failover.stores.factory`, beside
-`make_store` which they use. A tenant id that ends up in a table name, a file name or a key prefix
-must match `failover.stores.tenant.TENANT_ID`; a mapping of prefixes is checked whole, before the
-first tenant comes.
+Each is given what it makes and what is the kind's own (the store class, the engine or client
+to share, its prefix check): this module imports no store, so that the store classes can offer
+their factory, and `failover.stores.factory.per_tenant` picks one from a URL, with no import
+circle. A tenant id that ends up in a table name, a file name or a key prefix must match
+`failover.stores.tenant.TENANT_ID`; a mapping of prefixes is checked whole, before the first
+tenant comes.
 """
 
 from __future__ import annotations
@@ -19,9 +22,67 @@ from typing import Any
 
 from ..errors import ConfigurationError, StoreError
 from .base import FailoverStore
-from .tenant import SHOWN, TenantStores, safe_tenant_id
+from .tenant import SHOWN, TenantStoreFactory, safe_tenant_id
 
-__all__ = ["databases", "distinct_prefixes", "key_prefixes", "prefix_of", "tables"]
+__all__ = [
+    "TenantStores",
+    "databases",
+    "distinct_prefixes",
+    "in_process",
+    "key_prefixes",
+    "layered",
+    "prefix_of",
+    "tables",
+]
+
+
+class TenantStores:
+    """A factory ``tenant -> store`` that declares whether its stores do I/O, and releases what
+    they share (a connection pool) when the `MultiTenantStore` closes.
+
+    Args:
+        make: makes one tenant's store.
+        does_io: whether the stores it makes do I/O.
+        description: its ``repr``.
+        close: releases what the stores share, if anything.
+    """
+
+    def __init__(
+        self,
+        make: TenantStoreFactory,
+        does_io: bool,
+        description: str,
+        close: Callable[[], None] | None = None,
+    ) -> None:
+        self._make = make
+        self.does_io = does_io
+        self._description = description
+        self._close = close
+
+    def __repr__(self) -> str:
+        return self._description
+
+    def __call__(self, tenant: str) -> FailoverStore:
+        return self._make(tenant)
+
+    def close(self) -> None:
+        """Release what the tenants' stores share."""
+        if self._close is not None:
+            self._close()
+
+
+def in_process(make: Callable[[], FailoverStore], description: str) -> TenantStores:
+    """A store of its own per tenant, each from ``make()``: one is made (and closed) now, so
+    that a bad option fails here, not at the first tenant."""
+    make().close()
+    return TenantStores(lambda tenant: make(), False, description)
+
+
+def layered(
+    below: TenantStores, layer: Callable[[FailoverStore], FailoverStore], description: str
+) -> TenantStores:
+    """Each tenant's store of ``below`` under a ``layer`` of its own."""
+    return TenantStores(lambda tenant: layer(below(tenant)), True, description, below.close)
 
 
 def prefix_of(
@@ -71,21 +132,21 @@ def distinct_prefixes(
 
 def tables(
     store_class: Callable[..., FailoverStore],
+    shared_engine: Callable[[Any], tuple[Any, bool]],
+    check_prefix: Callable[[str], object],
     url_or_engine: Any,
     prefixes: Mapping[str, str] | None,
+    /,
     **store_kwargs: Any,
 ) -> TenantStores:
-    """One table per tenant through one engine: see `failover.stores.sql.per_tenant_tables`."""
-    import sqlalchemy as sa
-
-    from .sql.engine import make_engine
-    from .sql.table import split_prefix
-
+    """One table per tenant through one engine: see `failover.stores.sql.per_tenant_tables`.
+    ``shared_engine(url_or_engine)`` gives the engine and whether it was made here (then
+    disposed of on close); ``check_prefix`` refuses a table prefix with `ConfigurationError`."""
     owner = "per_tenant_tables"
 
     def check(prefix: str, tenant: str) -> None:
         try:
-            split_prefix(prefix)
+            check_prefix(prefix)
         except ConfigurationError as exc:
             raise ConfigurationError(f"{owner}: tenant {tenant!r}: {exc}") from None
 
@@ -95,8 +156,7 @@ def tables(
         if prefixes is None
         else distinct_prefixes(owner, prefixes, check, True, "would share a table")
     )
-    owned = not isinstance(url_or_engine, sa.Engine)
-    engine = url_or_engine if isinstance(url_or_engine, sa.Engine) else make_engine(url_or_engine)
+    engine, owned = shared_engine(url_or_engine)
     of = prefix_of(owner, "table prefix", mapping, lambda tenant: f"{tenant}_")
     return TenantStores(
         lambda tenant: store_class(engine, table_prefix=of(tenant), **store_kwargs),
@@ -107,17 +167,22 @@ def tables(
 
 
 def databases(
-    store_class: Callable[..., FailoverStore], url_template: str, **store_kwargs: Any
+    store_class: Callable[..., FailoverStore],
+    masked: Callable[[str], str],
+    check_url: Callable[[str], object],
+    url_template: str,
+    /,
+    **store_kwargs: Any,
 ) -> TenantStores:
-    """One database per tenant: see `failover.stores.sql.per_tenant_databases`."""
-    from .sql.engine import make_engine, masked
-
+    """One database per tenant: see `failover.stores.sql.per_tenant_databases`. ``masked``
+    shows a URL without its password; ``check_url`` refuses a URL with `ConfigurationError`
+    (connecting to nothing)."""
     if not isinstance(url_template, str) or "{tenant}" not in url_template:
         shown = masked(url_template) if isinstance(url_template, str) else url_template
         raise ConfigurationError(
             f"per_tenant_databases: the URL template must contain '{{tenant}}', got {shown!r}"
         )
-    make_engine(url_template.replace("{tenant}", "tenant")).dispose()  # connects to nothing
+    check_url(url_template.replace("{tenant}", "tenant"))
     return TenantStores(
         lambda tenant: store_class(
             url_template.replace("{tenant}", safe_tenant_id(tenant)), **store_kwargs
@@ -129,61 +194,35 @@ def databases(
 
 def key_prefixes(
     store_class: Callable[..., FailoverStore],
-    url_or_client: Any,
+    shared: Any,
+    check_prefix: Callable[[str, str], object],
     prefixes: Mapping[str, str] | None,
+    /,
     **store_kwargs: Any,
 ) -> TenantStores:
-    """One key prefix per tenant through one client: see `RedisStore.per_tenant`."""
-    import redis
-    from redis.cluster import RedisCluster
-
-    from .redis.client import DEFAULT_PREFIX, checked_prefix, masked, split_url
-    from .redis.topology import LazyCluster, store_client
-
+    """One key prefix per tenant through one client: see `RedisStore.per_tenant`. ``shared``
+    is the client the stores share (`failover.stores.redis.sharing.SharedClient`: the client,
+    how it shows, the base prefix, its async clients and how to close them);
+    ``check_prefix(prefix, owner)`` refuses a key prefix with `ConfigurationError`."""
     owner = "RedisStore.per_tenant"
-    base = store_kwargs.pop("prefix", DEFAULT_PREFIX)
-    socket_timeout = store_kwargs.pop("socket_timeout", 1.0)
-    close: Callable[[], None] | None = None
-    shared_async: Any = None  # the tenants share one async client per loop, as one sync client
-    if isinstance(url_or_client, str):
-        from .redis.aio import AsyncClients, async_url
-
-        url, url_prefix = split_url(url_or_client)
-        base = url_prefix if url_prefix is not None else base
-        cluster = store_kwargs.pop("cluster", False)
-        client = store_client(url, socket_timeout, cluster)
-        shown = masked(url)
-        if async_url(url, cluster) is not None:
-            shared_async = AsyncClients(url, socket_timeout, f"{owner}({shown})")
-
-        def close() -> None:
-            client.close()
-            if shared_async is not None:
-                shared_async.close()
-
-    elif isinstance(url_or_client, redis.Redis | RedisCluster | LazyCluster):
-        client, shown = url_or_client, repr(url_or_client)
-    else:
-        raise ConfigurationError(
-            f"{owner}: expected a redis:// URL or a redis.Redis client, got {url_or_client!r}"
-        )
-    checked_prefix(base, owner)
+    base = shared.base
+    check_prefix(base, owner)
     mapping = None
     if prefixes is not None:
         mapping = distinct_prefixes(
             owner,
             prefixes,
-            lambda prefix, tenant: checked_prefix(prefix, f"{owner}: tenant {tenant!r}"),
+            lambda prefix, tenant: check_prefix(prefix, f"{owner}: tenant {tenant!r}"),
             False,
             "share the prefix",
         )
-    store_class(client, base, **store_kwargs)  # bad options fail now, not at the first tenant
+    store_class(shared.client, base, **store_kwargs)  # bad options fail now, not at a tenant
     of = prefix_of(owner, "key prefix", mapping, lambda tenant: f"{base}t:{tenant}:")
 
     def make(tenant: str) -> FailoverStore:
-        store: Any = store_class(client, of(tenant), **store_kwargs)
-        if shared_async is not None:
-            store.share_async(shared_async)
+        store: Any = store_class(shared.client, of(tenant), **store_kwargs)
+        if shared.aio is not None:
+            store.share_async(shared.aio)
         return store  # type: ignore[no-any-return]
 
-    return TenantStores(make, True, f"{owner}({shown}, prefix={base!r})", close)
+    return TenantStores(make, True, f"{owner}({shared.shown}, prefix={base!r})", shared.close)

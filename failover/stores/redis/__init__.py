@@ -7,6 +7,7 @@
   cluster; ``aio``: the async side, one client per event loop;
 - ``browsing``: pages of a name's entries, as stored, through its key-order index;
 - ``permits``: the keys and Lua scripts of `failover.RedisPermits`;
+- ``sharing``: the client the stores of `RedisStore.per_tenant` share;
 - ``store``: `RedisStore` itself.
 """
 

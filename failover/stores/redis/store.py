@@ -39,7 +39,7 @@ from .. import tenants
 from ..base import Capabilities, Payload
 from ..browsing import Page, StoredEntry, Summary, summary_of
 from ..health_rows import KeepsHealthRows
-from ..tenant import TenantStores
+from ..tenants import TenantStores
 from .aio import AsyncClients, AsyncRedisMethods, async_url
 from .browsing import RedisBrowsing
 from .client import (
@@ -51,6 +51,7 @@ from .client import (
 )
 from .commands import Commands
 from .health_rows import RedisHealthRows
+from .sharing import shared_client
 from .topology import Client, LazyCluster, store_client
 from .values import Values
 from .writes import write_commands
@@ -347,4 +348,5 @@ class RedisStore(KeepsHealthRows, AsyncRedisMethods, Capabilities):
         Raises:
             ConfigurationError: a bad URL or prefix, or two tenants sharing a prefix.
         """
-        return tenants.key_prefixes(cls, url_or_client, prefixes, **store_kwargs)
+        shared = shared_client(url_or_client, store_kwargs, "RedisStore.per_tenant")
+        return tenants.key_prefixes(cls, shared, checked_prefix, prefixes, **store_kwargs)

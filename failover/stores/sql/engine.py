@@ -25,6 +25,7 @@ __all__ = [
     "make_engine",
     "masked",
     "prepares",
+    "shared_engine",
 ]
 
 _BUSY_TIMEOUT_MS = 5_000
@@ -174,6 +175,14 @@ def make_engine(url: str | sa.URL, *, pgbouncer: str | None = None, **engine_kwa
     if fast:
         sa.event.listen(engine, "checkout", ping_when_idle)
     return engine
+
+
+def shared_engine(url_or_engine: str | sa.URL | Engine) -> tuple[Engine, bool]:
+    """The engine of ``url_or_engine`` (made by `make_engine` from a URL), and whether it was
+    made here (and is disposed of by its maker)."""
+    if isinstance(url_or_engine, Engine):
+        return url_or_engine, False
+    return make_engine(url_or_engine), True
 
 
 def _pool(

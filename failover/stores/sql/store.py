@@ -26,9 +26,9 @@ from .. import tenants
 from ..base import Capabilities, FailoverStore, Payload
 from ..browsing import Page, Summary
 from ..health_rows import KeepsHealthRows
-from ..tenant import TenantStores
+from ..tenants import TenantStores
 from .browsing import SqlBrowsing
-from .engine import first_line, make_engine, masked, prepares
+from .engine import first_line, make_engine, masked, prepares, shared_engine
 from .health_rows import SqlHealthRows
 from .psycopg import PsycopgStatements, supported
 from .statements import CoreStatements, Statements
@@ -360,7 +360,9 @@ def per_tenant_tables(
         ConfigurationError: a prefix `SqlStore` refuses (checked here, for every tenant, before
             any SQL runs), two tenants whose tables would be one table, or a bad URL.
     """
-    return tenants.tables(SqlStore, url_or_engine, prefixes, **store_kwargs)
+    return tenants.tables(
+        SqlStore, shared_engine, split_prefix, url_or_engine, prefixes, **store_kwargs
+    )
 
 
 def per_tenant_databases(url_template: str, **store_kwargs: Any) -> TenantStores:
@@ -381,4 +383,8 @@ def per_tenant_databases(url_template: str, **store_kwargs: Any) -> TenantStores
         ConfigurationError: the template has no ``{tenant}``, or is not a URL `SqlStore` takes
             (checked here, before the first tenant comes).
     """
-    return tenants.databases(SqlStore, url_template, **store_kwargs)
+    return tenants.databases(SqlStore, masked, _check_url, url_template, **store_kwargs)
+
+
+def _check_url(url: str) -> None:
+    make_engine(url).dispose()  # connects to nothing
