@@ -389,3 +389,53 @@ def test_a_forked_worker_publishes_its_own_row_and_reads_the_store(
         assert rows == {publisher.process: os.getpid(), process: pid}
     finally:
         engine.close()
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "redis"])
+def test_the_dashboard_command_shows_the_processes_publishing(
+    backend: str, tmp_path: Path, upstream: Upstream
+) -> None:
+    """``failover dashboard --store URL``, the real command in a subprocess, on a store that a
+    publishing engine of this process writes to (the command opens it read-only: on SQLite,
+    before any process created the health table, it shows no process rather than failing)."""
+    import signal
+
+    from .servers import fetch
+    from .test_cli import free_port, start_cli
+
+    if backend == "sqlite":
+        url = f"sqlite:///{tmp_path / 'shared.db'}"
+        failover.Failover(url, metrics=False).close()  # the entries' table only
+    else:
+        url = f"{redis_server.server().url}?prefix={redis_server.unique_prefix()}"
+    port = free_port()
+    proc, started = start_cli("dashboard", "--store", url, "--port", str(port))
+    try:
+        assert f"on http://127.0.0.1:{port}/" in started, started
+        api = f"http://127.0.0.1:{port}/api/failovers"
+        assert json.loads(fetch(api)[1])["cluster"]["processes"] == []
+        engine = Failover(url, metrics=False, publish_health="1h")
+        try:
+
+            @failover.failover("rates", engine=engine, policy="never_throw", ttl="1d")
+            def rates(currency: str) -> object:
+                return upstream(currency)
+
+            rates("EUR")
+            assert engine.publisher is not None
+            assert engine.publisher.publish()
+            cluster = json.loads(fetch(api)[1])["cluster"]
+            assert [p["pid"] for p in cluster["processes"]] == [os.getpid()]
+            assert cluster["failovers"][0]["name"] == "rates"
+            assert cluster["failovers"][0]["live"] == 1
+        finally:
+            engine.close()
+        assert json.loads(fetch(api)[1])["cluster"]["processes"] == []
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=10)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 0, err
+    assert err == ""
