@@ -123,6 +123,7 @@ class HealthPublisher:
         self.published = threading.Event()
         """Set once the first publish has been tried (tests join on it)."""
         self._failing = False
+        self._publishing = threading.Lock()
         self._lock = threading.Lock()
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
@@ -157,7 +158,10 @@ class HealthPublisher:
             Whether the store took it.
         """
         try:
-            self.store.publish_health(self.row())
+            # One publish at a time (the thread's, one by hand): a row read from the engine
+            # earlier never overwrites one read later.
+            with self._publishing:
+                self.store.publish_health(self.row())
         except Exception:
             if not self._failing:
                 log.warning(
@@ -226,7 +230,7 @@ class HealthPublisher:
         self.started_at = self.clock()
         self.published = threading.Event()
         self._thread = None
-        self._lock = threading.Lock()
+        self._lock, self._publishing = threading.Lock(), threading.Lock()
         self.start()
 
 
