@@ -2,9 +2,9 @@
 
 ``Failover(store=..., publish_health=True)`` (or an interval: ``"15s"``, the default with
 ``True``) starts one: a daemon thread that writes the engine's `failover.Failover.health` (per
-failover: status, calls live, served stale and not recovered over the health window, breaker
-state, last failure) with the process's identity (hostname, pid, a random process id, when it
-started, when it published) as one row of the store's health rows
+failover: status, calls live, fresh, served stale and not recovered over the health window,
+breaker state, last failure) with the process's identity (hostname, pid, a random process id,
+when it started, when it published) as one row of the store's health rows
 (`failover.stores.health_rows`). The row expires three intervals after it was written, so a
 process that dies drops out of the store dashboard (``failover dashboard --store URL``), which
 adds the live rows up across the cluster. `failover.Failover.close` stops the thread and
@@ -12,7 +12,7 @@ removes the row.
 
 Publishing never touches a business call: it runs on its own thread, through the engine's store
 chain (under its ``store_timeout``), and a failure is logged (once with its traceback, then at
-debug level until a publish succeeds again) and retried at the next interval.
+most once a minute with a count, every failure at debug level) and retried at the next interval.
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ from typing import ClassVar, Self
 from .errors import ConfigurationError
 from .expiry import parse_ttl
 from .health import HealthReport
+from .logs import LogLimiter
 from .stores.health_rows import FailoverSummary, HealthRows, ProcessHealth, health_rows
 
 __all__ = ["DEFAULT_EVERY", "LIFETIME", "HealthPublisher", "publish_interval"]
@@ -77,6 +78,7 @@ def summary(report: HealthReport) -> dict[str, FailoverSummary]:
             live=h.counts.get("live", 0),
             stale=h.counts.get("recovered", 0),
             not_recovered=h.counts.get("not_recovered", 0),
+            fresh=h.counts.get("fresh", 0),
             breaker=h.breaker,
             last_failure=None if h.last_failure is None else h.last_failure.type,
         )
@@ -123,6 +125,7 @@ class HealthPublisher:
         self.published = threading.Event()
         """Set once the first publish has been tried (tests join on it)."""
         self._failing = False
+        self._log = LogLimiter(log, clock)  # once with its traceback, then once a minute
         self._publishing = threading.Lock()
         self._lock = threading.Lock()
         self._stopping = threading.Event()
@@ -163,15 +166,14 @@ class HealthPublisher:
             with self._publishing:
                 self.store.publish_health(self.row())
         except Exception:
-            if not self._failing:
-                log.warning(
-                    "%s: publishing the health row failed; retried every %s",
-                    self.owner,
-                    self.every,
-                    exc_info=True,
-                )
-            else:
-                log.debug("%s: publishing the health row failed again", self.owner, exc_info=True)
+            self._log.report(
+                "publish",
+                "%s: publishing the health row failed; retried every %s",
+                self.owner,
+                self.every,
+                exc_info=True,
+                what="failures",
+            )
             self._failing = True
             return False
         if self._failing:

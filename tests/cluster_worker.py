@@ -7,9 +7,9 @@ engine runs (its first publish done), then for each line on stdin:
 - ``go``: make the calls of ``ROLE``, flush the writes, publish; prints ``published PROCESS_ID``;
 - ``close``: close the engine (which removes its row); prints ``closed`` and exits.
 
-Roles: ``ok`` (the upstream answers: FR, DE, IT and one rate), ``stale`` (the upstream is down:
-FR and DE served stale from what ``ok`` stored, ES not recovered), ``partial`` (FR live, then the
-upstream goes down and FR is served stale).
+Roles: ``ok`` (the upstream answers: FR, DE, IT, and a rate live then fresh), ``stale`` (the
+upstream is down: FR and DE served stale from what ``ok`` stored, ES not recovered), ``partial``
+(FR live, then the upstream goes down and FR is served stale).
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ def main() -> int:
             raise ConnectionError("upstream down")
         return {"code": code}
 
-    @failover.failover("rates", engine=engine, policy="never_throw", ttl="1h")
+    @failover.failover("rates", engine=engine, policy="never_throw", ttl="1h", fresh_for="10m")
     def rates(currency: str) -> float:
         if down:
             raise TimeoutError("rates down")
@@ -49,6 +49,7 @@ def main() -> int:
                 for code in ("FR", "DE", "IT"):
                     countries(code)
                 rates("EUR")
+                rates("EUR")  # within fresh_for: from the store
             elif role == "stale":
                 for code in ("FR", "DE", "ES"):
                     countries(code)

@@ -129,14 +129,15 @@ def test_three_processes_add_up_on_the_store_dashboard(store_url: str, browser: 
         with serve_wsgi(make_store_app(store, clock)) as url:
             browser.get(url + "/")
             assert _kpi(browser, "Processes") == "3"
-            assert _kpi(browser, "Calls") == "9"  # 3 + 3 + 2 countries, one rate
+            assert _kpi(browser, "Calls") == "10"  # 3 + 3 + 2 countries, a rate live then fresh
             assert _kpi(browser, "Served stale") == "3"
             assert _kpi(browser, "Not recovered") == "1"
             expected = {"processes": "3", "calls": "8", "live": "4", "stale": "3"}
             assert {c: _cell(browser, "countries", c) for c in expected} == expected
             assert _cell(browser, "countries", "not_recovered") == "1"
             assert _cell(browser, "rates", "processes") == "3"
-            assert _cell(browser, "rates", "calls") == "1"
+            assert _cell(browser, "rates", "calls") == "2"
+            assert _cell(browser, "rates", "fresh") == "1"
             countries = browser.find_element(
                 By.CSS_SELECTOR, '#cluster-failovers tr[data-name="countries"]'
             )
@@ -156,7 +157,7 @@ def test_three_processes_add_up_on_the_store_dashboard(store_url: str, browser: 
             cluster = json.loads(body)["cluster"]
             assert status == 200
             totals = cluster["totals"]
-            assert (totals["processes"], totals["calls"], totals["stale"]) == (3, 9, 3)
+            assert (totals["processes"], totals["calls"], totals["stale"]) == (3, 10, 3)
             assert len(cluster["processes"]) == 3
             by_name = {f["name"]: f for f in cluster["failovers"]}
             assert by_name["countries"]["statuses"] == {"degraded": 2, "up": 1}
@@ -174,7 +175,7 @@ def test_three_processes_add_up_on_the_store_dashboard(store_url: str, browser: 
             clock.advance(minutes=4)  # past the dead process's row, within the live one's
             browser.refresh()
             _wait(browser, lambda d: _processes(d) == {ok.process})
-            assert _kpi(browser, "Calls") == "4"
+            assert _kpi(browser, "Calls") == "5"
             assert _kpi(browser, "Served stale") == "0"
             assert browser.find_element(By.ID, "status").text == "up"
 

@@ -92,6 +92,13 @@ def test_each_engine_writes_its_row_and_the_rows_expire_on_the_engines_clock(
             return upstream({"currency": currency})
 
         failover.failover("rates", engine=second, ttl="1d")(lambda currency: currency)
+
+        @failover.failover("countries", engine=first, ttl="1d", fresh_for="1h")
+        def countries(code: str) -> object:
+            return {"code": code}
+
+        countries("FR")
+        countries("FR")  # within fresh_for: answered from the store
         for currency in ("EUR", "USD", "GBP"):
             rates(currency)
         upstream.fail()
@@ -115,6 +122,8 @@ def test_each_engine_writes_its_row_and_the_rows_expire_on_the_engines_clock(
         assert mine.failovers["rates"] == FailoverSummary(
             "degraded", live=3, stale=2, not_recovered=1, last_failure="ConnectionError"
         )
+        assert mine.failovers["countries"] == FailoverSummary("up", live=1, fresh=1)
+        assert mine.failovers["countries"].calls == 2
         assert rows[second.publisher.process].failovers["rates"].status == "idle"
 
         # The second engine's process dies (nothing removes its row); the first keeps publishing.
@@ -266,10 +275,14 @@ def test_a_failing_publish_is_logged_once_and_retried(
     with caplog.at_level(logging.DEBUG, logger="failover.publish"):
         assert not publisher.publish()
         assert not publisher.publish()
+        clock.advance(minutes=1)
+        assert not publisher.publish()
         store.refuse = False
         assert publisher.publish()
     levels = [r.levelname for r in caplog.records]
-    assert levels == ["WARNING", "DEBUG", "DEBUG", "INFO"]  # the first by the thread, at once
+    # The first by the thread, at once; a minute later one with the count; each at debug too.
+    assert levels == ["WARNING", "DEBUG", "DEBUG", "WARNING", "DEBUG", "INFO"]
+    assert "(2 failures since the last such line" in caplog.records[3].getMessage()
     assert len(store.health_rows(clock())) == 1
     engine.close()
 
@@ -338,6 +351,7 @@ def test_the_store_dashboard_adds_the_rows_up_and_escapes_them(
                 "live": 5,
                 "stale": 0,
                 "not_recovered": 5,
+                "fresh": 0,
                 "breakers_open": 1,
                 "last_failure": None,
             }

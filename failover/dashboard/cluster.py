@@ -34,7 +34,7 @@ class ClusterFailover:
         processes: how many processes report it.
         statuses: how many processes report each status, worst first.
         total: the worst status a process reports, the calls of every process added up (live,
-            served stale, not recovered), and the latest failure's exception class.
+            fresh, served stale, not recovered), and the latest failure's exception class.
         breakers_open: processes whose breaker for it is open.
     """
 
@@ -113,6 +113,7 @@ def cluster_of(rows: Iterable[ProcessHealth]) -> Cluster:
             live=sum(s.live for _, s in reports),
             stale=sum(s.stale for _, s in reports),
             not_recovered=sum(s.not_recovered for _, s in reports),
+            fresh=sum(s.fresh for _, s in reports),
             last_failure=max(failed)[1] if failed else None,
         )
         open_ = sum(s.breaker == "open" for _, s in reports)

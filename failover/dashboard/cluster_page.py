@@ -44,7 +44,7 @@ def _failovers(cluster: Cluster) -> str:
     head = (
         "<tr><th>Status</th><th>Failover</th>"
         '<th class="num">Processes</th><th>Their statuses</th><th class="num">Calls</th>'
-        '<th class="num">Live</th><th class="num">Served stale</th>'
+        '<th class="num">Live</th><th class="num">Fresh</th><th class="num">Served stale</th>'
         '<th class="num">Not recovered</th><th class="num">Breakers open</th>'
         "<th>Last failure</th></tr>"
     )
@@ -55,7 +55,7 @@ def _failovers(cluster: Cluster) -> str:
     ]
     rows.extend(_failover_row(f) for f in cluster.failovers)
     if not cluster.failovers:
-        rows.append('<tr><td colspan="10" class="muted">No failover is registered.</td></tr>')
+        rows.append('<tr><td colspan="11" class="muted">No failover is registered.</td></tr>')
     rows.append("</tbody></table>")
     return "".join(rows)
 
@@ -66,6 +66,7 @@ def _failover_row(f: ClusterFailover) -> str:
     counts = (
         ("calls", t.calls),
         ("live", t.live),
+        ("fresh", t.fresh),
         ("stale", t.stale),
         ("not_recovered", t.not_recovered),
         ("breakers_open", f.breakers_open),

@@ -51,6 +51,7 @@ class FailoverSummary:
         live: calls the upstream answered.
         stale: calls served stale (recovered from the store).
         not_recovered: calls that got nothing usable (the upstream failed, nothing stored).
+        fresh: calls answered from the store within ``fresh_for`` (the upstream not called).
         breaker: the breaker's state, ``None`` without one.
         last_failure: the class name of the latest upstream exception, ``None`` if none.
     """
@@ -59,13 +60,14 @@ class FailoverSummary:
     live: int = 0
     stale: int = 0
     not_recovered: int = 0
+    fresh: int = 0
     breaker: str | None = None
     last_failure: str | None = None
 
     @property
     def calls(self) -> int:
         """Every call in the window."""
-        return self.live + self.stale + self.not_recovered
+        return self.live + self.fresh + self.stale + self.not_recovered
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready dictionary."""
@@ -75,6 +77,7 @@ class FailoverSummary:
             "live": self.live,
             "stale": self.stale,
             "not_recovered": self.not_recovered,
+            "fresh": self.fresh,
             "breaker": self.breaker,
             "last_failure": self.last_failure,
         }
@@ -177,13 +180,16 @@ def _summary(data: object) -> FailoverSummary:
     if not isinstance(data, dict):
         raise ValueError("a failover's summary is a JSON object")
     live, stale, not_recovered = (_field(data, k, int) for k in ("live", "stale", "not_recovered"))
-    if min(live, stale, not_recovered) < 0:
+    # Absent from the rows of versions before fresh_for: none of their calls were fresh.
+    fresh = _field(data, "fresh", int) if "fresh" in data else 0
+    if min(live, stale, not_recovered, fresh) < 0:
         raise ValueError("a negative count")
     return FailoverSummary(
         _field(data, "status", str),
         live,
         stale,
         not_recovered,
+        fresh,
         breaker=_optional(data, "breaker"),
         last_failure=_optional(data, "last_failure"),
     )
