@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from .context import CallContext, Miss, RecoverContext
 from .errors import SerializationError
-from .handlers import envelope_key
+from .handlers import Partial, envelope_key
 from .payload import ReferentialPayload, enrich, envelope, plain_kind
 from .policy import ExceptionPolicy, default_for
 from .tenant import _current as _tenant
@@ -129,10 +129,11 @@ class Call(CallContext):
 
     # -- within fresh_for ---------------------------------------------------------------------
 
-    def fresh(self) -> ReferentialPayload[Any] | None:
+    def fresh(self) -> ReferentialPayload[Any] | Partial | None:
         """The stored entry when it is younger than ``fresh_for`` (the call is then answered
-        from it, by `served_fresh`), else ``None``: the upstream is called as usual. Store
-        trouble is a ``None`` too (logged at debug: the call's own path meets it again)."""
+        from it, by `from_store`); for scatter/gather with some slices fresh, the `Partial`
+        call for the others; else ``None``: the upstream is called as usual. Store trouble is
+        a ``None`` too (logged at debug: the call's own path meets it again)."""
         rt = self.rt
         try:
             now = rt.clock()
@@ -143,6 +144,62 @@ class Call(CallContext):
         if found is not None:
             self.now = now
         return found
+
+    def from_store(
+        self,
+        found: ReferentialPayload[Any] | Partial,
+        fn: Callable[..., Any],
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+    ) -> ReferentialPayload[Any]:
+        """The envelope of a call `fresh` found an answer for: the entry, or (`Partial`) the
+        fresh slices merged with what the upstream returns for the others, asked in one call
+        (whose failure recovers the whole call, as usual)."""
+        if not isinstance(found, Partial):
+            return self.served_fresh(found, args, kwargs)
+        nargs, nkwargs = self._narrowed(found, args)
+        try:
+            with self:
+                result = self.run(fn, nargs, nkwargs)
+        except Exception as exc:
+            out = self.failed(exc)
+            if out is None:
+                raise
+            return out
+        self.live(result)
+        return found.merge(result)
+
+    async def afrom_store(
+        self,
+        found: ReferentialPayload[Any] | Partial,
+        fn: Callable[..., Any],
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+    ) -> ReferentialPayload[Any]:
+        """`from_store` for an ``async def`` failover."""
+        if not isinstance(found, Partial):
+            return self.served_fresh(found, args, kwargs)
+        nargs, nkwargs = self._narrowed(found, args)
+        try:
+            async with self:
+                result = await self.arun(fn, nargs, nkwargs)
+        except Exception as exc:
+            out = await self.afailed(exc)
+            if out is None:
+                raise
+            return out
+        if self.rt.may_offload:
+            await self.live_off_loop(result)
+        else:
+            self.live(result)
+        return found.merge(result)
+
+    def _narrowed(
+        self, part: Partial, args: tuple[Any, ...]
+    ) -> tuple[tuple[Any, ...], dict[str, Any]]:
+        """The narrowed call's arguments as the wrapper passes them (``self`` in front)."""
+        own = part.args
+        return ((args[0], *own) if self.binder.skip_first else own), part.kwargs
 
     def served_fresh(
         self, found: ReferentialPayload[Any], args: tuple[Any, ...], kwargs: dict[str, Any]

@@ -123,7 +123,7 @@ def _sync_shell(state: State, envelope: bool) -> Callable[..., Any]:
         if rt.fresh_for is not None:
             found = call.fresh()
             if found is not None:
-                hit = call.served_fresh(found, args, kwargs)
+                hit = call.from_store(found, fn, args, kwargs)
                 return hit if envelope else hit.payload
         if rt.flights is not None:
             return flown(call, fn, args, kwargs, envelope)
@@ -162,7 +162,7 @@ def _async_shell(state: State, envelope: bool) -> Callable[..., Any]:
         if rt.fresh_for is not None:
             found = await rt.on_worker(call.fresh) if rt.blocking else call.fresh()
             if found is not None:
-                hit = call.served_fresh(found, args, kwargs)
+                hit = await call.afrom_store(found, fn, args, kwargs)
                 return hit if envelope else hit.payload
         if rt.flights is not None:
             return await aflown(call, fn, args, kwargs, envelope)

@@ -214,21 +214,100 @@ def test_a_failed_refresh_changes_nothing(clock: FakeClock, rates: Rates) -> Non
     assert (again.up_to_date, again.payload["v"]) == (True, 1)  # still fresh, still served
 
 
-def test_scatter_serves_fresh_only_when_every_slice_is_fresh(clock: FakeClock) -> None:
+class Countries:
+    """A batch upstream: the countries of the ids asked, in order; counts and records calls."""
+
+    def __init__(self) -> None:
+        self.calls: list[Any] = []
+        self.failing = False
+
+    def __call__(self, ids: Any) -> list[dict[str, Any]]:
+        self.calls.append(ids)
+        if self.failing:
+            raise ConnectionError("countries down")
+        wanted = ids.split(",") if isinstance(ids, str) else ids
+        return [{"id": i, "name": f"c{i}", "n": len(self.calls)} for i in wanted]
+
+
+def test_scatter_asks_the_upstream_only_for_the_slices_not_fresh(clock: FakeClock) -> None:
     engine = Failover(clock=clock, metrics=False)
-    calls: list[list[int]] = []
+    upstream = Countries()
+    countries = failover.failover(
+        "countries", splitter=ListSplitter("id"), fresh_for="5m", engine=engine
+    )(upstream)
 
-    @failover.failover("countries", splitter=ListSplitter("id"), fresh_for="5m", engine=engine)
-    def countries(ids: list[int]) -> list[dict[str, Any]]:
-        calls.append(list(ids))
-        return [{"id": i, "name": f"c{i}"} for i in ids]
-
-    countries([1, 2, 3])
+    countries([1, 2, 3, 4])
     clock.advance(minutes=1)
-    assert [c["id"] for c in countries([1, 3])] == [1, 3]  # both slices fresh
-    assert calls == [[1, 2, 3]]
-    countries([3, 4])  # slice 4 was never stored: the upstream is asked for them all
-    assert calls == [[1, 2, 3], [3, 4]]
+    assert [c["id"] for c in countries([1, 3])] == [1, 3]  # every slice fresh: no call
+    assert upstream.calls == [[1, 2, 3, 4]]
+    clock.advance(minutes=1)
+    both = countries.referential([2, 7, 4, 8])  # half fresh, half never stored
+    assert upstream.calls[-1] == [7, 8]  # one call, for the other half only
+    assert [(c["id"], c["n"]) for c in both.payload] == [(2, 1), (7, 2), (4, 1), (8, 2)]
+    assert both.up_to_date is True
+    clock.advance(minutes=1)
+    countries([7, 8])  # the new slices were stored: fresh now
+    assert len(upstream.calls) == 2
+    clock.advance(minutes=3)  # 1..4 are six minutes old, 7 and 8 four
+    countries([1, 7])
+    assert upstream.calls[-1] == [1]
+
+
+def test_scatter_partial_call_failing_recovers_the_whole_call(clock: FakeClock) -> None:
+    engine = Failover(clock=clock, metrics=False)
+    upstream = Countries()
+    countries = failover.failover(
+        "countries", splitter=ListSplitter("id"), fresh_for="5m", engine=engine
+    )(upstream)
+    countries([1, 2])
+    clock.advance(minutes=10)
+    countries([2])  # 2 stored again: fresh; 1 is ten minutes old
+    upstream.failing = True
+    got = countries.referential([1, 2])
+    assert upstream.calls[-1] == [1]  # asked for the stale one only, and it failed
+    assert [c["id"] for c in got.payload] == [1, 2]  # both recovered from the store
+    assert got.up_to_date is False
+
+
+def test_scatter_keys_keep_their_kind_and_own_keys_from_args_ask_for_all(
+    clock: FakeClock,
+) -> None:
+    engine = Failover(clock=clock, metrics=False)
+    text, own = Countries(), Countries()
+    by_text = failover.failover(
+        "by_text", splitter=ListSplitter("id"), fresh_for="5m", engine=engine
+    )(text)
+    by_own = failover.failover(
+        "by_own",
+        splitter=ListSplitter("id", keys_from_args=lambda ids: ids),
+        fresh_for="5m",
+        engine=engine,
+    )(own)
+    by_text("FR,DE")
+    by_text("DE,IT")
+    assert text.calls == ["FR,DE", "IT"]  # a comma-separated string stays one
+    by_own([1, 2])
+    by_own([2, 3])
+    assert own.calls == [[1, 2], [2, 3]]  # keys_from_args of its own: cannot be narrowed
+
+
+def test_scatter_partial_in_an_async_failover_on_sqlite(clock: FakeClock, tmp_path: Path) -> None:
+    engine = Failover(f"sqlite:///{tmp_path / 'f.db'}", clock=clock, metrics=False)
+    upstream = Countries()
+
+    @failover.failover("acountries", splitter=ListSplitter("id"), fresh_for="5m", engine=engine)
+    async def acountries(ids: list[int]) -> list[dict[str, Any]]:
+        return upstream(ids)
+
+    async def scenario() -> None:
+        await acountries([1, 2])
+        await asyncio.to_thread(engine.flush, WAIT)
+        got = await acountries([2, 3])
+        assert [c["id"] for c in got] == [2, 3]
+        assert upstream.calls == [[1, 2], [3]]
+
+    asyncio.run(scenario())
+    engine.close()
 
 
 @pytest.mark.parametrize(

@@ -9,13 +9,14 @@ What the layers do is observed by the core's event stream (``failover/events.py`
 layer of its own.
 """
 
-from .base import Handler, envelope_key, expire_on, key_of
+from .base import Handler, Partial, envelope_key, expire_on, key_of
 from .default import DefaultHandler
 from .scatter import ScatterGatherHandler
 
 __all__ = [
     "DefaultHandler",
     "Handler",
+    "Partial",
     "ScatterGatherHandler",
     "envelope_key",
     "expire_on",

@@ -3,7 +3,7 @@ entry, computed the same way for a whole call and for one slice of it."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import datetime
 from typing import Any, Protocol
 
@@ -51,10 +51,30 @@ class Handler(Protocol):
         """Delete the stored entry for the call."""
         ...
 
-    def fresh(self, ctx: CallContext, since: datetime) -> Payload | None:
+    def fresh(self, ctx: CallContext, since: datetime) -> Payload | Partial | None:
         """The stored entry for the call when it was stored after ``since`` (within
-        ``fresh_for``; every slice of it, for scatter/gather), else ``None``."""
+        ``fresh_for``; every slice of it, for scatter/gather); for scatter/gather with some
+        slices fresh, the `Partial` call that asks the upstream for the others; else
+        ``None``."""
         ...
+
+
+class Partial:
+    """A scatter/gather call some of whose slices are fresh: the upstream is asked for the
+    others only (``args``, ``kwargs``: the narrowed call, without ``self``/``cls``), and
+    ``merge(result)`` makes the caller's value of the fresh slices and that call's result."""
+
+    __slots__ = ("args", "kwargs", "merge")
+
+    def __init__(
+        self,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        merge: Callable[[Any], Payload],
+    ) -> None:
+        self.args = args
+        self.kwargs = kwargs
+        self.merge = merge
 
 
 def key_of(ctx: CallContext) -> str:

@@ -22,8 +22,9 @@ from ..errors import SplitterError
 from ..metrics import Metrics
 from ..payload import enrich, envelope
 from ..scatter import CallArguments, StoreContext, slice_context
+from ..scatter.contexts import SLICE_ARGUMENT
 from ..stores.base import Payload, delete_many
-from .base import drop_all_expired, envelope_key, expire_on, slice_key
+from .base import Partial, drop_all_expired, envelope_key, expire_on, slice_key
 from .default import DefaultHandler
 from .mistyped import KeyTypes
 
@@ -114,9 +115,11 @@ class ScatterGatherHandler:
         found = self._gather(ctx, None, False)
         return None if isinstance(found, Miss) else found
 
-    def fresh(self, ctx: CallContext, since: datetime) -> Payload | None:
-        """The merged slices when every slice the call asks for was stored after ``since``
-        later, else ``None`` (the upstream is called for them all)."""
+    def fresh(self, ctx: CallContext, since: datetime) -> Payload | Partial | None:
+        """The merged slices when every slice the call asks for was stored after ``since``;
+        when only some were, and the splitter can narrow the call (`EntitySplitter.narrowed`),
+        the `Partial` call for the others; else ``None`` (the upstream is asked for them all).
+        """
         d = ctx.definition
         if d.splitter is None:
             return self.inner.fresh(ctx, since)
@@ -126,14 +129,51 @@ class ScatterGatherHandler:
         if not requested:
             return None
         found = self.store_.find_many(d.effective_name, [key for key, _ in requested])
-        if len(found) < len({key for key, _ in requested}):
+        self._expired(d, found)  # a custom expiry may end an entry before fresh_for
+        fresh = {k: p for k, p in found.items() if p.as_of is not None and p.as_of > since}
+        if not fresh:
             return None
-        if any(p.as_of is None or p.as_of <= since for p in found.values()):
+        missing = [asked for key, asked in requested if key not in fresh]
+        if not missing:
+            whole = _whole(ctx, None)
+            merged = self._merged(ctx, None, False, whole, requested, fresh, False, True)
+            return None if isinstance(merged, Miss) else merged
+        narrow = getattr(d.splitter, "narrowed", None)  # an optional splitter method
+        keys = [asked.arguments.get(SLICE_ARGUMENT) for asked in missing]
+        narrowed = None if narrow is None else narrow(ctx.args, ctx.kwargs, keys)
+        if narrowed is None:
             return None
-        if self._expired(d, found):  # a custom expiry may end an entry before fresh_for
-            return None
-        merged = self._merged(ctx, None, False, _whole(ctx, None), requested, found, False)
-        return None if isinstance(merged, Miss) else merged
+
+        def merge(result: Any) -> Payload:
+            return self._with_live(ctx, requested, fresh, result)
+
+        return Partial(narrowed[0], narrowed[1], merge)
+
+    def _with_live(
+        self,
+        ctx: CallContext,
+        requested: list[tuple[str, RecoverContext[Any]]],
+        fresh: dict[str, Payload],
+        result: Any,
+    ) -> Payload:
+        """The caller's value of a `Partial` call: its fresh slices and the upstream's
+        ``result`` for the others, merged in request order."""
+        d, now = ctx.definition, ctx.now
+        try:
+            slices = d.splitter.split_on_store(
+                StoreContext(d, CallArguments(ctx.arguments, ctx.args, ctx.kwargs), result)
+            )
+        except Exception as exc:
+            raise _failed(d, "split_on_store", exc) from exc
+        expires = None if now is None else expire_on(d, now)
+        found = dict(fresh)
+        for s in slices:
+            key = slice_key(d, s.arguments)
+            found.setdefault(key, envelope(d.effective_name, key, s.payload, now, expires, True))
+        merged = self._merged(ctx, None, False, _whole(ctx, None), requested, found, False, True)
+        if isinstance(merged, Miss):  # the upstream answered with none of them either
+            return envelope(d.effective_name, envelope_key(ctx), result, now, expires, True)
+        return merged
 
     def invalidate(self, ctx: CallContext) -> None:
         """Delete the slices the call would recover (every slice of the effective name for a
@@ -216,8 +256,10 @@ class ScatterGatherHandler:
         requested: list[tuple[str, RecoverContext[Any]]] | None,
         found: dict[str, Payload],
         expired: bool,
+        up_to_date: bool = False,
     ) -> Payload | Miss:
-        """The call's merged slices, from the unexpired entries ``found``."""
+        """The call's merged slices, from the unexpired entries ``found``: stale, or
+        ``up_to_date`` (fresh or live slices)."""
         d, name = ctx.definition, ctx.definition.effective_name
         if not found:
             return Miss.EXPIRED if expired else Miss.MISS
@@ -227,9 +269,9 @@ class ScatterGatherHandler:
         slices = []
         for key, asked in requested:
             p = found.get(key)
-            if p is not None:  # stale, and so is its value
-                value = enrich(p.payload, False, p.as_of)
-                p = envelope(p.name, p.key, value, p.as_of, p.expire_on, False, cause)
+            if p is not None:  # stale, and so is its value (unless fresh or live)
+                value = enrich(p.payload, up_to_date, p.as_of)
+                p = envelope(p.name, p.key, value, p.as_of, p.expire_on, up_to_date, cause)
             slices.append(slice_context(d, asked.arguments, cause, p, asked.return_type))
         try:
             merged = d.splitter.merge(whole, slices)
@@ -247,7 +289,7 @@ class ScatterGatherHandler:
             )
             self.metrics.partial(d.name)
         as_of, expires = _oldest(found.values())
-        return envelope(name, envelope_key(ctx), merged, as_of, expires, False, cause)
+        return envelope(name, envelope_key(ctx), merged, as_of, expires, up_to_date, cause)
 
 
 def _everything(ctx: CallContext) -> bool:

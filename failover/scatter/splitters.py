@@ -73,6 +73,30 @@ class EntitySplitter:
             keys = self.keys_from_args(**arguments)
         return list(dict.fromkeys(keys))
 
+    def narrowed(
+        self, args: tuple[Any, ...], kwargs: Mapping[str, Any], keys: list[Hashable]
+    ) -> tuple[tuple[Any, ...], dict[str, Any]] | None:
+        """The arguments (without ``self``/``cls``) of the same call asking for ``keys`` only,
+        so that the upstream is called for the slices that are not fresh (``fresh_for``);
+        ``None`` when the keys cannot be put back: a ``keys_from_args`` of your own, or keys
+        not passed as the first positional argument.
+
+        The first argument keeps its kind: a list, tuple, set or frozenset of the keys, or a
+        comma-separated string of them (string keys only)."""
+        if self.keys_from_args is not None or not args:
+            return None
+        first = args[0]
+        narrowed: Any
+        if isinstance(first, str):
+            if not all(isinstance(k, str) for k in keys):
+                return None
+            narrowed = ",".join(typing.cast(list[str], keys))
+        elif type(first) in (list, tuple, set, frozenset):
+            narrowed = type(first)(keys)
+        else:
+            return None
+        return (narrowed, *args[1:]), dict(kwargs)
+
     def split_on_recover(self, ctx: RecoverContext[Any]) -> list[RecoverContext[Any]]:
         """One slice per requested entity key, in request order."""
         d, cause, rt = ctx.definition, ctx.cause, self.slice_type(ctx.return_type)
