@@ -26,30 +26,39 @@ class MetricsObserver(Observer):
         metrics: the engine's metrics (never raising: `failover.metrics.resolve_metrics`).
         name: the failover's name.
         clock: the engine's clock: the age of a recovered value.
+        queued: the engine's writes go to an async-writes queue, which counts what becomes of
+            them (``failover_writes_total``'s ``queued``, ``written``, ``failed``): a write
+            handed to it is only timed here; one it refused is counted failed.
     """
 
-    __slots__ = ("clock", "metrics", "name")
+    __slots__ = ("clock", "metrics", "name", "queued")
 
     timed: ClassVar[bool] = True
     safe: ClassVar[bool] = True
 
-    def __init__(self, metrics: Metrics, name: str, clock: Callable[[], datetime]) -> None:
+    def __init__(
+        self, metrics: Metrics, name: str, clock: Callable[[], datetime], queued: bool = False
+    ) -> None:
         self.metrics = metrics
         self.name = name
         self.clock = clock
+        self.queued = queued
 
     def __repr__(self) -> str:
         return f"MetricsObserver({self.name!r})"
 
     def method(self, fact: str) -> Callable[..., None]:
         """`stored` straight to the metrics, without a frame of its own."""
-        if fact == "stored":
+        if fact == "stored" and not self.queued:
             return functools.partial(self.metrics.stored, self.name)
         return super().method(fact)
 
     def stored(self, ok: bool, seconds: float) -> None:
-        """Count a write: ``stored`` or ``failed``."""
-        self.metrics.stored(self.name, ok, seconds)
+        """Count a write: written or failed (handed to the queue: timed, the queue counts it)."""
+        if ok and self.queued:
+            self.metrics.write_queued(self.name, seconds)
+        else:
+            self.metrics.stored(self.name, ok, seconds)
 
     def read(self, outcome: str, seconds: float, found: Payload | None) -> None:
         """Count a recovery's read, with the recovered value's age."""

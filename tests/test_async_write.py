@@ -685,3 +685,64 @@ def test_a_worker_killed_by_a_base_exception_does_not_hang_flush(
     assert not flusher.is_alive()
     store.store(entry(clock, "after"))  # the worker is gone: written on the caller's thread
     assert store.inner.find("n", "after") is not None
+
+
+# -- failover_writes_total: queued, then written or failed -----------------------------------------
+
+
+def _writes(registry: Any, name: str) -> dict[str, float]:
+    from prometheus_client import CollectorRegistry
+
+    assert isinstance(registry, CollectorRegistry)
+    return {
+        result: registry.get_sample_value("failover_writes_total", {"name": name, "result": result})
+        or 0.0
+        for result in ("queued", "written", "failed")
+    }
+
+
+def test_queued_writes_are_counted_queued_then_written_or_failed(
+    clock: FakeClock, gated: GatedStore, closing: list[AsyncWriteStore]
+) -> None:
+    from prometheus_client import CollectorRegistry
+
+    from failover.metrics import PrometheusMetrics
+
+    registry = CollectorRegistry()
+    store = parked(
+        closing, gated, clock, queue_size=2, metrics=PrometheusMetrics.for_registry(registry)
+    )
+    store.store(entry(clock, "a", {"v": 1}))
+    store.store(entry(clock, "a", {"v": 2}))  # supersedes the first: that one is not written
+    store.store(entry(clock, "b"))  # the queue is full: discarded
+    assert _writes(registry, "n") == {"queued": 4, "written": 0, "failed": 1}
+    gated.gate.set()
+    assert store.flush(WAIT)
+    # Every write handed to the queue ended written or failed: the counts add up.
+    assert _writes(registry, "n") == {"queued": 4, "written": 3, "failed": 1}
+    found = gated.find("n", "a")
+    assert found is not None
+    assert found.payload == {"v": 2}
+
+
+def test_an_engine_counts_its_queued_writes_once_each(tmp_path: Any, clock: FakeClock) -> None:
+    from prometheus_client import CollectorRegistry
+
+    import failover
+
+    registry = CollectorRegistry()
+    eng = failover.Failover(
+        f"sqlite:///{tmp_path}/f.db", clock=clock, metrics=registry, async_writes=True
+    )
+
+    @failover.failover("rates", engine=eng)
+    def rate(key: str):  # type: ignore[no-untyped-def]  # no annotation: refused at call time
+        return Opaque() if key == "opaque" else {"key": key}
+
+    for key in ("a", "b", "c", "opaque"):
+        rate(key)
+    assert eng.flush(WAIT)
+    # Not counted twice (once by the caller, once by the queue): queued, then each written,
+    # the result the store cannot encode failed.
+    assert _writes(registry, "rates") == {"queued": 4, "written": 3, "failed": 1}
+    eng.close()

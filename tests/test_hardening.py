@@ -79,7 +79,7 @@ def test_trouble_after_the_upstream_answered_never_breaks_a_sync_call(
     assert envelope.up_to_date
     if kind != "metrics":
         assert "storing the live result failed" in caplog.text
-        assert value(registry, "failover_writes_total", name=f"live-{kind}", result="error") == 2
+        assert value(registry, "failover_writes_total", name=f"live-{kind}", result="failed") == 2
     engine.close()
 
 
@@ -99,7 +99,7 @@ async def test_trouble_after_the_upstream_answered_never_breaks_an_async_call(
         assert (await get.referential(2)).up_to_date
     if kind != "metrics":
         assert "storing the live result failed" in caplog.text
-        assert value(registry, "failover_writes_total", name=f"alive-{kind}", result="error") == 2
+        assert value(registry, "failover_writes_total", name=f"alive-{kind}", result="failed") == 2
     engine.close()
 
 

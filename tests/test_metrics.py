@@ -48,7 +48,7 @@ def test_store_and_recover_outcomes(
     upstream.fail()
     f("a")
     f("never-stored")
-    assert value(registry, "failover_writes_total", name="countries", result="ok") == 2
+    assert value(registry, "failover_writes_total", name="countries", result="written") == 2
     assert value(registry, "failover_recoveries_total", name="countries", outcome="recovered") == 1
     assert (
         value(registry, "failover_recoveries_total", name="countries", outcome="not_recovered") == 1
@@ -70,7 +70,7 @@ def test_store_and_recover_errors_are_counted(
     assert f("a") == "a"
     upstream.fail()
     assert f("a") is None
-    assert value(registry, "failover_writes_total", name="broken", result="error") == 1
+    assert value(registry, "failover_writes_total", name="broken", result="failed") == 1
     assert value(registry, "failover_recoveries_total", name="broken", outcome="error") == 1
 
 
@@ -86,9 +86,9 @@ def test_cardinality_guard_folds_names(registry: CollectorRegistry, clock: FakeC
         if name == "failover_writes_total"
     }
     assert stored == {
-        (("name", "n0"), ("result", "ok")): 1,
-        (("name", "n1"), ("result", "ok")): 1,
-        (("name", "__other__"), ("result", "ok")): 2,
+        (("name", "n0"), ("result", "written")): 1,
+        (("name", "n1"), ("result", "written")): 1,
+        (("name", "__other__"), ("result", "written")): 2,
     }
 
 

@@ -411,7 +411,7 @@ def test_partial_recoveries_are_counted(
     assert value(registry, "failover_recoveries_partial_total", name="counted") == 1
     assert value(registry, "failover_recoveries_total", name="counted", outcome="recovered") == 2
     assert value(registry, "failover_stale_age_seconds_sum", name="counted") == 60
-    assert value(registry, "failover_writes_total", name="counted", result="ok") == 1
+    assert value(registry, "failover_writes_total", name="counted", result="written") == 1
 
 
 # -- recovering every slice ---------------------------------------------------------------------
@@ -617,7 +617,7 @@ def test_a_splitter_error_on_store_never_breaks_the_live_result(
     assert isinstance(error, SplitterError)
     assert str(error).startswith("failover 'bs': split_on_store of splitter Broken(split_on_store)")
     assert isinstance(error.__cause__, ValueError)
-    assert value(registry, "failover_writes_total", name="bs", result="error") == 1
+    assert value(registry, "failover_writes_total", name="bs", result="failed") == 1
 
 
 @pytest.mark.parametrize("operation", ["split_on_recover", "merge"])

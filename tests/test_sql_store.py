@@ -618,7 +618,7 @@ def test_an_unencodable_result_is_returned_and_not_stored(
         assert fetch.peek() is None
     assert store.find_all("opaque") == []
     assert "the store cannot encode builtins.complex" in caplog.text  # once, with the reason
-    stored = {"name": "opaque", "result": "error"}
+    stored = {"name": "opaque", "result": "failed"}
     assert registry.get_sample_value("failover_writes_total", stored) == 1
     with pytest.raises(SerializationError, match="cannot store"):
         store.store(envelope("n", "k", 1 + 2j, clock(), clock(), True))

@@ -129,7 +129,8 @@ class Wiring:
         off) and the stale report of the unit of work observe it."""
         observers: list[Observer] = [self.registry.stats[d.name]]
         if self.metrics is not NULL_METRICS:
-            observers.append(MetricsObserver(self.metrics, d.name, self.clock))
+            queued = writes_async(self.store) and does_io(self.store)  # the queue counts
+            observers.append(MetricsObserver(self.metrics, d.name, self.clock, queued))
         observers.append(ServedObserver(self.clock, d.name))
         if self.otel is not None:
             observers.append(self.otel.observer(d.name, self.clock, self.breaker_state(d)))

@@ -12,7 +12,16 @@ if TYPE_CHECKING:
     from ..health import PoolStats
     from ..recorder import FailoverStats
 
-__all__ = ["METHODS", "NULL_METRICS", "Guarded", "Metrics", "NullMetrics", "failed", "safe"]
+__all__ = [
+    "METHODS",
+    "NULL_METRICS",
+    "OPTIONAL",
+    "Guarded",
+    "Metrics",
+    "NullMetrics",
+    "failed",
+    "safe",
+]
 
 log = logging.getLogger("failover.metrics")
 P = ParamSpec("P")
@@ -25,7 +34,20 @@ class Metrics(Protocol):
     """
 
     def stored(self, name: str, ok: bool, seconds: float) -> None:
-        """A write of a live result to the store: ``ok`` or failed."""
+        """A write of a live result on the caller's thread: ``ok`` (written) or failed; with
+        async writes, one the queue refused (``ok`` is then `write_queued`)."""
+        return None
+
+    def write_queued(self, name: str, seconds: float) -> None:
+        """A write of a live result handed to the async-writes queue in ``seconds`` (the queue
+        reports what becomes of it: `write_results`)."""
+        return None
+
+    def write_results(self, name: str, result: str, count: int = 1) -> None:
+        """``count`` writes of the entries of ``name`` (the failover's effective name) through
+        the async-writes queue: ``queued`` when it takes them, then each ``written`` or
+        ``failed`` (a write superseded by a newer one of its key while queued counts as
+        written: the newer one is written in its place)."""
         return None
 
     def recovered(
@@ -77,6 +99,12 @@ class Metrics(Protocol):
 
 
 METHODS = tuple(name for name in vars(Metrics) if not name.startswith("_"))
+OPTIONAL = ("write_queued", "write_results")
+"""Methods added after the others: a custom `Metrics` written before may lack them (no-ops)."""
+
+
+def _nothing(*args: object, **kwargs: object) -> None:
+    return None
 
 
 class NullMetrics(Metrics):
@@ -116,7 +144,8 @@ class Guarded(Metrics):
     def __init__(self, inner: Metrics) -> None:
         self.inner = inner
         for name in METHODS:  # instance attributes: they take precedence over the methods
-            setattr(self, name, safe(getattr(inner, name)))
+            method = getattr(inner, name, None)
+            setattr(self, name, safe(method) if callable(method) else _nothing)
 
     def __repr__(self) -> str:
         return repr(self.inner)

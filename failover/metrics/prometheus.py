@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 from .base import failed, safe
 from .families import declare
 from .samples import histogram, pool_samples, tally_samples, tracked_samples
-from .tally import OTHER, RECOVERY_OUTCOMES, SECONDS_BUCKETS, Histogram, Tally
+from .tally import OTHER, RECOVERY_OUTCOMES, SECONDS_BUCKETS, WRITE_RESULTS, Histogram, Tally
 
 if TYPE_CHECKING:
     from ..health import PoolStats
@@ -95,10 +95,23 @@ class PrometheusMetrics:
         """A write of a live result."""
         try:
             tally = self._names.get(name) or self._tally(name)
-            tally.writes[0 if ok else 1] += 1
+            tally.writes[1 if ok else 2] += 1
             tally.write_seconds.observe(seconds)
         except Exception:
             failed()
+
+    def write_queued(self, name: str, seconds: float) -> None:
+        """A write handed to the async-writes queue: its time (the queue counts it)."""
+        try:
+            tally = self._names.get(name) or self._tally(name)
+            tally.write_seconds.observe(seconds)
+        except Exception:
+            failed()
+
+    @safe
+    def write_results(self, name: str, result: str, count: int = 1) -> None:
+        """Writes through the async-writes queue: ``queued``, ``written`` or ``failed``."""
+        self._tally(name).writes[WRITE_RESULTS.index(result)] += count
 
     def recovered(
         self, name: str, outcome: str, seconds: float, stale_age: float | None = None

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..health import OUTCOMES
 from ..recorder import UPSTREAM_BUCKETS
-from .tally import OTHER, RECOVERY_OUTCOMES, Histogram, Tally
+from .tally import OTHER, RECOVERY_OUTCOMES, WRITE_RESULTS, Histogram, Tally
 
 if TYPE_CHECKING:
     from ..health import PoolStats
@@ -23,7 +23,7 @@ log = logging.getLogger("failover.metrics")
 def tally_samples(f: dict[str, Any], tallies: Iterable[tuple[str, Tally]]) -> None:
     """The samples of what `PrometheusMetrics` counts itself, per ``name`` label."""
     for name, t in tallies:
-        for result, n in zip(("ok", "error"), t.writes, strict=True):
+        for result, n in zip(WRITE_RESULTS, t.writes, strict=True):
             if n:
                 f["writes"].add_metric((name, result), n)
         histogram(f["write_seconds"], (name,), t.write_seconds)

@@ -19,7 +19,7 @@ from typing import Final
 
 from ..errors import SerializationError, StoreError
 from ..logs import LogLimiter
-from ..metrics import Metrics
+from ..metrics import NULL_METRICS, Metrics
 from .base import FailoverStore, Payload, delete_many
 
 __all__ = ["DELETED", "REJECTIONS", "Tombstone", "Write", "WriteQueue"]
@@ -107,6 +107,7 @@ class WriteQueue:
                         self._mark_pending(writes)
                         queue.extend(writes)
                         self.queued += len(writes)
+                        self.count("queued", writes)
                         if self.idle:
                             self.has_work.notify()
                         return
@@ -122,6 +123,7 @@ class WriteQueue:
             self._mark_pending(writes)
             self.queued += len(writes)
         if self.here is None:
+            self.count("queued", writes)
             try:
                 self.write(writes)
             finally:
@@ -145,6 +147,7 @@ class WriteQueue:
                 if started.is_set():
                     return  # given up before it started
                 started.set()
+            self.count("queued", writes)
             try:
                 self.write(writes)
             finally:
@@ -182,6 +185,8 @@ class WriteQueue:
         dropped = len(writes) - len(deletes)
         if not dropped:
             return deletes
+        self.count("queued", writes)  # handed to the queue, and lost there: counted failed
+        self.count("failed", writes)
         self.metrics.async_dropped(dropped)
         self.metrics.async_queue(len(self.queue))
         if not self.dropping:
@@ -256,6 +261,9 @@ class WriteQueue:
             with self.lock:
                 pending = self.pending
                 newest = [w for w in writes if pending.get((w[0], w[1])) is w]
+            if len(newest) < len(writes):  # superseded: written, by the newer write of its key
+                kept = {id(w) for w in newest}
+                self.count("written", [w for w in writes if id(w) not in kept])
             stores: list[Payload] = []
             deletes: list[Write] = []
             for write in newest:
@@ -264,20 +272,26 @@ class WriteQueue:
                 else:
                     stores.append(write[2])
             if stores:
+                lost: list[Payload] = []
                 try:
                     self.inner.store_many(stores)
                 except SerializationError:
                     # A value the store cannot encode must not cost the rest of its batch: the
                     # store refused before writing, and encoding again one by one is cheap.
-                    failed += self._store_each(stores)
+                    lost = self._store_each(stores)
                 except Exception:
-                    failed += len(stores)
+                    lost = stores
                     self.logs.report(
                         "store_many",
                         "failover: writing %d queued entries failed",
                         len(stores),
                         exc_info=True,
                     )
+                failed += len(lost)
+                self.count_payloads("failed", lost)
+                if len(lost) < len(stores):
+                    gone = {id(p) for p in lost}
+                    self.count_payloads("written", [p for p in stores if id(p) not in gone])
             by_name: dict[str, list[str]] = {}
             for name, key, _ in deletes:
                 by_name.setdefault(name, []).append(key)
@@ -298,16 +312,17 @@ class WriteQueue:
         if failed:
             self.metrics.async_failed(failed)
 
-    def _store_each(self, payloads: list[Payload]) -> int:
-        failed = 0
+    def _store_each(self, payloads: list[Payload]) -> list[Payload]:
+        """Store one by one; the payloads that failed."""
+        failed: list[Payload] = []
         for payload in payloads:
             try:
                 self.inner.store(payload)
             except SerializationError as exc:
-                failed += 1
+                failed.append(payload)
                 self._refuse(payload, exc)
             except Exception:
-                failed += 1
+                failed.append(payload)
                 self.logs.report(
                     "store",
                     "failover: writing the queued entry (%r, %r) failed",
@@ -316,6 +331,23 @@ class WriteQueue:
                     exc_info=True,
                 )
         return failed
+
+    def count(self, result: str, writes: list[Write]) -> None:
+        """Count ``writes`` of live results (not deletes) as ``result``, per name."""
+        self.count_payloads(result, [w[2] for w in writes if not isinstance(w[2], Tombstone)])
+
+    def count_payloads(self, result: str, payloads: list[Payload]) -> None:
+        """Count ``payloads`` as ``result`` (`failover_writes_total`), per name."""
+        if not payloads or self.metrics is NULL_METRICS:
+            return
+        if len(payloads) == 1:  # the common case: one write of one live result
+            self.metrics.write_results(payloads[0].name, result, 1)
+            return
+        counts: dict[str, int] = {}
+        for payload in payloads:
+            counts[payload.name] = counts.get(payload.name, 0) + 1
+        for name, n in counts.items():
+            self.metrics.write_results(name, result, n)
 
     def _refused(self, write: Write) -> bool:
         value = write[2]
