@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any, cast
 from .context import CallContext, Miss, RecoverContext
 from .errors import SerializationError
 from .handlers import Partial, envelope_key
-from .payload import ReferentialPayload, enrich, envelope, plain_kind
+from .payload import KIND_OF, PLAIN, ReferentialPayload, enrich, envelope, plain_kind
 from .policy import ExceptionPolicy, default_for
 from .tenant import _current as _tenant
 
@@ -246,7 +246,7 @@ class Call(CallContext):
             rt.store_failed()
         if not late:
             rt.events.live(self.now, seconds)
-        if plain_kind(type(result)):
+        if KIND_OF(type(result)) == PLAIN:  # most results carry no freshness: no enrich
             return result
         return enrich(result, True, self.now)
 

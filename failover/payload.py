@@ -165,6 +165,11 @@ def _settle(value: object, kind: int) -> int:
     return kind
 
 
+KIND_OF = _kinds.get
+"""``KIND_OF(tp) == PLAIN``: `plain_kind` without a Python frame, for the success path."""
+PLAIN = _PLAIN
+
+
 def plain_kind(tp: type) -> bool:
     """Whether values of type ``tp`` are known to carry no freshness (most results): a dict
     lookup, so callers on the hot path can skip `enrich`."""
