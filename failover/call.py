@@ -351,7 +351,7 @@ class Call(CallContext):
             out = self.made_envelope(value, cause)
         else:
             r = recovered
-            out = envelope(r.name, r.key, value, r.as_of, r.expire_on, False, cause)
+            out = envelope(r.name, r.key, value, r.as_of, r.expire_on, False, cause, r.label)
         rt.events.served(out)
         return out
 

@@ -296,7 +296,7 @@ def failover(name: Any = None, /, **options: Unpack[Options]) -> Any:
             ``expiry``, ``exceptions``, ``exclude``, ``store_if``, ``policy``,
             ``on_recovered``, ``splitter``, ``recover_all``, ``breaker``, ``max_concurrency``,
             ``bulkhead``, ``weight``, ``acquire_timeout``, ``timeout``, ``store_interval``,
-            ``single_flight``, ``fresh_for``, ``refresh_ahead``, ``engine``.
+            ``single_flight``, ``fresh_for``, ``refresh_ahead``, ``label``, ``engine``.
 
     Raises:
         ConfigurationError: an unknown setting, or one that cannot work, naming the failover

@@ -63,6 +63,9 @@ class FailoverDefinition:
         weight: bulkhead permits one call takes.
         bulkhead: the name of the shared bulkhead pool the failover draws from, or ``None``.
         single_flight: concurrent calls with the same key share one upstream call.
+        label: what labels the failover's stored entries: ``None`` (none, the default),
+            ``True`` (the call's arguments) or a callable of the call's arguments (see
+            `failover.labels`).
         breaker_defaults: reads the ``breaker_defaults`` of the engine the failover runs on
             (what ``breaker=True`` makes its breaker from), for `execution` to show.
         fresh_for: the cache-first window: an entry younger than this is served without
@@ -97,6 +100,7 @@ class FailoverDefinition:
     weight: int = 1
     bulkhead: str | None = None
     single_flight: bool = False
+    label: Callable[..., object] | bool | None = None
     breaker_defaults: Callable[[], Mapping[str, Any]] = field(default=_no_defaults, repr=False)
     fresh_for: timedelta | None = None
     refresh_ahead: timedelta | None = None

@@ -34,6 +34,10 @@ class ReferentialPayload(Generic[T]):
             layer's refusal) on a recovered or policy-made envelope; ``None`` on a live or stored
             one. Never stored, and left out of equality: two envelopes of the same entry are
             equal whatever made them.
+        label: a readable label of the entry (the call's arguments, e.g. ``country(code='FR')``),
+            kept only for a failover that opts in with ``label=`` (arguments may be sensitive);
+            ``None`` otherwise. A plain string, shown by the dashboard and ``failover inspect``;
+            left out of equality and ``repr``.
     """
 
     name: str
@@ -43,6 +47,7 @@ class ReferentialPayload(Generic[T]):
     expire_on: datetime | None
     up_to_date: bool
     cause: BaseException | None = field(default=None, compare=False)
+    label: str | None = field(default=None, compare=False)
 
     def __repr__(self) -> str:
         cause = None if self.cause is None else type(self.cause).__qualname__
@@ -56,7 +61,7 @@ class ReferentialPayload(Generic[T]):
 class _Building(Generic[T]):
     """Same slots as `ReferentialPayload`, but mutable: an envelope under construction."""
 
-    __slots__ = ("as_of", "cause", "expire_on", "key", "name", "payload", "up_to_date")
+    __slots__ = ("as_of", "cause", "expire_on", "key", "label", "name", "payload", "up_to_date")
 
 
 _new = object.__new__
@@ -70,6 +75,7 @@ def envelope(
     expire_on: datetime | None,
     up_to_date: bool,
     cause: BaseException | None = None,
+    label: str | None = None,
 ) -> ReferentialPayload[T]:
     """Build a `ReferentialPayload` about 6x faster than its frozen ``__init__`` (hot path).
 
@@ -85,6 +91,7 @@ def envelope(
     obj.expire_on = expire_on
     obj.up_to_date = up_to_date
     obj.cause = cause
+    obj.label = label
     obj.__class__ = ReferentialPayload
     built: ReferentialPayload[T] = obj  # not cast(ReferentialPayload[T], ...): a subscript per call
     return built

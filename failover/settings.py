@@ -21,6 +21,7 @@ from .engine import Failover
 from .engine import default as default_engine
 from .errors import ConfigurationError
 from .expiry import FixedTtl, parse_ttl
+from .labels import check_label
 from .policy import resolve_policy
 from .scatter import check_splitter
 
@@ -225,6 +226,10 @@ class Options(TypedDict, total=False):
         refresh_ahead: with ``fresh_for``: a call that finds an entry this old (a fraction of
             ``fresh_for``, ``0.8``, or a duration) is answered from the store and refreshes it
             in the background, once per key.
+        label: keep a readable label with each stored entry, for the dashboard and ``failover
+            inspect``: ``True`` renders the call's arguments (``country(code='FR')``), a
+            callable receives them as the function does and returns the label. Off by default:
+            arguments may be sensitive, and a label is stored in clear.
         engine: the engine to use; default: the process-wide default engine, resolved per call.
     """
 
@@ -254,6 +259,7 @@ class Options(TypedDict, total=False):
     single_flight: Annotated[bool, Setting(False, _strict_flag)]
     fresh_for: Annotated[timedelta | float | str | None, Setting(None, _fresh_for)]
     refresh_ahead: Annotated[float | timedelta | str | None, Setting(None, _refresh_ahead)]
+    label: Annotated[bool | Callable[..., object] | None, Setting(False, check_label)]
     engine: Annotated[Failover | None, Setting(None)]
 
 

@@ -203,3 +203,51 @@ def test_works_without_javascript(clock: FakeClock, upstream: Upstream, tmp_path
             assert len(cells) == 1
     finally:
         driver.quit()
+
+
+def test_entry_labels(browser: Any, clock: FakeClock, tmp_path: Path) -> None:
+    """A failover that opts in shows its entries' labels (escaped, like every stored text); one
+    that does not shows digests only, with no label column. The engine's page and the store's
+    (``failover dashboard --store``) alike."""
+    from selenium.webdriver.common.by import By
+
+    from failover.dashboard import make_store_app
+    from failover.stores.sql import SqlStore
+
+    store = SqlStore(f"sqlite:///{tmp_path / 'store.db'}")
+    engine = Failover(store, clock=clock, metrics=False, async_writes=False, store_timeout=None)
+
+    @failover.failover("countries", engine=engine, label=True)
+    def country(code: str) -> dict[str, str]:
+        return {"code": code}
+
+    @failover.failover("accounts", engine=engine)
+    def account(email: str) -> dict[str, str]:
+        return {"plan": "pro"}
+
+    country("FR")
+    country(HOSTILE)
+    account("ada@example.com")
+
+    def cells(name: str, css: str) -> list[str]:
+        browser.find_element(By.LINK_TEXT, name).click()
+        return list(
+            _wait(browser, lambda d: [c.text for c in d.find_elements(By.CSS_SELECTOR, css)])
+        )
+
+    for app in (make_wsgi_app(engine, refresh=60), make_store_app(store, clock)):
+        with serve_wsgi(app) as url:
+            browser.get(url + "/")
+            shown = cells("countries", "#entries-table td.label")
+            hostile = next(label for label in shown if label != "country(code='FR')")
+            assert hostile.startswith("country(code='<img src=x onerror=")  # text, not markup
+            headers = [
+                th.text for th in browser.find_elements(By.CSS_SELECTOR, "#entries-table th")
+            ]
+            assert [h.lower() for h in headers[:2]] == ["key", "label"]  # CSS capitalises
+            assert browser.title != "pwned"
+            browser.get(url + "/")
+            assert len(cells("accounts", "#entries-table td.key")) == 1
+            assert browser.find_elements(By.CSS_SELECTOR, "#entries-table td.label") == []
+            assert "ada@example.com" not in browser.page_source
+    engine.close()

@@ -276,15 +276,16 @@ def test_inspect_one_name(sqlite_url: str, capsys: pytest.CaptureFixture[str]) -
 def test_inspect_lists_corrupt_rows_instead_of_crashing(
     sqlite_url: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    # Rows written by hand: times out of range or not numbers, a binary payload, NULL type.
+    # Rows written by hand: times out of range or not numbers, a binary payload, NULL type; a
+    # label that would move the terminal's cursor (shown escaped), one that is not text.
     path = sqlite_url.removeprefix("sqlite:///")
     with sqlite3.connect(path) as conn:
         conn.executemany(
-            "INSERT INTO failover_store VALUES ('junk', ?, ?, ?, ?, ?)",
+            "INSERT INTO failover_store VALUES ('junk', ?, ?, ?, ?, ?, ?)",
             [
-                ("huge", 1, 2**62, "json:1", "builtins.int"),
-                ("text", "abc", "def", "json:1", "builtins.int"),
-                ("blob", 1, 2, b"\x00\xff", "builtins.int"),
+                ("huge", 1, 2**62, "json:1", "builtins.int", "\x1b[2Jcleared"),
+                ("text", "abc", "def", "json:1", "builtins.int", b"\xff"),
+                ("blob", 1, 2, b"\x00\xff", "builtins.int", None),
             ],
         )
     conn.close()
@@ -296,7 +297,7 @@ def test_inspect_lists_corrupt_rows_instead_of_crashing(
     epoch = "1970-01-01 00:00:00+00:00"
     assert rows == {
         "blob": f"{epoch} {epoch} 2 builtins.int expired",
-        "huge": f"{epoch} - 6 builtins.int live",
+        "huge": f"\\x1b[2Jcleared {epoch} - 6 builtins.int live",
         "text": "- - 6 builtins.int live",
     }
     assert lines[-1] == "3 entries, 1 expired"

@@ -188,10 +188,10 @@ def test_store_view_lists_hand_written_rows_instead_of_failing(
     store = failover.SqlStore(f"sqlite:///{path}")
     with sqlite3.connect(path) as conn:
         conn.executemany(
-            "INSERT INTO failover_store VALUES ('junk', ?, ?, ?, ?, ?)",
+            "INSERT INTO failover_store VALUES ('junk', ?, ?, ?, ?, ?, ?)",
             [
-                ("huge", 1, 2**62, "json:1", "builtins.int"),  # past datetime's range
-                ("text", "abc", "def", "json:1", "builtins.int"),  # not a time at all
+                ("huge", 1, 2**62, "json:1", "builtins.int", None),  # past datetime's range
+                ("text", "abc", "def", "json:1", "builtins.int", b"\xff"),  # no time; a blob label
             ],
         )
     conn.close()
@@ -200,7 +200,10 @@ def test_store_view_lists_hand_written_rows_instead_of_failing(
     assert status == 200
     status, _, body = get(client, "/api/entries?name=junk")
     assert status == 200
-    assert {e["key"] for e in json.loads(body)["entries"]} == {"huge", "text"}
+    assert {e["key"]: e["label"] for e in json.loads(body)["entries"]} == {
+        "huge": None,
+        "text": None,
+    }
     assert get(client, "/?name=junk")[0] == 200
     store.close()
 

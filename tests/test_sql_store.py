@@ -258,8 +258,9 @@ def test_schema_columns_and_index(make: Callable[..., SqlStore], db_engine: sa.E
     inspector = sa.inspect(db_engine)
     name = store.table.name
     columns = {c["name"]: c["nullable"] for c in inspector.get_columns(name)}
-    assert set(columns) == {"name", "key", "as_of", "expire_on", "payload", "payload_type"}
-    assert not any(columns.values())  # NULL in no column: a NULL time would be a corrupt row
+    assert set(columns) == {"name", "key", "as_of", "expire_on", "payload", "payload_type", "label"}
+    assert columns.pop("label")  # NULL unless the failover opts in to labels
+    assert not any(columns.values())  # NULL in no other: a NULL time would be a corrupt row
     assert inspector.get_pk_constraint(name)["constrained_columns"] == ["name", "key"]
     assert [i["column_names"] for i in inspector.get_indexes(name)] == [["expire_on"]]
 

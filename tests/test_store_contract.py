@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 from collections.abc import Iterator
 from datetime import timedelta
@@ -164,6 +165,25 @@ def test_pages_follow_the_keys(store: Any, clock: FakeClock) -> None:
     assert store.count("n") == 25
     assert store.page("n", "k24", 10).entries == []
     assert store.page("absent", None, 10) == Page([], None)
+
+
+def test_labels_are_kept_and_listed(store: Any, clock: FakeClock) -> None:
+    # A label as failover.labels makes one (printable, bounded), another with the characters a
+    # store's own layout may use (Redis's header: a tab, a line break), and none.
+    fr = dataclasses.replace(entry(clock, "fr"), label="country(code='FR', name='Fr\u00e4nk')")
+    odd = dataclasses.replace(entry(clock, "odd"), label="a\tb\nc")
+    store.store_many([fr, odd])
+    store.store(entry(clock, "plain"))
+    one = store.find("n", "fr")
+    assert one is not None
+    assert one.label == fr.label
+    for read in (
+        {key: p.label for key, p in store.find_many("n", ["fr", "odd", "plain"]).items()},
+        {p.key: p.label for p in store.find_all("n")},
+        {e.key: e.label for e in store.page("n", None, 10).entries},
+    ):
+        assert read.pop("odd") in ("a\tb\nc", "a b c")  # as given, or on one line
+        assert read == {"fr": fr.label, "plain": None}
 
 
 def test_pages_see_writes_and_deletes_at_once(store: Any, clock: FakeClock) -> None:

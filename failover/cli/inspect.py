@@ -8,6 +8,7 @@ from datetime import UTC, datetime
 from typing import Any, cast
 
 from ..engine import utcnow
+from ..labels import printable
 from ..stores.base import FailoverStore
 from ..stores.browsing import Browsable
 from .common import (
@@ -30,7 +31,8 @@ def add(commands: Any) -> None:
     inspect = commands.add_parser(
         "inspect",
         help="list the stored entries, expired ones included",
-        description="List every stored entry: name, key, as_of, expire_on, size, live/expired.",
+        description="List every stored entry: name, key, label (for failovers with label=), "
+        "as_of, expire_on, size, live/expired.",
     )
     store_argument(inspect)
     table_prefix_argument(inspect)
@@ -52,26 +54,30 @@ def run(args: argparse.Namespace) -> int:
         print(f"no entries {where}in {display(args.store)}")
         return 0
     now = utcnow()
+    labels = any(entry[-1] is not None for entry in found)  # a column only when there are some
     rows = []
-    for name, key, as_of, expires, size, payload_type in found:
+    for name, key, as_of, expires, size, payload_type, label in found:
         status = "expired" if expires is not None and expires <= now else "live"
         rows.append(
-            [name, key, time_text(as_of), time_text(expires), str(size), payload_type, status]
+            [name, key]
+            + ([printable(label or "")] if labels else [])  # as stored: maybe written by hand
+            + [time_text(as_of), time_text(expires), str(size), payload_type, status]
         )
-    headers = ["name", "key", "as_of", "expire_on", "size", "type", "status"]
+    headers = ["name", "key"] + (["label"] if labels else [])
+    headers += ["as_of", "expire_on", "size", "type", "status"]
     print(render_table(headers, rows))
     expired = sum(row[-1] == "expired" for row in rows)
     print(f"\n{len(rows)} {plural(len(rows), 'entry', 'entries')}, {expired} expired")
     return 0
 
 
-_Stored = tuple[str, str, datetime | None, datetime | None, int, str]
+_Stored = tuple[str, str, datetime | None, datetime | None, int, str, str | None]
 _PAGE = 1_000  # entries per page read
 
 
 def _stored(store: FailoverStore, name: str | None) -> Sequence[_Stored]:
     """Every entry (of ``name``) as stored, through the store's browsing protocol: name, key,
-    as_of, expire_on, size, type; by name, then ``as_of``, then key."""
+    as_of, expire_on, size, type, label; by name, then ``as_of``, then key."""
     browser = cast(Browsable, store)
     found: list[_Stored] = []
     for each in browser.names() if name is None else [name]:
@@ -80,7 +86,8 @@ def _stored(store: FailoverStore, name: str | None) -> Sequence[_Stored]:
         while True:
             page = browser.page(each, after, _PAGE)
             listed += [
-                (e.name, e.key, e.as_of, e.expire_on, e.size, e.payload_type) for e in page.entries
+                (e.name, e.key, e.as_of, e.expire_on, e.size, e.payload_type, e.label)
+                for e in page.entries
             ]
             if page.next_after is None:
                 break

@@ -24,13 +24,15 @@ PAYLOAD_PREVIEW = 500
 
 @dataclass(frozen=True, slots=True)
 class Entry:
-    """One stored entry as the dashboard shows it (no payload unless asked for)."""
+    """One stored entry as the dashboard shows it (no payload unless asked for; its label when
+    its failover opted in to labels)."""
 
     key: str
     as_of: datetime | None
     expire_on: datetime | None
     size: int | None
     payload: str | None = None
+    label: str | None = None
 
     def expired(self, now: datetime) -> bool:
         """Whether the entry is past its expiry at ``now``."""
@@ -45,6 +47,7 @@ class Entry:
             "age_seconds": None if self.as_of is None else (now - self.as_of).total_seconds(),
             "expired": self.expired(now),
             "size": self.size,
+            "label": self.label,
         }
         if self.payload is not None:
             data["payload"] = self.payload
@@ -113,7 +116,7 @@ def summary(store: FailoverStore, now: datetime) -> list[Summary]:
 
 def _entry(e: StoredEntry, payloads: bool) -> Entry:
     preview = _preview(e.payload) if payloads else None
-    return Entry(e.key, e.as_of, e.expire_on, e.size, preview)
+    return Entry(e.key, e.as_of, e.expire_on, e.size, preview, e.label)
 
 
 def _preview(text: str) -> str:

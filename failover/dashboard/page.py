@@ -340,8 +340,11 @@ def _entries(
         html.append('<p class="muted">No entries.</p></section>')
         return "".join(html)
     payloads = any(e.payload is not None for e in page.entries)
+    labels = any(e.label is not None for e in page.entries)
     head = (
-        "<tr><th>Key</th><th>as_of</th><th>expire_on</th><th>Age</th>"
+        "<tr><th>Key</th>"
+        + ("<th>Label</th>" if labels else "")
+        + "<th>as_of</th><th>expire_on</th><th>Age</th>"
         '<th class="num">Size</th>' + ("<th>Payload</th>" if payloads else "") + "</tr>"
     )
     html.append(f'<table id="entries-table"><thead>{head}</thead><tbody>')
@@ -351,7 +354,8 @@ def _entries(
         state = ' class="expired" title="expired"' if expired else ""
         html.append(
             f'<tr><td class="key"><span{state}>{_e(e.key)}</span></td>'
-            f"<td>{_e(_time(e.as_of))}</td><td>{_e(_time(e.expire_on))}"
+            + (f'<td class="label">{_e(e.label or "")}</td>' if labels else "")
+            + f"<td>{_e(_time(e.as_of))}</td><td>{_e(_time(e.expire_on))}"
             f"{' <span class=muted>(expired)</span>' if expired else ''}</td>"
             f'<td>{_e(_age(age))}</td><td class="num">{_e(_size(e.size))}</td>'
             + (f"<td><code>{_e(e.payload or '')}</code></td>" if payloads else "")

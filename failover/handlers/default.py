@@ -11,6 +11,7 @@ from typing import Any, TypeVar
 from ..context import CallContext, Miss
 from ..definition import FailoverDefinition
 from ..keys import make_key
+from ..labels import call_label
 from ..payload import envelope
 from ..stores.base import FailoverStore, Payload, does_io
 from ..stores.batching import ReadBatcher, pinned_call
@@ -88,7 +89,10 @@ class DefaultHandler:
             if self._coalesced(slot, now, interval):
                 return
         try:
-            self.store_.store(envelope(name, key, result, now, expire_on(definition, now), True))
+            label = None if definition.label is None else call_label(ctx)
+            self.store_.store(
+                envelope(name, key, result, now, expire_on(definition, now), True, label=label)
+            )
         except BaseException:
             if interval:  # nothing stored: the next success tries again
                 self._unmark(self._slot(key), now + interval)
@@ -152,7 +156,8 @@ class DefaultHandler:
             return Miss.MISS
         if ctx.definition.expiry.is_expired(found, self.clock()):
             return Miss.EXPIRED
-        return envelope(found.name, found.key, found.payload, found.as_of, found.expire_on, False)
+        f = found
+        return envelope(f.name, f.key, f.payload, f.as_of, f.expire_on, False, label=f.label)
 
     def recover(self, ctx: CallContext, cause: Exception) -> Payload | Miss:
         """The stored entry, stale, or why there is none."""

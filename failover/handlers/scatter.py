@@ -19,6 +19,7 @@ from typing import Any
 from ..context import CallContext, Miss, RecoverContext
 from ..definition import FailoverDefinition
 from ..errors import SplitterError
+from ..labels import slice_label
 from ..metrics import Metrics
 from ..payload import enrich, envelope
 from ..scatter import CallArguments, StoreContext, slice_context
@@ -84,8 +85,17 @@ class ScatterGatherHandler:
                 slices = splitter.split_on_store(
                     StoreContext(d, CallArguments(ctx.arguments, ctx.args, ctx.kwargs), result)
                 )
+                labelled = d.label is not None
                 payloads = [
-                    envelope(name, slice_key(d, s.arguments), s.payload, now, expires, True)
+                    envelope(
+                        name,
+                        slice_key(d, s.arguments),
+                        s.payload,
+                        now,
+                        expires,
+                        True,
+                        label=slice_label(d, s.arguments) if labelled else None,
+                    )
                     for s in slices
                 ]
             except Exception as exc:
@@ -271,7 +281,7 @@ class ScatterGatherHandler:
             p = found.get(key)
             if p is not None:  # stale, and so is its value (unless fresh or live)
                 value = enrich(p.payload, up_to_date, p.as_of)
-                p = envelope(p.name, p.key, value, p.as_of, p.expire_on, up_to_date, cause)
+                p = envelope(p.name, p.key, value, p.as_of, p.expire_on, up_to_date, cause, p.label)
             slices.append(slice_context(d, asked.arguments, cause, p, asked.return_type))
         try:
             merged = d.splitter.merge(whole, slices)

@@ -191,9 +191,17 @@ class Serializer:
             ) from exc
 
     def envelope(
-        self, name: str, key: str, raw: Any, payload_type: Any, as_of: Any, expire_on: Any
+        self,
+        name: str,
+        key: str,
+        raw: Any,
+        payload_type: Any,
+        as_of: Any,
+        expire_on: Any,
+        label: Any = None,
     ) -> Payload:
-        """The envelope of an entry from its four stored parts.
+        """The envelope of an entry from its four stored parts, and its label (kept only when
+        it is a string: a label is never decoded).
 
         Raises:
             SerializationError: the entry cannot be trusted or decoded, or its times are missing
@@ -217,7 +225,10 @@ class Serializer:
                     f"{self.where}: entry ({name!r}, {key!r}) has corrupt times: {exc}"
                 ) from exc
             self._last_times = (as_of, expire_on, when, until)  # one tuple: safe across threads
-        return envelope(name, key, self.load(name, key, raw, payload_type), when, until, True)
+        value = self.load(name, key, raw, payload_type)
+        if label is not None and not isinstance(label, str):
+            label = None  # written by hand: a label is text, or none
+        return envelope(name, key, value, when, until, True, label=label)
 
     def each(
         self,
@@ -230,18 +241,16 @@ class Serializer:
 
         Args:
             name: the entries' name.
-            rows: ``(key, payload, payload_type, as_of, expire_on)`` rows, or with ``split``,
-                whatever the store keeps.
-            split: ``(name, row) -> (key, payload, payload_type, as_of, expire_on)``, for a
+            rows: ``(key, payload, payload_type, as_of, expire_on)`` rows, then the label
+                where the store keeps one, or with ``split``, whatever the store keeps.
+            split: ``(name, row) -> (key, payload, payload_type, as_of, expire_on[, label])``, for a
                 store that keeps an entry in another shape; it raises `SerializationError` (see
                 `corrupt`) for a row that is not an entry.
         """
         for row in rows:
             try:
-                key, raw, payload_type, as_of, expire_on = (
-                    row if split is None else split(name, row)
-                )
-                yield key, self.envelope(name, key, raw, payload_type, as_of, expire_on)
+                key, *parts = row if split is None else split(name, row)
+                yield key, self.envelope(name, key, *parts)
             except SerializationError as exc:
                 log.warning("%s; skipped", exc)
 

@@ -53,6 +53,8 @@ class StoredEntry(NamedTuple):
         payload_type: the stored value's type name (``"?"`` when unreadable).
         payload: the start of the payload text as stored (``json:...``, ``pickle:...``,
             ``ENC(...)``; an in-process store's value as JSON), at most `PREVIEW` characters.
+        label: the entry's readable label (the call's arguments), stored only for a failover
+            that opts in (``label=``); ``None`` otherwise, and for entries of earlier versions.
     """
 
     name: str
@@ -62,6 +64,7 @@ class StoredEntry(NamedTuple):
     size: int
     payload_type: str
     payload: str
+    label: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,6 +141,7 @@ def describe(payload: ReferentialPayload[Any]) -> StoredEntry:
         len(text.encode(errors="surrogatepass")),
         type_name(type(payload.payload)),
         text[:PREVIEW],
+        payload.label,
     )
 
 

@@ -70,9 +70,8 @@ def copied(payload: Payload) -> Payload:
         value = value.copy()  # a flat dict, the commonest payload: a shallow copy is deep
     else:
         value = deep_copy(value)
-    return envelope(
-        payload.name, payload.key, value, payload.as_of, payload.expire_on, payload.up_to_date
-    )
+    p = payload
+    return envelope(p.name, p.key, value, p.as_of, p.expire_on, p.up_to_date, label=p.label)
 
 
 class CopyingStore(HealthRowsLayer, BrowsingLayer, Capabilities):

@@ -3,6 +3,11 @@
 A header line ``{as_of} {expire_on} {type}`` (microseconds since the Unix epoch, UTC; the
 value's type name), then the payload text as `Serializer` writes it (codec, signature,
 encryption). `Values` writes and decodes it; `describe` lists it as stored, not decoded.
+
+An entry with a label (a failover with ``label=``) ends its header line with a tab and the label
+(``{as_of} {expire_on} {type}\t{label}``; neither a type name nor a label holds a tab or a line
+break). A value without one is as earlier versions wrote it, and earlier versions read it; they
+read a labelled value as undecodable (a miss), so opt in once every process is on this version.
 """
 
 from __future__ import annotations
@@ -41,12 +46,13 @@ class Values:
         """The stored string of an envelope, and when Redis expires it (ms since the epoch,
         before the clock's offset)."""
         text, payload_type, as_of, expire_on = self.serializer.stored(payload)
-        if "\n" in payload_type:  # the header is one line
-            payload_type = payload_type.replace("\n", " ")
-        return f"{as_of} {expire_on} {payload_type}\n{text}", expire_on // 1000
+        header = f"{as_of} {expire_on} {_one_field(payload_type)}"
+        if payload.label is not None:
+            header = f"{header}\t{_one_field(payload.label)}"
+        return f"{header}\n{text}", expire_on // 1000
 
-    def parts(self, name: str, pair: tuple[str, Any]) -> tuple[str, str, str, int, int]:
-        """A stored value split into ``(key, payload, payload_type, as_of, expire_on)``.
+    def parts(self, name: str, pair: tuple[str, Any]) -> tuple[str, str, str, int, int, str | None]:
+        """A stored value split into ``(key, payload, payload_type, as_of, expire_on, label)``.
 
         Raises:
             SerializationError: not a failover entry (no header, or not UTF-8).
@@ -55,8 +61,16 @@ class Values:
         try:
             data = raw if isinstance(raw, bytes) else raw.encode()
             header, _, body = data.partition(b"\n")
-            as_of, expire_on, payload_type = header.split(b" ", 2)
-            return key, body.decode(), payload_type.decode(), int(as_of), int(expire_on)
+            as_of, expire_on, rest = header.split(b" ", 2)
+            payload_type, tab, label = rest.decode().partition("\t")
+            return (
+                key,
+                body.decode(),
+                payload_type,
+                int(as_of),
+                int(expire_on),
+                label if tab else None,
+            )
         except ValueError as exc:  # UnicodeDecodeError included
             raise self.serializer.corrupt(name, key, f"not a failover entry ({exc})") from exc
 
@@ -75,11 +89,19 @@ class Values:
         return dict(self.serializer.each(name, found, self.parts))
 
 
+def _one_field(text: str) -> str:
+    """``text`` as one field of the header: no line break ends the header, no tab the type."""
+    if "\n" in text or "\t" in text:
+        return text.replace("\n", " ").replace("\t", " ")
+    return text
+
+
 def describe(name: str, key: str, raw: bytes | str) -> StoredEntry:
     """The entry as stored (a value with an unreadable header is listed with no times)."""
     data = raw if isinstance(raw, bytes) else raw.encode()
     head, _, body = data.partition(b"\n")
-    header = head.decode(errors="replace").split(" ", 2)
+    fields, tab, label = head.decode(errors="replace").partition("\t")
+    header = fields.split(" ", 2)
     as_of: datetime | None
     expire_on: datetime | None
     try:
@@ -89,4 +111,6 @@ def describe(name: str, key: str, raw: bytes | str) -> StoredEntry:
         as_of = expire_on = None
         payload_type = "?"
     payload = body[: PREVIEW * 4].decode(errors="replace")[:PREVIEW]
-    return StoredEntry(name, key, as_of, expire_on, len(data), payload_type, payload)
+    return StoredEntry(
+        name, key, as_of, expire_on, len(data), payload_type, payload, label if tab else None
+    )

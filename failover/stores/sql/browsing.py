@@ -15,6 +15,7 @@ import sqlalchemy as sa
 
 from ...serialization.rows import micros, time_or_none
 from ..browsing import PREVIEW, Page, StoredEntry, Summary
+from .table import label_of
 
 __all__ = ["SqlBrowsing"]
 
@@ -38,6 +39,7 @@ class SqlBrowsing:
             sa.func.length(c.payload),
             c.payload_type,
             sa.func.substr(c.payload, 1, PREVIEW),
+            *label_of(table),
         )
         by_name = c.name == sa.bindparam("n")
         self._first = sa.select(*columns).where(by_name).order_by(c.key)
@@ -92,7 +94,7 @@ class SqlBrowsing:
 
 
 def _entry(name: str, row: Any) -> StoredEntry:
-    key, as_of, expire_on, size, payload_type, payload = row
+    key, as_of, expire_on, size, payload_type, payload, *label = row
     if isinstance(payload, bytes):  # written by hand: shown, not decoded
         payload = payload.decode(errors="replace")
     return StoredEntry(
@@ -103,4 +105,5 @@ def _entry(name: str, row: Any) -> StoredEntry:
         size if isinstance(size, int) else 0,
         str(payload_type),
         payload if isinstance(payload, str) else "",
+        label[0] if label and isinstance(label[0], str) else None,
     )

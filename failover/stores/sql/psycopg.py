@@ -215,7 +215,8 @@ class PsycopgStatements:
     """The statements of one `SqlStore` table, run through psycopg on the engine's connections.
 
     Rows come back in the shapes the SQLAlchemy path gives: ``(payload, payload_type, as_of,
-    expire_on)``, with the key first for `find_many` and `find_all`. Errors are psycopg's.
+    expire_on)``, then ``label`` when the table has the column, with the key first for
+    `find_many` and `find_all`. Errors are psycopg's.
 
     Args:
         engine: a ``postgresql+psycopg`` engine.
@@ -228,14 +229,18 @@ class PsycopgStatements:
         self._spares = spares(engine)
         self._broken: type[Exception] = psycopg.OperationalError
         t = engine.dialect.identifier_preparer.format_table(table)
-        values = "payload, payload_type, as_of, expire_on"
+        # A table of an earlier version has no label (sql.table's LABEL; imported, a circle).
+        self._label = "label" in table.c
+        label = ", label" if self._label else ""
+        values = f"payload, payload_type, as_of, expire_on{label}"
         self._find = f"SELECT {values} FROM {t} WHERE name = %s AND key = %s"
         # The keys travel as one array; each is looked up in the primary key (LIMIT 1 keeps the
         # planner from turning the lookups into one scan of every entry of the name). Arrays go
         # in binary (%b): as text, psycopg escapes every element, ten times slower.
         self._find_many = (
-            f"SELECT found.key, found.payload, found.payload_type, found.as_of, found.expire_on "
-            f"FROM unnest(%b::text[]) AS wanted(key) JOIN LATERAL (SELECT key, {values} "
+            f"SELECT found.key, found.payload, found.payload_type, found.as_of, found.expire_on"
+            f"{', found.label' if self._label else ''} FROM unnest(%b::text[]) AS wanted(key) "
+            f"JOIN LATERAL (SELECT key, {values} "
             f"FROM {t} WHERE name = %s AND key = wanted.key LIMIT 1) AS found ON true"
         )
         self._find_all = f"SELECT key, {values} FROM {t} WHERE name = %s ORDER BY key"
@@ -244,12 +249,14 @@ class PsycopgStatements:
         # A batch travels as one JSON array of rows, which the server unpacks in C: twice the
         # rate of six binary arrays, whose dumping psycopg does in Python, element by element.
         self._upsert = (
-            f"INSERT INTO {t} (name, key, as_of, expire_on, payload, payload_type) "
-            "SELECT r.n, r.k, r.a, r.e, r.p, r.t FROM json_to_recordset(%s::json) AS "
-            "r(n text, k text, a bigint, e bigint, p text, t text) "
+            f"INSERT INTO {t} (name, key, as_of, expire_on, payload, payload_type{label}) "
+            f"SELECT r.n, r.k, r.a, r.e, r.p, r.t{', r.l' if self._label else ''} "
+            "FROM json_to_recordset(%s::json) AS "
+            f"r(n text, k text, a bigint, e bigint, p text, t text{', l text' if label else ''}) "
             "ON CONFLICT (name, key) DO UPDATE SET "
             "as_of = excluded.as_of, expire_on = excluded.expire_on, "
             "payload = excluded.payload, payload_type = excluded.payload_type"
+            f"{', label = excluded.label' if label else ''}"
         )
 
     def _run(self, sql: str, params: Sequence[Any], fetch: int) -> Any:
@@ -328,6 +335,7 @@ class PsycopgStatements:
                     "e": r["expire_on"],
                     "p": r["payload"],
                     "t": r["payload_type"],
+                    "l": r.get("label"),
                 }
                 for r in rows
             ]

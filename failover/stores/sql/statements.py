@@ -5,8 +5,8 @@ name; upsert rows; delete one. `CoreStatements` runs them through SQLAlchemy Cor
 database (``INSERT ... ON CONFLICT (name, key) DO UPDATE`` on SQLite and PostgreSQL, an
 update-then-insert transaction elsewhere; on PostgreSQL ``find_many`` sends the keys as one array
 parameter). `failover.stores.sql.psycopg.PsycopgStatements` is the PostgreSQL fast path. Rows come
-back as ``(payload, payload_type, as_of, expire_on)``, with the key first for ``find_many`` and
-``find_all``.
+back as ``(payload, payload_type, as_of, expire_on)``, then ``label`` when the table has the
+column, with the key first for ``find_many`` and ``find_all``.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from sqlalchemy import exc as sa_exc
 
 from ...errors import StoreError
 from .engine import first_line
-from .table import VALUES
+from .table import label_of, replaced
 
 __all__ = ["CoreStatements", "Statements"]
 
@@ -69,7 +69,7 @@ def _upsert(table: sa.Table, dialect: str) -> sa.Executable | None:
     stmt = inserts[dialect](table)
     upsert: sa.Executable = stmt.on_conflict_do_update(
         index_elements=[table.c.name, table.c.key],
-        set_={c: stmt.excluded[c] for c in VALUES},
+        set_={c: stmt.excluded[c] for c in replaced(table)},
     )
     return upsert
 
@@ -88,10 +88,11 @@ class CoreStatements:
         dialect = engine.dialect.name
         c = table.c
         self._upsert = _upsert(table, dialect)
+        self._replaced = replaced(table)
         self._update = table.update().where(
             c.name == sa.bindparam("b_name"), c.key == sa.bindparam("b_key")
         )
-        columns = (c.payload, c.payload_type, c.as_of, c.expire_on)
+        columns = (c.payload, c.payload_type, c.as_of, c.expire_on, *label_of(table))
         by_name = c.name == sa.bindparam("n")
         self._find = sa.select(*columns).where(by_name, c.key == sa.bindparam("k"))
         self._find_all = sa.select(c.key, *columns).where(by_name).order_by(c.key)
@@ -176,7 +177,7 @@ class CoreStatements:
         with self.engine.begin() as conn:
             missing = []
             for row in rows:
-                values = {c: row[c] for c in VALUES}
+                values = {c: row[c] for c in self._replaced}
                 result = conn.execute(
                     self._update, {"b_name": row["name"], "b_key": row["key"], **values}
                 )

@@ -33,7 +33,7 @@ from .health_rows import SqlHealthRows
 from .psycopg import PsycopgStatements, supported
 from .statements import CoreStatements, Statements
 from .table import create_table as create_missing_table
-from .table import make_table, split_prefix
+from .table import label_column, label_of, make_table, split_prefix
 
 __all__ = ["SqlStore", "per_tenant_databases", "per_tenant_tables"]
 
@@ -95,20 +95,15 @@ class SqlStore(KeepsHealthRows, Capabilities):
         self.engine: Engine = (
             url_or_engine if isinstance(url_or_engine, Engine) else make_engine(url_or_engine)
         )
-        self.table = table = make_table(schema, prefix)
+        self._schema, self._prefix = schema, prefix
+        self._bind(make_table(schema, prefix))
         self._create_table = create_table
-        self._where = f"SqlStore({masked(self.engine.url)}, table={table.fullname!r})"
+        self._where = f"SqlStore({masked(self.engine.url)}, table={self.table.fullname!r})"
         self._rows.where = self._where
-        self._core = CoreStatements(self.engine, table)
-        self.browsing = SqlBrowsing(self._core.single, table)
         # The processes' health rows (Failover(publish_health=...)), in a table beside.
         self.health = SqlHealthRows(self.engine, schema, prefix, self._where, create_table)
-        # postgresql+psycopg: the statements past SQLAlchemy's execution layer (sql.psycopg).
-        self._statements: Statements = (
-            PsycopgStatements(self.engine, table) if supported(self.engine) else self._core
-        )
         self._aio: Any = None  # psycopg's async connections, for async callers
-        if isinstance(self._statements, PsycopgStatements):
+        if supported(self.engine):
             from .aio import AsyncConnections  # psycopg is there: the statements use it
 
             self._aio = AsyncConnections(self.engine.url, prepare=prepares(self.engine))
@@ -125,14 +120,28 @@ class SqlStore(KeepsHealthRows, Capabilities):
 
     # -- schema ---------------------------------------------------------------------------------
 
+    def _bind(self, table: sa.Table) -> None:
+        """Make the statements of ``table`` (with or without the ``label`` column)."""
+        self.table = table
+        self._labels = bool(label_of(table))
+        self._core = CoreStatements(self.engine, table)
+        self.browsing = SqlBrowsing(self._core.single, table)
+        # postgresql+psycopg: the statements past SQLAlchemy's execution layer (sql.psycopg).
+        self._statements: Statements = (
+            PsycopgStatements(self.engine, table) if supported(self.engine) else self._core
+        )
+
     def _prepare(self) -> None:
-        """Create the table (with ``create_table``) and learn SQLite's parameter limit: once,
-        at construction or, when the database could not be reached then, on first use."""
+        """Create the table (with ``create_table``; a table of an earlier version gets the
+        ``label`` column, or is used without it) and learn SQLite's parameter limit: once, at
+        construction or, when the database could not be reached then, on first use."""
         with self._ready_lock:
             if self._ready:
                 return
             if self._create_table:
                 self.create_table()
+            if not label_column(self.engine, self.table, self._where, self._create_table):
+                self._bind(make_table(self._schema, self._prefix, label=False))
             self._core.learn_limits(self._where)
             self._ready = True
 
@@ -150,7 +159,7 @@ class SqlStore(KeepsHealthRows, Capabilities):
 
     def _row(self, payload: Payload) -> dict[str, Any]:
         text, payload_type, as_of, expire_on = self._rows.stored(payload)
-        return {
+        row = {
             "name": payload.name,
             "key": payload.key,
             "as_of": as_of,
@@ -158,6 +167,9 @@ class SqlStore(KeepsHealthRows, Capabilities):
             "payload": text,
             "payload_type": payload_type,
         }
+        if self._labels:
+            row["label"] = payload.label
+        return row
 
     def _payload(self, name: str, key: str, row: Any) -> Payload:
         # A row written by hand (NULL, out of range, or text in SQLite's untyped column) is as
