@@ -216,7 +216,9 @@ class Call(CallContext):
             rt.ahead.start(self, args, kwargs)
         payload = found.payload
         value = payload if plain_kind(type(payload)) else enrich(payload, True, as_of)
-        return envelope(found.name, found.key, value, as_of, found.expire_on, True)
+        return envelope(
+            found.name, found.key, value, as_of, found.expire_on, True, None, found.label
+        )
 
     # -- success ------------------------------------------------------------------------------
 
