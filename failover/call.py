@@ -111,9 +111,7 @@ class Call(CallContext):
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        ex = self.rt.execution
-        if ex is not None:
-            ex.exit(self.token, exc)
+        self.__exit__(kind, exc, tb)  # leaving the guards never waits
 
     def run(self, fn: Callable[..., Any], args: Any, kwargs: Any) -> Any:
         """Call the upstream, within the soft timeout if there is one (inside the guards)."""
