@@ -7,13 +7,11 @@ from collections.abc import Callable, Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
-import pybreaker
-
 from ..chain import handler_chain, store_chain
 from ..context import PolicyLike
 from ..core import Decorated, Runtime
 from ..definition import FailoverDefinition
-from ..execution import Bulkhead, PermitSource, Pool, Pools, Refreshes
+from ..execution import Pools, Refreshes
 from ..handlers import Handler
 from ..health import DOWN_MIN, DOWN_RATIO, HealthReport, down_thresholds
 from ..metrics import Metrics, resolve_metrics
@@ -25,6 +23,7 @@ from ..stores.base import FailoverStore, does_io, writes_async
 from ..stores.tenant import MultiTenantStore, TenantStoreFactory
 from . import validation
 from .clock import utcnow
+from .guards import Guards
 from .lifecycle import Lifecycle
 from .maintenance import Maintenance
 from .registry import Registry
@@ -33,7 +32,7 @@ from .wiring import Wiring
 __all__ = ["Failover"]
 
 
-class Failover(Lifecycle):
+class Failover(Guards, Lifecycle):
     """An engine: the store chain, the handler chain, and the registered failovers.
 
     Args:
@@ -213,40 +212,6 @@ class Failover(Lifecycle):
     def runtime(self, decorated: Decorated) -> Runtime:
         """The runtime of ``decorated`` on this engine, made on first use."""
         return self.wiring.runtime(decorated, self.register)
-
-    def breaker(self, d: FailoverDefinition) -> pybreaker.CircuitBreaker:
-        """The circuit breaker of failover ``d``: its own, or (``breaker=True``) the engine's
-        one for its name, made from ``breaker_defaults``; its state changes reach the metrics."""
-        return self.wiring.breaker(d)
-
-    def bulkhead(self, d: FailoverDefinition) -> Bulkhead:
-        """The bulkhead of failover ``d`` (one per name on this engine): its private pool
-        (``max_concurrency``) or the declared pool it names (``bulkhead=``).
-
-        Raises:
-            ConfigurationError: ``bulkhead=`` names no declared pool, or one smaller than the
-                failover's ``weight``.
-        """
-        return self.wiring.bulkhead(d)
-
-    def bulkhead_pool(
-        self, name: str, permits: int, fair: bool = True, source: PermitSource | None = None
-    ) -> Pool:
-        """Declare the bulkhead pool ``name``, which failovers share with ``bulkhead=name``.
-
-        Declaring a name again with the same settings returns the same pool.
-
-        Args:
-            name: the pool's name.
-            permits: permits in all (a call takes its failover's ``weight``).
-            fair: waiters are served in arrival order (a newcomer never overtakes them).
-            source: where the permits come from: default in-process (`LocalPermits`);
-                `failover.RedisPermits` for one pool across every process of a cluster.
-
-        Raises:
-            ConfigurationError: a bad setting, or a name declared before with other settings.
-        """
-        return self.pools.declare(name, permits, fair, source)
 
     @classmethod
     def from_env(
