@@ -7,9 +7,15 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
+from hypothesis import settings
 
 import failover
 from failover.engine import default as engine_module
+
+# Hypothesis fails an example that takes longer than 200 ms by default: a wall-clock assertion,
+# which a loaded machine (several suites at once) breaks. Examples are bounded by their count.
+settings.register_profile("failover", deadline=None)
+settings.load_profile("failover")
 
 
 class FakeClock:
