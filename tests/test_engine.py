@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -59,6 +60,22 @@ def test_from_env() -> None:
     with pytest.raises(ConfigurationError, match="APP_ENABLED"):
         Failover.from_env("APP_", environ={"APP_ENABLED": "perhaps"})
     assert Failover.from_env(environ={}, enabled=False).enabled is False
+
+
+def test_from_env_reads_the_store_settings_as_durations(tmp_path: Path) -> None:
+    env = {
+        "APP_STORE": f"sqlite:///{tmp_path / 'f.db'}",
+        "APP_STORE_TIMEOUT": "250ms",
+        "APP_STORE_BREAKER_RESET": "30s",
+        "APP_PUBLISH_HEALTH": "false",
+    }
+    eng = Failover.from_env("APP_", environ=env)
+    assert (eng.store_timeout, eng.store_breaker_reset, eng.publisher) == (0.25, 30.0, None)
+    eng.close()
+    with pytest.raises(ConfigurationError, match="store_timeout"):
+        Failover.from_env("APP_", environ={"APP_STORE_TIMEOUT": "soon"})
+    with Failover.from_env("APP_", environ={**env, "APP_PUBLISH_HEALTH": "1m"}) as published:
+        assert published.publisher is not None
 
 
 def test_definitions_lists_every_failover(engine: Failover) -> None:

@@ -220,8 +220,10 @@ class Failover(Guards, Lifecycle):
         """An engine configured from environment variables.
 
         Reads ``{prefix}STORE`` (a URL), ``{prefix}ASYNC_WRITES`` and ``{prefix}ENABLED``
-        (``true``/``false``/``1``/``0``), ``{prefix}POLICY`` and ``{prefix}METRICS``.
-        Keyword arguments override the environment.
+        (``true``/``false``/``1``/``0``), ``{prefix}POLICY``, ``{prefix}METRICS``, the durations
+        ``{prefix}STORE_TIMEOUT`` and ``{prefix}STORE_BREAKER_RESET`` (``"500ms"``), and
+        ``{prefix}PUBLISH_HEALTH`` (true/false or an interval, ``"30s"``). Keyword arguments
+        override the environment.
         """
         kwargs = validation.env_settings(prefix, os.environ if environ is None else environ)
         kwargs.update(overrides)

@@ -123,7 +123,16 @@ def env_settings(prefix: str, environ: Mapping[str, str]) -> dict[str, Any]:
             kwargs[name.lower()] = _env_bool(f"{prefix}{name}", raw)
     if environ.get(f"{prefix}POLICY"):
         kwargs["policy"] = environ[f"{prefix}POLICY"]
+    # Durations as text ("500ms", "30s"): the engine parses them and names a bad one.
+    for name in ("STORE_TIMEOUT", "STORE_BREAKER_RESET", "PUBLISH_HEALTH"):
+        raw = environ.get(f"{prefix}{name}", "").strip()
+        if raw:
+            on_off = name == "PUBLISH_HEALTH" and raw.lower() in _BOOLS
+            kwargs[name.lower()] = _env_bool(f"{prefix}{name}", raw) if on_off else raw
     return kwargs
+
+
+_BOOLS = ("1", "true", "yes", "on", "0", "false", "no", "off")
 
 
 def _env_bool(name: str, raw: str) -> bool:
