@@ -108,6 +108,7 @@ def cases() -> tuple[list[Case], list[Case], list[failover.Failover]]:
     metered = failover.Failover("memory://", metrics=True)
     recovering = failover.Failover("memory://", metrics=False)  # no eviction by other cases
     coalescing = failover.Failover("memory://", metrics=False, store_interval="1h")
+    labelled = failover.Failover("memory://", metrics=False)  # label=True: its entries only
     decorated = failover.failover("bench.country", engine=engine)(country)
     filling = failover.failover("bench.fill", domain="bench", engine=recovering)(country)
     failing = failover.failover("bench.broken", domain="bench", engine=recovering)(broken)
@@ -137,6 +138,11 @@ def cases() -> tuple[list[Case], list[Case], list[failover.Failover]]:
             failover.failover("bench.cold", engine=cold)(country),
             COLD,
         ),
+        (
+            "@failover success, repeated keys, label=True",
+            failover.failover("bench.labelled", engine=labelled, label=True)(country),
+            HOT,
+        ),
         ("@failover recover (upstream raises, entry found)", failing, HOT),
         (
             "@failover success within store_interval (not stored again)",
@@ -161,7 +167,7 @@ def cases() -> tuple[list[Case], list[Case], list[failover.Failover]]:
         asyn.append(
             ("cashews @cache.failover success (mem://)", cache.failover(ttl="1h")(acountry), HOT)
         )
-    return sync, asyn, [engine, cold, metered, recovering, coalescing]
+    return sync, asyn, [engine, cold, metered, recovering, coalescing, labelled]
 
 
 def health_ms(failovers: int = 1_000, repeat: int = 20) -> float:

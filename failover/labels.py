@@ -62,7 +62,20 @@ class _Bounded(reprlib.Repr):
         return text
 
 
-_shown = _Bounded().repr
+_bounded = _Bounded().repr
+_PLAIN = (str, int, float, bool, type(None))
+
+
+def _shown(value: Any) -> str:
+    """``value`` rendered: the common short scalars by their own ``repr`` (reprlib's dispatch
+    costs more than the rest of a label), anything else bounded."""
+    if type(value) in _PLAIN:
+        text = repr(value)
+        if len(text) <= 60:
+            return text
+    return _bounded(value)
+
+
 _warned: set[str] = set()
 _warned_lock = threading.Lock()
 
@@ -84,8 +97,15 @@ def check_label(value: Any, owner: str, setting: str) -> bool | Callable[..., ob
     )
 
 
+_functions: dict[str, str] = {}  # module.qualname -> the function's own name
+
+
 def _function(definition: FailoverDefinition) -> str:
-    return definition.function.rsplit(".", 1)[-1]
+    whole = definition.function
+    name = _functions.get(whole)
+    if name is None:
+        name = _functions[whole] = whole.rsplit(".", 1)[-1]
+    return name
 
 
 def printable(text: str) -> str:
@@ -119,7 +139,9 @@ def call_label(ctx: CallContext) -> str | None:
     d = ctx.definition
     how = d.label
     if how is True:
-        shown = ", ".join(f"{name}={_shown(v)}" for name, v in ctx.arguments.items())
+        # The bound arguments by name, as ctx.arguments has them, without building that dict.
+        names = ctx.binder.names
+        shown = ", ".join([f"{n}={_shown(v)}" for n, v in zip(names, ctx.values, strict=True)])
         return printable(f"{_function(d)}({shown})")
     if not callable(how):
         return None

@@ -22,6 +22,7 @@ from failover import ConfigurationError, Failover, ListSplitter
 from failover.cli import main
 from failover.labels import LABEL_MAX
 from failover.stores.sql import SqlStore, make_engine
+from failover.stores.sql.table import make_table
 
 from . import postgres, redis_server
 from .conftest import FakeClock
@@ -180,18 +181,10 @@ def test_slices_are_labelled_by_their_item_key(engine: Failover) -> None:
 
 def earlier_table(engine: sa.Engine, prefix: str) -> None:
     """The table as the versions before labels made it: no ``label`` column."""
-    name = f"{prefix}failover_store"
-    sa.Table(
-        name,
-        sa.MetaData(),
-        sa.Column("name", sa.String(255), primary_key=True),
-        sa.Column("key", sa.String(255), primary_key=True),
-        sa.Column("as_of", sa.BigInteger, nullable=False),
-        sa.Column("expire_on", sa.BigInteger, nullable=False),
-        sa.Column("payload", sa.Text, nullable=False),
-        sa.Column("payload_type", sa.String(255), nullable=False),
-        sa.Index(f"{name}_expire_on", "expire_on"),
-    ).metadata.create_all(engine)
+    make_table(None, prefix, label=False).metadata.create_all(engine)
+    assert columns(engine, prefix) == {
+        *("name", "key", "as_of", "expire_on", "payload", "payload_type")
+    }
 
 
 def columns(engine: sa.Engine, prefix: str) -> set[str]:

@@ -90,8 +90,9 @@ class DefaultHandler:
                 return
         try:
             label = None if definition.label is None else call_label(ctx)
+            # Positional: the success path's one envelope (no keyword parsing).
             self.store_.store(
-                envelope(name, key, result, now, expire_on(definition, now), True, label=label)
+                envelope(name, key, result, now, expire_on(definition, now), True, None, label)
             )
         except BaseException:
             if interval:  # nothing stored: the next success tries again
@@ -157,7 +158,7 @@ class DefaultHandler:
         if ctx.definition.expiry.is_expired(found, self.clock()):
             return Miss.EXPIRED
         f = found
-        return envelope(f.name, f.key, f.payload, f.as_of, f.expire_on, False, label=f.label)
+        return envelope(f.name, f.key, f.payload, f.as_of, f.expire_on, False, None, f.label)
 
     def recover(self, ctx: CallContext, cause: Exception) -> Payload | Miss:
         """The stored entry, stale, or why there is none."""
