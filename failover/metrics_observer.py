@@ -51,7 +51,7 @@ class MetricsObserver(Observer):
         """`stored` straight to the metrics, without a frame of its own."""
         if fact == "stored" and not self.queued:
             return functools.partial(self.metrics.stored, self.name)
-        return super().method(fact)
+        return super().method(fact)  # handed to the queue: `stored` tells a failure apart
 
     def stored(self, ok: bool, seconds: float) -> None:
         """Count a write: written or failed (handed to the queue: timed, the queue counts it)."""

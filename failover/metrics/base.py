@@ -45,9 +45,10 @@ class Metrics(Protocol):
 
     def write_results(self, name: str, result: str, count: int = 1) -> None:
         """``count`` writes of the entries of ``name`` (the failover's effective name) through
-        the async-writes queue: ``queued`` when it takes them, then each ``written`` or
-        ``failed`` (a write superseded by a newer one of its key while queued counts as
-        written: the newer one is written in its place)."""
+        the async-writes queue: ``queued`` as its worker takes them (off the callers' threads),
+        then each ``written`` or ``failed``; a write the queue drops is ``queued`` and
+        ``failed`` at once. A write superseded by a newer one of its key while queued counts
+        as written: the newer one is written in its place."""
         return None
 
     def recovered(

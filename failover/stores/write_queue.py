@@ -107,7 +107,6 @@ class WriteQueue:
                         self._mark_pending(writes)
                         queue.extend(writes)
                         self.queued += len(writes)
-                        self.count("queued", writes)
                         if self.idle:
                             self.has_work.notify()
                         return
@@ -239,6 +238,9 @@ class WriteQueue:
                 if not queue:
                     return
                 batch = [queue.popleft() for _ in range(min(self.batch_size, len(queue)))]
+            # Counted queued here, off the callers' threads: once the queue is drained,
+            # queued = written + failed.
+            self.count("queued", batch)
             try:
                 self.write(batch)
             except Exception:  # a bug of ours must not stop the writes that follow
