@@ -15,10 +15,8 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import logging
 import os
 import threading
-import time
 from collections import Counter
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -44,8 +42,6 @@ from .health_rows import HealthRowsLayer, ProcessHealth, below
 __all__ = ["DeadlineStore", "StoreTimeout", "StoreUnavailable", "abandoned"]
 
 T = TypeVar("T")
-
-log = logging.getLogger(__name__)
 
 _running = threading.local()  # the operation a worker runs now: its "given up" flag
 
@@ -119,8 +115,6 @@ class DeadlineStore(HealthRowsLayer, BrowsingLayer, Capabilities):
         self._pid = os.getpid()  # the process the pool's workers run in
         self._open_until: datetime | None = None
         self._trial = False  # a trial operation is under way: others are still skipped
-        # Operations a hedge stopped waiting for: their deadline, operation and flag.
-        self._late: dict[Future[Any], tuple[float, str, threading.Event]] = {}
         # Read once: a queued write passes straight through on the hot path.
         self._queued = writes_async(inner)
         if isinstance(inner, AsyncWriteStore):
@@ -148,8 +142,6 @@ class DeadlineStore(HealthRowsLayer, BrowsingLayer, Capabilities):
     @property
     def up(self) -> bool:
         """The breaker's view: ``False`` while the store is being skipped."""
-        if self._late:
-            self._overdue()
         with self._lock:
             return self._open_until is None
 
@@ -164,8 +156,6 @@ class DeadlineStore(HealthRowsLayer, BrowsingLayer, Capabilities):
     # -- the breaker --------------------------------------------------------------------------
 
     def _admit(self, operation: str) -> None:
-        if self._late:  # only a tiered store's hedged reads leave operations running
-            self._overdue()
         with self._lock:
             until = self._open_until
             if until is None:
@@ -201,13 +191,7 @@ class DeadlineStore(HealthRowsLayer, BrowsingLayer, Capabilities):
             result = future.result(self.timeout)
         except FutureTimeout:
             flag.set()  # its connection is discarded when the operation ends
-            if guarded:
-                self._failed(operation, "timeout")
-            else:
-                self.errors[(operation, "timeout")] += 1
-            raise StoreTimeout(
-                f"store {operation} did not answer within {self.timeout:g} s"
-            ) from None
+            raise self._timed_out(operation, guarded) from None
         except Exception:
             self.errors[(operation, "error")] += 1
             raise
@@ -215,76 +199,13 @@ class DeadlineStore(HealthRowsLayer, BrowsingLayer, Capabilities):
             self._answered()
         return result
 
-    def hedged(
-        self,
-        operation: str,
-        fn: Callable[..., T],
-        *args: Any,
-        budget: float,
-        late: Callable[[T], Any],
-    ) -> tuple[bool, T | None]:
-        """``(True, fn(*args))`` if it answers within ``budget`` seconds, else ``(False, None)``
-        at once: the operation goes on, its answer, if it comes within the deadline, is given
-        to ``late``; past the deadline it counts as a timeout and opens the breaker (seen by
-        the next operation). A tiered store's hedged read: the near copy answers meanwhile.
-
-        Raises:
-            StoreError: the breaker is open, or every worker is held.
-            Exception: the operation's own failure within ``budget``.
-        """
-        if budget >= self.timeout:
-            return True, self._run(operation, fn, *args)
-        self._admit(operation)
-        future, flag = self._start(operation, fn, *args)
-        try:
-            result = future.result(budget)
-        except FutureTimeout:
-            self._watch(operation, future, flag, late, time.monotonic() + self.timeout - budget)
-            return False, None
-        except Exception:
-            self.errors[(operation, "error")] += 1
-            raise
-        self._answered()
-        return True, result
-
-    def _watch(
-        self,
-        operation: str,
-        future: Future[T],
-        flag: threading.Event,
-        late: Callable[[T], Any],
-        deadline: float,
-    ) -> None:
-        with self._lock:
-            self._late[future] = (deadline, operation, flag)
-
-        def landed(done: Future[T]) -> None:
-            with self._lock:
-                if self._late.pop(done, None) is None:
-                    return  # past its deadline: counted as a timeout already
-            if done.cancelled():
-                return
-            if done.exception() is not None:
-                self.errors[(operation, "error")] += 1
-                return
-            self._answered()
-            try:
-                late(done.result())
-            except Exception:  # the answer is only kept for later: nobody waits on it
-                log.debug("failover: keeping a late store answer failed", exc_info=True)
-
-        future.add_done_callback(landed)
-
-    def _overdue(self) -> None:
-        """Operations a hedge left running past their deadline: timeouts, as if waited for."""
-        now = time.monotonic()
-        with self._lock:
-            over = [(f, entry) for f, entry in self._late.items() if entry[0] <= now]
-            for f, _ in over:
-                del self._late[f]
-        for _, (_, operation, flag) in over:
-            flag.set()
+    def _timed_out(self, operation: str, guarded: bool = True) -> StoreTimeout:
+        """Count a timeout (opening the breaker when ``guarded``); the error to raise."""
+        if guarded:
             self._failed(operation, "timeout")
+        else:
+            self.errors[(operation, "timeout")] += 1
+        return StoreTimeout(f"store {operation} did not answer within {self.timeout:g} s")
 
     def _start(
         self, operation: str, fn: Callable[..., T], *args: Any
@@ -331,10 +252,7 @@ class DeadlineStore(HealthRowsLayer, BrowsingLayer, Capabilities):
             # mid-statement, so it is never reused.
             result = await asyncio.wait_for(work, self.timeout)
         except TimeoutError:
-            self._failed(operation, "timeout")
-            raise StoreTimeout(
-                f"store {operation} did not answer within {self.timeout:g} s"
-            ) from None
+            raise self._timed_out(operation) from None
         except Exception:
             self.errors[(operation, "error")] += 1
             raise

@@ -23,8 +23,8 @@ from .base import (
     writes_async,
 )
 from .browsing import BrowsingLayer
-from .deadline import DeadlineStore
 from .health_rows import HealthRowsLayer
+from .hedging import HedgingDeadline
 
 __all__ = ["TieredStore"]
 
@@ -106,13 +106,13 @@ class TieredStore(HealthRowsLayer, BrowsingLayer, Capabilities):
     def guard_far(self, timeout: float, clock: Callable[[], datetime], reset: float) -> None:
         """Put the engine's store deadline (``timeout`` seconds; its breaker open ``reset``
         seconds on ``clock``) in front of ``far``, and hedge reads: called by the engine."""
-        if does_io(self.far) and not isinstance(self.far, DeadlineStore):
-            self.far = DeadlineStore(self.far, timeout, clock, open_for=reset)
+        if does_io(self.far) and not isinstance(self.far, HedgingDeadline):
+            self.far = HedgingDeadline(self.far, timeout, clock, open_for=reset)
 
     @property
-    def _guard(self) -> DeadlineStore | None:
+    def _guard(self) -> HedgingDeadline | None:
         far = self.far
-        return far if isinstance(far, DeadlineStore) else None
+        return far if isinstance(far, HedgingDeadline) else None
 
     def __repr__(self) -> str:
         return f"TieredStore(near={self.near!r}, far={self.far!r})"
@@ -188,7 +188,7 @@ class TieredStore(HealthRowsLayer, BrowsingLayer, Capabilities):
 
     def _hedged(
         self,
-        guard: DeadlineStore,
+        guard: HedgingDeadline,
         name: str,
         keys: list[str],
         near: dict[str, Payload],

@@ -13,8 +13,8 @@ import logging
 import threading
 import time
 import weakref
-from collections import deque
-from collections.abc import Callable
+from collections import Counter, deque
+from collections.abc import Callable, Iterable
 from typing import Final
 
 from ..errors import SerializationError, StoreError
@@ -122,7 +122,7 @@ class WriteQueue:
             self._mark_pending(writes)
             self.queued += len(writes)
         if self.here is None:
-            self.count("queued", writes)
+            self.count("queued", (w[2] for w in writes))
             try:
                 self.write(writes)
             finally:
@@ -146,7 +146,7 @@ class WriteQueue:
                 if started.is_set():
                     return  # given up before it started
                 started.set()
-            self.count("queued", writes)
+            self.count("queued", (w[2] for w in writes))
             try:
                 self.write(writes)
             finally:
@@ -184,8 +184,10 @@ class WriteQueue:
         dropped = len(writes) - len(deletes)
         if not dropped:
             return deletes
-        self.count("queued", writes)  # handed to the queue, and lost there: counted failed
-        self.count("failed", writes)
+        self.count(
+            "queued", (w[2] for w in writes)
+        )  # handed to the queue, and lost there: counted failed
+        self.count("failed", (w[2] for w in writes))
         self.metrics.async_dropped(dropped)
         self.metrics.async_queue(len(self.queue))
         if not self.dropping:
@@ -240,7 +242,7 @@ class WriteQueue:
                 batch = [queue.popleft() for _ in range(min(self.batch_size, len(queue)))]
             # Counted queued here, off the callers' threads: once the queue is drained,
             # queued = written + failed.
-            self.count("queued", batch)
+            self.count("queued", (w[2] for w in batch))
             try:
                 self.write(batch)
             except Exception:  # a bug of ours must not stop the writes that follow
@@ -265,7 +267,7 @@ class WriteQueue:
                 newest = [w for w in writes if pending.get((w[0], w[1])) is w]
             if len(newest) < len(writes):  # superseded: written, by the newer write of its key
                 kept = {id(w) for w in newest}
-                self.count("written", [w for w in writes if id(w) not in kept])
+                self.count("written", (w[2] for w in writes if id(w) not in kept))
             stores: list[Payload] = []
             deletes: list[Write] = []
             for write in newest:
@@ -290,10 +292,10 @@ class WriteQueue:
                         exc_info=True,
                     )
                 failed += len(lost)
-                self.count_payloads("failed", lost)
+                self.count("failed", lost)
                 if len(lost) < len(stores):
                     gone = {id(p) for p in lost}
-                    self.count_payloads("written", [p for p in stores if id(p) not in gone])
+                    self.count("written", (p for p in stores if id(p) not in gone))
             by_name: dict[str, list[str]] = {}
             for name, key, _ in deletes:
                 by_name.setdefault(name, []).append(key)
@@ -334,22 +336,13 @@ class WriteQueue:
                 )
         return failed
 
-    def count(self, result: str, writes: list[Write]) -> None:
-        """Count ``writes`` of live results (not deletes) as ``result``, per name."""
-        self.count_payloads(result, [w[2] for w in writes if not isinstance(w[2], Tombstone)])
-
-    def count_payloads(self, result: str, payloads: list[Payload]) -> None:
-        """Count ``payloads`` as ``result`` (`failover_writes_total`), per name."""
-        if not payloads or self.metrics is NULL_METRICS:
-            return
-        if len(payloads) == 1:  # the common case: one write of one live result
-            self.metrics.write_results(payloads[0].name, result, 1)
-            return
-        counts: dict[str, int] = {}
-        for payload in payloads:
-            counts[payload.name] = counts.get(payload.name, 0) + 1
-        for name, n in counts.items():
-            self.metrics.write_results(name, result, n)
+    def count(self, result: str, values: Iterable[Payload | Tombstone]) -> None:
+        """Count the live results among ``values`` (not deletes) as ``result``, per name
+        (`failover_writes_total`)."""
+        if self.metrics is not NULL_METRICS:
+            names = Counter(v.name for v in values if not isinstance(v, Tombstone))
+            for name, n in names.items():
+                self.metrics.write_results(name, result, n)
 
     def _refused(self, write: Write) -> bool:
         value = write[2]
