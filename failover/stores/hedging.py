@@ -57,7 +57,8 @@ class HedgingDeadline(DeadlineStore):
         """``(True, fn(*args))`` if it answers within ``budget`` seconds, else ``(False, None)``
         at once: the operation goes on, its answer, if it comes within the deadline, is given
         to ``late``; past the deadline it counts as a timeout and opens the breaker (seen by
-        the next operation). A tiered store's hedged read: the near copy answers meanwhile.
+        the next operation). While such an operation is still out, ``(False, None)`` at once,
+        without starting another. A tiered store's hedged read: the near copy answers meanwhile.
 
         Raises:
             StoreError: the breaker is open, or every worker is held.
@@ -65,6 +66,10 @@ class HedgingDeadline(DeadlineStore):
         """
         if budget >= self.timeout:
             return True, self._run(operation, fn, *args)
+        if self._late:
+            self._overdue()
+            if self._late:  # an earlier read is still out: no second one piled on a slow store
+                return False, None
         self._admit(operation)
         future, flag = self._start(operation, fn, *args)
         try:

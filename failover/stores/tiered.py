@@ -286,7 +286,12 @@ class TieredStore(HealthRowsLayer, BrowsingLayer, Capabilities):
         near = self.near.find_many(name, keys)
         far_store: Any = self.far
         if near and self._guard is not None:
-            far = await self._ahedged(far_store.afind_many(name, keys), near, deletes)
+            # An earlier far read still out: the far store is slow, near answers at once.
+            far = (
+                None
+                if self._tasks
+                else await self._ahedged(far_store.afind_many(name, keys), near, deletes)
+            )
         else:
             far = await self._afrom_far(far_store.afind_many(name, keys), bool(near), "find_many")
         return self._merged(near, far, deletes)
