@@ -14,8 +14,9 @@ from __future__ import annotations
 import asyncio
 import os
 import time
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any, cast
 
 import pytest
 from prometheus_client import CollectorRegistry
@@ -25,6 +26,7 @@ from failover import ConfigurationError, Failover
 from failover.stores import InMemoryStore, TieredStore, make_store
 from failover.stores.base import walk
 from failover.stores.deadline import DeadlineStore
+from failover.stores.hedging import HedgingDeadline
 
 from .conftest import FakeClock, Upstream
 from .redis_server import RedisServer
@@ -50,10 +52,11 @@ def _url(server: RedisServer, socket_timeout: float) -> str:
     )
 
 
-def _far(engine: Failover) -> DeadlineStore:
+def _far(engine: Failover) -> HedgingDeadline:
     found = [s for s in walk(engine.store) if isinstance(s, DeadlineStore)]
+    assert all(isinstance(s, HedgingDeadline) for s in found)
     assert len(found) == 1  # far's own: none over the tiered store as a whole
-    return found[0]
+    return cast(HedgingDeadline, found[0])
 
 
 def _patient(engine: Failover) -> None:
@@ -62,6 +65,28 @@ def _patient(engine: Failover) -> None:
     tiered = next(s for s in walk(engine.store) if isinstance(s, TieredStore))
     tiered.hedge_after = 30.0
     _far(engine).timeout = 60.0
+
+
+@contextmanager
+def stored_once(
+    server: RedisServer, clock: FakeClock, store_timeout: float, registry: CollectorRegistry
+) -> Iterator[tuple[Failover, Callable[[int], int]]]:
+    """An engine on a tiered store over ``server``, ``get(1)`` stored in both tiers, the
+    upstream down from then on; closed at the end."""
+    engine = Failover(_url(server, 60), store_timeout=store_timeout, clock=clock, metrics=registry)
+    upstream = Upstream()
+    try:
+
+        @failover.failover("svc.tiered", engine=engine)
+        def get(x: int) -> int:
+            return upstream(x)  # type: ignore[return-value]
+
+        assert get(1) == 1
+        assert engine.flush(10)
+        upstream.fail()
+        yield engine, get
+    finally:
+        engine.close()
 
 
 def _count(layer: DeadlineStore, reason: str) -> int:
@@ -91,45 +116,24 @@ def test_a_hung_far_store_leaves_near_to_answer_sync(
     redis_srv: RedisServer, clock: FakeClock
 ) -> None:
     registry = CollectorRegistry()
-    # A far read that is waited for would take a minute: returning at all is hedging.
-    engine = Failover(_url(redis_srv, 60), store_timeout=60, clock=clock, metrics=registry)
-    upstream = Upstream()
     assert redis_srv.process is not None
-    try:
-
-        @failover.failover("svc.tiered", engine=engine)
-        def get(x: int) -> int:
-            return upstream(x)  # type: ignore[return-value]
-
-        assert get(1) == 1
-        assert engine.flush(10)
-        upstream.fail()
-        with stopped([redis_srv.process.pid]):
-            assert [get(1) for _ in range(3)] == [1, 1, 1]  # near answered
-            far = _far(engine)
-            assert len(far._late) == 1  # one far read out, not one more per call
-            assert far.errors == {}  # not past its deadline: slow is not failed
-            assert far.up
-    finally:
-        engine.close()
+    with (
+        stored_once(redis_srv, clock, 60, registry) as (engine, get),
+        stopped([redis_srv.process.pid]),
+    ):
+        assert [get(1) for _ in range(3)] == [1, 1, 1]  # near answered
+        far = _far(engine)
+        assert len(far._late) == 1  # one far read out, not one more per call
+        assert far.errors == {}  # not past its deadline: slow is not failed
+        assert far.up
 
 
 def test_a_far_store_past_its_deadline_is_counted_and_skipped(
     redis_srv: RedisServer, clock: FakeClock
 ) -> None:
     registry = CollectorRegistry()
-    engine = Failover(_url(redis_srv, 60), store_timeout=0.2, clock=clock, metrics=registry)
-    upstream = Upstream()
     assert redis_srv.process is not None
-    try:
-
-        @failover.failover("svc.tiered", engine=engine)
-        def get(x: int) -> int:
-            return upstream(x)  # type: ignore[return-value]
-
-        assert get(1) == 1
-        assert engine.flush(10)
-        upstream.fail()
+    with stored_once(redis_srv, clock, 0.2, registry) as (engine, get):
         far = _far(engine)
         with stopped([redis_srv.process.pid]):
             assert get(1) == 1  # hedged: near answered, the far read goes on
@@ -151,27 +155,16 @@ def test_a_far_store_past_its_deadline_is_counted_and_skipped(
         clock.advance(RESET + 1)
         assert get(1) == 1  # the trial reaches far, which answers again
         assert far.up
-    finally:
-        engine.close()
 
 
 def test_a_failing_far_store_is_counted_and_near_answers(
     redis_srv: RedisServer, clock: FakeClock
 ) -> None:
     registry = CollectorRegistry()
-    engine = Failover(_url(redis_srv, 60), clock=clock, metrics=registry)
-    upstream = Upstream()
-    try:
-
-        @failover.failover("svc.tiered", engine=engine)
-        def get(x: int) -> int:
-            return upstream(x)  # type: ignore[return-value]
-
-        assert get(1) == 1
-        assert engine.flush(10)
+    assert redis_srv.process is not None
+    with stored_once(redis_srv, clock, 0.5, registry) as (engine, get):
         redis_srv.stop()  # refused: far fails at once
         _patient(engine)  # its failure is seen by the read, however loaded the machine
-        upstream.fail()
         assert get(1) == 1
         errors = registry.get_sample_value(
             "failover_store_errors_total",
@@ -179,8 +172,6 @@ def test_a_failing_far_store_is_counted_and_near_answers(
         )
         assert errors == 1
         assert engine.health().stores["redisstore"].errors == {"error": 1}
-    finally:
-        engine.close()
 
 
 def test_a_hung_far_store_leaves_near_to_answer_async(
