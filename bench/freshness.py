@@ -25,12 +25,16 @@ currencies, every one stored (or cached) before the rounds start. Cases:
   *a refresh already running* times the same calls again while each key's refresh is still in
   flight (nothing to start: the single-flight check only). Both against a fresh hit on the same
   kind of engine (its clock shifted by the same offset).
+
+``--profile`` runs the fresh hit alone under cProfile and prints where its time goes.
 """
 
 from __future__ import annotations
 
 import argparse
+import cProfile
 import platform
+import pstats
 import threading
 import time
 from collections.abc import Callable
@@ -138,10 +142,32 @@ def cases() -> tuple[list[Case], list[failover.Failover]]:
     return sync, [fresh_engine, live_engine]
 
 
+def profile(rounds: int, top: int = 15) -> None:
+    """cProfile of the fresh hit alone: where its time goes, function by function."""
+    engine = failover.Failover("memory://", metrics=False)
+    fresh = failover.failover("bench.fresh", fresh_for="1h", engine=engine)(rates)
+    for k in CURRENCIES:
+        fresh(k)
+    profiler = cProfile.Profile()
+    profiler.enable()
+    for _ in range(rounds):
+        for k in CURRENCIES:
+            fresh(k)
+    profiler.disable()
+    engine.close()
+    pstats.Stats(profiler).sort_stats("tottime").print_stats(top)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=30, help="rounds of every case")
+    parser.add_argument(
+        "--profile", action="store_true", help="profile the fresh hit (cProfile) instead"
+    )
     args = parser.parse_args()
+    if args.profile:
+        profile(args.rounds)
+        return
     sync, engines = cases()
     ahead = RefreshCase()
     keys = CURRENCIES  # a batch: every key once (each starts one refresh past the mark)
