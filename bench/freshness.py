@@ -26,6 +26,10 @@ currencies, every one stored (or cached) before the rounds start. Cases:
   flight (nothing to start: the single-flight check only). Both against a fresh hit on the same
   kind of engine (its clock shifted by the same offset).
 
+*scatter/gather*: a ``ListSplitter`` failover whose calls ask for 1,000 slices (small dicts),
+every one fresh, half of them (the upstream is asked for the other half only, in one call: the
+benchmark asserts it), or none; one call per round each.
+
 ``--profile`` runs the fresh hit alone under cProfile and prints where its time goes.
 """
 
@@ -44,6 +48,7 @@ from typing import Any
 import cachetools
 
 import failover
+from failover import ListSplitter
 from failover.stores.copying import deep_copy
 
 CURRENCIES = [f"C{i:03d}" for i in range(1_000)]
@@ -122,6 +127,48 @@ class RefreshCase:
         return starting, running, fresh
 
 
+CODES = [f"K{i:04d}" for i in range(1_000)]
+
+
+class ScatterCase:
+    """A scatter/gather failover over 1,000 slices, each call asking for all of them: every
+    slice fresh, half of them fresh (the upstream asked for the other half, in one call), or
+    none (the upstream asked for all, every slice stored)."""
+
+    def __init__(self) -> None:
+        self.clock = ShiftedClock()
+        self.engine = failover.Failover("memory://", metrics=False, clock=self.clock)
+        self.asked: list[list[str]] = []
+
+        def countries(codes: list[str]) -> list[dict[str, Any]]:
+            self.asked.append(codes)
+            return [{"code": c, "name": f"Country {c}", "currency": "EUR"} for c in codes]
+
+        self.fn = failover.failover(
+            "bench.countries", splitter=ListSplitter("code"), fresh_for="10m", engine=self.engine
+        )(countries)
+
+    def round(self) -> tuple[float, float, float]:
+        """ns per call of 1,000 slices: all fresh, half fresh, none fresh."""
+        self.clock.offset += timedelta(minutes=11)  # every slice past fresh_for
+        self.fn(CODES[::2])  # half of them stored again: fresh
+        self.asked.clear()
+        start = time.perf_counter_ns()
+        self.fn(CODES)
+        half = time.perf_counter_ns() - start
+        assert self.asked == [CODES[1::2]], "one upstream call, for the other half only"
+        start = time.perf_counter_ns()
+        self.fn(CODES)
+        every = time.perf_counter_ns() - start
+        assert len(self.asked) == 1, "every slice fresh: no upstream call"
+        self.clock.offset += timedelta(minutes=11)
+        start = time.perf_counter_ns()
+        self.fn(CODES)
+        none = time.perf_counter_ns() - start
+        assert self.asked[-1] == CODES, "nothing fresh: the upstream asked for every slice"
+        return every, half, none
+
+
 def cases() -> tuple[list[Case], list[failover.Failover]]:
     fresh_engine = failover.Failover("memory://", metrics=False)  # copying on, metrics off
     live_engine = failover.Failover("memory://", metrics=False)
@@ -173,14 +220,18 @@ def main() -> None:
     keys = CURRENCIES  # a batch: every key once (each starts one refresh past the mark)
     best = {label: float("inf") for label, _ in sync}
     refresh = {"start": float("inf"), "running": float("inf"), "fresh": float("inf")}
+    scatter = ScatterCase()
+    gather = {"every": float("inf"), "half": float("inf"), "none": float("inf")}
     for _ in range(args.rounds):
         for label, fn in sync:
             best[label] = min(best[label], timed(fn, keys))
         for name, ns in zip(refresh, ahead.round(keys), strict=True):
             refresh[name] = min(refresh[name], ns)
+        for name, ns in zip(gather, scatter.round(), strict=True):
+            gather[name] = min(gather[name], ns)
     # Every call past the mark started a refresh (the first calls and the warm-up round too).
     assert len(ahead.refreshed) == len(keys) * (args.rounds + 2), len(ahead.refreshed)
-    for engine in [*engines, ahead.engine]:
+    for engine in [*engines, ahead.engine, scatter.engine]:
         engine.close()
 
     print(
@@ -204,6 +255,18 @@ def main() -> None:
     ]
     for label, ns in rows:
         print(f"| {label} | {ns:,.0f} | {ns / base:.2f} |")
+    print()
+    print(
+        "| scatter/gather, a call of 1,000 slices | upstream asked for | ms/call | x none fresh |"
+    )
+    print("|---|---:|---:|---:|")
+    rows = [
+        ("every slice fresh", "nothing", gather["every"]),
+        ("half the slices fresh", "500 slices, one call", gather["half"]),
+        ("none fresh (each stored)", "1,000 slices, one call", gather["none"]),
+    ]
+    for label, asked, ns in rows:
+        print(f"| {label} | {asked} | {ns / 1e6:.2f} | {ns / gather['none']:.2f} |")
     fresh_ns = best["@failover(fresh_for) fresh hit"]
     print()
     print("| ratio | value | bar |")
