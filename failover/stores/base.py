@@ -200,36 +200,6 @@ class _Attributes(Capabilities):
         self.deletes = getattr(store, "delete_many", None)
         self.flushes = getattr(store, "flush", None)
 
-    @property
-    def does_io(self) -> bool:
-        """As the store's attribute says."""
-        return self.flags["does_io"]
-
-    @property
-    def writes_async(self) -> bool:
-        """As the store's attribute says."""
-        return self.flags["writes_async"]
-
-    @property
-    def isolating(self) -> bool:
-        """As the store's attribute says."""
-        return self.flags["isolating"]
-
-    @property
-    def browsable(self) -> bool:
-        """As the store's attribute says."""
-        return self.flags["browsable"]
-
-    @property
-    def native_async(self) -> bool:
-        """As the store's attribute says."""
-        return self.flags["native_async"]
-
-    @property
-    def keeps_health(self) -> bool:
-        """As the store's attribute says."""
-        return self.flags["keeps_health"]
-
     def delete_many(self, name: str, keys: Iterable[str]) -> None:
         """The store's own ``delete_many``, else one ``delete`` per key."""
         if callable(self.deletes):
@@ -242,6 +212,14 @@ class _Attributes(Capabilities):
     def flush(self, timeout: float | None = None) -> bool:
         """The store's own ``flush``; a store without one queues nothing."""
         return bool(self.flushes(timeout)) if callable(self.flushes) else True
+
+
+def _declared_flag(name: str) -> property:
+    return property(lambda self: self.flags[name], doc=f"As the store's ``{name}`` says.")
+
+
+for _name in _FLAGS:  # the flags a store declares by attribute, read back as `Capabilities`
+    setattr(_Attributes, _name, _declared_flag(_name))
 
 
 def does_io(store: object) -> bool:
