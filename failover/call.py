@@ -134,13 +134,13 @@ class Call(CallContext):
         a ``None`` too (logged at debug: the call's own path meets it again)."""
         rt = self.rt
         try:
-            now = rt.clock()
+            self.now = now = rt.clock()
             found = rt.handler.fresh(self, now - cast(timedelta, rt.fresh_for))
         except Exception:
             log.debug("failover %r: the fresh read failed", self.definition.name, exc_info=True)
-            return None
-        if found is not None:
-            self.now = now
+            found = None
+        if found is None:
+            self.now = None  # the call goes on as any call: its own time when it ends
         return found
 
     def from_store(

@@ -121,6 +121,7 @@ class OtelObserver(Observer):
         seconds: float | None,
         cause: Exception | None = None,
         age: float | None = None,
+        upstream: bool = True,
     ) -> None:
         attributes: dict[str, Any] = {"failover.name": self.name, "failover.outcome": outcome}
         if cause is not None:
@@ -139,7 +140,7 @@ class OtelObserver(Observer):
             span.set_status(self.otel.error, type(cause).__qualname__)
         span.end(end_time=end)
         self.otel.calls.add(1, {"failover.name": self.name, "failover.outcome": outcome})
-        if seconds is not None:
+        if seconds is not None and upstream:
             self.otel.upstream.record(seconds, {"failover.name": self.name})
 
     def _age(self, as_of: datetime | None) -> float | None:
@@ -152,8 +153,9 @@ class OtelObserver(Observer):
         self._call("live", seconds)
 
     def fresh(self, now: datetime, age: float) -> None:
-        """A ``failover.call`` span, outcome ``fresh`` (served within ``fresh_for``)."""
-        self._call("fresh", 0.0)
+        """A ``failover.call`` span, outcome ``fresh`` (served within ``fresh_for``): the
+        upstream was not called, so no upstream duration is recorded."""
+        self._call("fresh", 0.0, upstream=False)
 
     def recovered(self, seconds: float | None, cause: Exception, as_of: datetime | None) -> None:
         """A ``failover.call`` span, outcome ``recovered``, with the stale age."""

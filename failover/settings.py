@@ -363,6 +363,15 @@ def _freshness(values: dict[str, Any], owner: str) -> None:
                 "from the store within their freshness)"
             )
         return
+    interval = values["store_interval"]
+    if interval:
+        raise ConfigurationError(
+            f"{owner}: store_interval= with fresh_for=: within fresh_for no call reaches the "
+            "upstream, so each key is stored at most once per fresh_for already; a longer "
+            "interval would drop the successes that renew an entry. Leave store_interval out"
+        )
+    # Off whatever the engine's: an engine-wide interval must not drop the renewing stores.
+    values["store_interval"] = timedelta(0)
     if isinstance(values["expiry"], FixedTtl) and fresh_for > values["ttl"]:
         raise ConfigurationError(
             f"{owner}: fresh_for={fresh_for} is longer than ttl={values['ttl']}: an entry "

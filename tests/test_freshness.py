@@ -116,6 +116,19 @@ def test_a_fresh_answer_passes_an_open_breaker_and_takes_no_permit(
     assert rates.calls == 1
 
 
+def test_an_engine_store_interval_never_drops_the_stores_that_renew_an_entry(
+    clock: FakeClock, rates: Rates
+) -> None:
+    engine = Failover(clock=clock, metrics=False, store_interval="1h")
+    get = failover.failover("rates", fresh_for="5m", engine=engine)(rates)
+    get("GBP")
+    clock.advance(minutes=6)
+    assert get("GBP")["v"] == 2  # past fresh_for: the upstream, and the answer is stored
+    clock.advance(minutes=1)
+    assert get("GBP")["v"] == 2  # fresh again: not asked (an hour's coalescing would ask)
+    assert rates.calls == 2
+
+
 def test_a_failing_store_read_calls_the_upstream(clock: FakeClock, rates: Rates) -> None:
     class Unreadable(failover.InMemoryStore):
         def find(self, name: str, key: str) -> Any:
@@ -319,6 +332,7 @@ def test_scatter_partial_in_an_async_failover_on_sqlite(clock: FakeClock, tmp_pa
         ({"fresh_for": "5m", "refresh_ahead": 1.5}, "a fraction of fresh_for between 0 and 1"),
         ({"fresh_for": "5m", "refresh_ahead": True}, "a fraction of fresh_for between 0 and 1"),
         ({"fresh_for": -1}, "fresh_for"),
+        ({"fresh_for": "5m", "store_interval": "1m"}, "store_interval= with fresh_for="),
     ],
 )
 def test_bad_freshness_settings_are_refused_naming_them(

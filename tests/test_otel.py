@@ -144,3 +144,23 @@ def test_off_by_default_and_bad_values_are_configuration_errors(clock: FakeClock
     eng = failover.Failover(clock=clock, metrics=False, opentelemetry=True)
     assert isinstance(eng.wiring.otel, OpenTelemetry)
     eng.close()
+
+
+def test_fresh_answers_are_calls_without_an_upstream_duration(
+    otel_engine: failover.Failover, clock: FakeClock, tel: Telemetry
+) -> None:
+    @failover.failover("rates", fresh_for="5m", engine=otel_engine)
+    def rates(code: str) -> dict[str, float]:
+        return {"rate": 1.1}
+
+    for _ in range(3):
+        rates("GBP")
+    counts = {k: p.value for k, p in tel.points("failover.calls").items()}
+    assert counts == {
+        (("failover.name", "rates"), ("failover.outcome", "live")): 1,
+        (("failover.name", "rates"), ("failover.outcome", "fresh")): 2,
+    }
+    (upstream,) = tel.points("failover.upstream.duration").values()
+    assert upstream.count == 1  # the one call that reached the upstream
+    outcomes = [s.attributes["failover.outcome"] for s in tel.spans.get_finished_spans()]
+    assert outcomes == ["live", "fresh", "fresh"]

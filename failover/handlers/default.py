@@ -191,11 +191,18 @@ class DefaultHandler:
         return None if isinstance(found, Miss) else found
 
     def fresh(self, ctx: CallContext, since: datetime) -> Payload | None:
-        """The stored entry when it was stored after ``since``, else ``None``."""
-        found = self._live(ctx)
-        if isinstance(found, Miss) or found.as_of is None or found.as_of <= since:
+        """The stored entry, as stored, when it was stored after ``since`` and has not expired
+        at the call's time (``ctx.now``), else ``None``."""
+        key = key_of(ctx)
+        name = ctx.definition.effective_name
+        if self.reads is None:
+            found = self.store_.find(name, key)
+        else:
+            found = self.reads.find(name, key, self.current_tenant())
+        if found is None or found.as_of is None or found.as_of <= since:
             return None
-        return found
+        now = ctx.now if ctx.now is not None else self.clock()
+        return None if ctx.definition.expiry.is_expired(found, now) else found
 
     def invalidate(self, ctx: CallContext) -> None:
         """Delete the stored entry (the next success stores again, whatever the interval)."""
