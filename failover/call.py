@@ -21,9 +21,9 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from datetime import datetime, timedelta
+from datetime import datetime
 from time import perf_counter
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
 from .context import CallContext, Miss, RecoverContext
 from .errors import SerializationError
@@ -135,7 +135,7 @@ class Call(CallContext):
         rt = self.rt
         try:
             self.now = now = rt.clock()
-            found = rt.handler.fresh(self, now - cast(timedelta, rt.fresh_for))
+            found = rt.handler.fresh(self, now - rt.fresh_window)
         except Exception:
             log.debug("failover %r: the fresh read failed", self.definition.name, exc_info=True)
             found = None
@@ -149,12 +149,14 @@ class Call(CallContext):
         fn: Callable[..., Any],
         args: tuple[Any, ...],
         kwargs: dict[str, Any],
-    ) -> ReferentialPayload[Any]:
-        """The envelope of a call `fresh` found an answer for: the entry, or (`Partial`) the
-        fresh slices merged with what the upstream returns for the others, asked in one call
-        (whose failure recovers the whole call, as usual)."""
+        wrapped: bool,
+    ) -> Any:
+        """What the caller gets (``wrapped``: the envelope, else the value) of a call `fresh`
+        found an answer for: the entry, or (`Partial`) the fresh slices merged with what the
+        upstream returns for the others, asked in one call (whose failure recovers the whole
+        call, as usual)."""
         if not isinstance(found, Partial):
-            return self.served_fresh(found, args, kwargs)
+            return self.served_fresh(found, args, kwargs, wrapped)
         nargs, nkwargs = self._narrowed(found, args)
         try:
             with self:
@@ -163,9 +165,10 @@ class Call(CallContext):
             out = self.failed(exc)
             if out is None:
                 raise
-            return out
+            return out if wrapped else out.payload
         self.live(result)
-        return found.merge(result)
+        merged = found.merge(result)
+        return merged if wrapped else merged.payload
 
     async def afrom_store(
         self,
@@ -173,10 +176,11 @@ class Call(CallContext):
         fn: Callable[..., Any],
         args: tuple[Any, ...],
         kwargs: dict[str, Any],
-    ) -> ReferentialPayload[Any]:
+        wrapped: bool,
+    ) -> Any:
         """`from_store` for an ``async def`` failover."""
         if not isinstance(found, Partial):
-            return self.served_fresh(found, args, kwargs)
+            return self.served_fresh(found, args, kwargs, wrapped)
         nargs, nkwargs = self._narrowed(found, args)
         try:
             async with self:
@@ -185,12 +189,13 @@ class Call(CallContext):
             out = await self.afailed(exc)
             if out is None:
                 raise
-            return out
+            return out if wrapped else out.payload
         if self.rt.may_offload:
             await self.live_off_loop(result)
         else:
             self.live(result)
-        return found.merge(result)
+        merged = found.merge(result)
+        return merged if wrapped else merged.payload
 
     def _narrowed(
         self, part: Partial, args: tuple[Any, ...]
@@ -200,23 +205,29 @@ class Call(CallContext):
         return ((args[0], *own) if self.binder.skip_first else own), part.kwargs
 
     def served_fresh(
-        self, found: ReferentialPayload[Any], args: tuple[Any, ...], kwargs: dict[str, Any]
-    ) -> ReferentialPayload[Any]:
-        """The envelope of a call answered from ``found`` within ``fresh_for`` (up to date);
-        past ``refresh_ahead``, the entry is refreshed in the background (``args``,
-        ``kwargs``: the call's own, ``self`` included)."""
+        self,
+        found: ReferentialPayload[Any],
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        wrapped: bool,
+    ) -> Any:
+        """A call answered from ``found`` within ``fresh_for``, up to date: its envelope
+        (``wrapped``) or value. Past ``refresh_ahead``, the entry is refreshed in the background
+        (``args``, ``kwargs``: the call's own, ``self`` included)."""
         rt = self.rt
-        now = cast(datetime, self.now)  # set by `fresh`
-        as_of = cast(datetime, found.as_of)  # fresh entries have a time
-        age = (now - as_of).total_seconds()
-        rt.events.fresh(now, age)
-        if rt.ahead is not None and age >= rt.refresh_at:
-            rt.ahead.start(self, args, kwargs)
+        now = self.now  # set by `fresh`
+        as_of = found.as_of  # a fresh entry has one
+        rt.events.fresh(now)
+        ahead = rt.ahead
+        if ahead is not None and now is not None and as_of is not None:
+            age = (now - as_of).total_seconds()
+            if age >= rt.refresh_at:
+                ahead.start(self, args, kwargs)
         payload = found.payload
-        value = payload if plain_kind(type(payload)) else enrich(payload, True, as_of)
-        return envelope(
-            found.name, found.key, value, as_of, found.expire_on, True, None, found.label
-        )
+        value = payload if KIND_OF(type(payload)) == PLAIN else enrich(payload, True, as_of)
+        if not wrapped:
+            return value
+        return envelope(found.name, found.key, value, as_of, found.expire_on, True)
 
     # -- success ------------------------------------------------------------------------------
 

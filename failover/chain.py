@@ -20,7 +20,7 @@ from .errors import ConfigurationError
 from .handlers import DefaultHandler, Handler, ScatterGatherHandler
 from .metrics import NULL_METRICS, Metrics
 from .stores.async_write import AsyncWriteStore
-from .stores.base import FailoverStore, does_io, isolating, walk, writes_async
+from .stores.base import FailoverStore, declared, does_io, isolating, walk, writes_async
 from .stores.copying import CopyingStore
 from .stores.deadline import DeadlineStore
 from .stores.factory import make_store, per_tenant
@@ -123,8 +123,9 @@ def _queues_writes(raw: FailoverStore, async_writes: bool | None) -> bool:
 
 def _needs_copy(store: FailoverStore) -> bool:
     # A store that encodes on the caller's thread, or a copying layer given as the store, says
-    # it isolates already: a copying layer in front would only copy everything twice.
-    return not isolating(store)
+    # it isolates already: a copying layer in front would only copy everything twice. One that
+    # shares its results on purpose (InMemoryStore(copy=False)) asked for none.
+    return not isolating(store) and not declared(store).shares_results
 
 
 def _tenant_factory(

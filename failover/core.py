@@ -11,7 +11,7 @@ import inspect
 import logging
 import typing
 from collections.abc import Callable
-from datetime import datetime
+from datetime import datetime, timedelta
 from time import perf_counter
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
@@ -89,6 +89,7 @@ class Runtime:
         "flights",
         "fn",
         "fresh_for",
+        "fresh_window",
         "handler",
         "logs",
         "may_offload",
@@ -148,6 +149,7 @@ class Runtime:
         # The cache-first window (`Call.fresh`), and refresh ahead past ``refresh_at`` seconds of
         # age: a refresh.RefreshAhead, set by the engine when refresh_ahead is on.
         self.fresh_for = definition.fresh_for
+        self.fresh_window = definition.fresh_for or timedelta(0)
         ahead = definition.refresh_ahead
         self.refresh_at = 0.0 if ahead is None else ahead.total_seconds()
         self.ahead: Any = None

@@ -123,8 +123,7 @@ def _sync_shell(state: State, envelope: bool) -> Callable[..., Any]:
         if rt.fresh_for is not None:
             found = call.fresh()
             if found is not None:
-                hit = call.from_store(found, fn, args, kwargs)
-                return hit if envelope else hit.payload
+                return call.from_store(found, fn, args, kwargs, envelope)
         if rt.flights is not None:
             return flown(call, fn, args, kwargs, envelope)
         try:
@@ -162,8 +161,7 @@ def _async_shell(state: State, envelope: bool) -> Callable[..., Any]:
         if rt.fresh_for is not None:
             found = await rt.on_worker(call.fresh) if rt.blocking else call.fresh()
             if found is not None:
-                hit = await call.afrom_store(found, fn, args, kwargs)
-                return hit if envelope else hit.payload
+                return await call.afrom_store(found, fn, args, kwargs, envelope)
         if rt.flights is not None:
             return await aflown(call, fn, args, kwargs, envelope)
         try:

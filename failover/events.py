@@ -43,9 +43,9 @@ class Observer:
     def live(self, now: datetime | None, seconds: float) -> None:
         """A call answered live; ``seconds``: the upstream's time."""
 
-    def fresh(self, now: datetime, age: float) -> None:
-        """A call was answered from the store within ``fresh_for`` (the upstream not called):
-        the entry was ``age`` seconds old at ``now``."""
+    def fresh(self, now: datetime | None) -> None:
+        """A call was answered at ``now`` from the store within ``fresh_for`` (the upstream not
+        called)."""
 
     def recovered(self, seconds: float | None, cause: Exception, as_of: datetime | None) -> None:
         """A call failed with ``cause`` and was served the value stored at ``as_of``;
@@ -100,7 +100,7 @@ class Events:
     __slots__ = (*FACTS, "observers", "timed")
 
     live: Callable[[datetime | None, float], None]
-    fresh: Callable[[datetime, float], None]
+    fresh: Callable[[datetime | None], None]
     recovered: Callable[[float | None, Exception, datetime | None], None]
     not_recovered: Callable[[float | None, Exception], None]
     raised: Callable[[float, Exception], None]

@@ -152,7 +152,7 @@ class OtelObserver(Observer):
         """A ``failover.call`` span, outcome ``live``."""
         self._call("live", seconds)
 
-    def fresh(self, now: datetime, age: float) -> None:
+    def fresh(self, now: datetime | None) -> None:
         """A ``failover.call`` span, outcome ``fresh`` (served within ``fresh_for``): the
         upstream was not called, so no upstream duration is recorded."""
         self._call("fresh", 0.0, upstream=False)

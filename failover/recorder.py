@@ -174,12 +174,13 @@ class FailoverStats(Observer):
         except Exception:
             _dropped()
 
-    def fresh(self, now: datetime, age: float) -> None:
+    def fresh(self, now: datetime | None) -> None:
         """The caller got a stored value within ``fresh_for``: the upstream was not called."""
         try:
-            if not self._start <= now < self._end:
-                self._advance(now)
-            self._ring[self._slot + _FRESH] += 1
+            if now is not None:  # None: the clock failed (store trouble, logged)
+                if not self._start <= now < self._end:
+                    self._advance(now)
+                self._ring[self._slot + _FRESH] += 1
             self.calls[_FRESH] += 1
         except Exception:
             _dropped()

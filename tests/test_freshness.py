@@ -342,3 +342,18 @@ def test_bad_freshness_settings_are_refused_naming_them(
         failover.failover("rates", **settings)(Rates())
     assert "failover 'rates'" in str(caught.value)
     assert words in str(caught.value)
+
+
+def test_a_memory_store_without_copies_shares_its_results(clock: FakeClock, rates: Rates) -> None:
+    copied = Failover("memory://", clock=clock, metrics=False)
+    shared = Failover("memory://?copy=false", clock=clock, metrics=False)
+    a = failover.failover("a", fresh_for="5m", engine=copied)(rates)
+    b = failover.failover("b", fresh_for="5m", engine=shared)(rates)
+    first_a, first_b = a("GBP"), b("GBP")
+    assert a("GBP") is not first_a  # each caller its own copy: changing one changes nothing
+    assert b("GBP") is first_b  # the stored object itself, as a cachetools hit
+    first_b["v"] = "changed by a caller"
+    assert b("GBP")["v"] == "changed by a caller"  # what copy=false means
+    assert repr(shared.raw_store) == "InMemoryStore(max_entries=10000, copy=False)"
+    with pytest.raises(ConfigurationError, match="'copy' must be true or false"):
+        Failover("memory://?copy=no")

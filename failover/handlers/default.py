@@ -10,6 +10,7 @@ from typing import Any, TypeVar
 
 from ..context import CallContext, Miss
 from ..definition import FailoverDefinition
+from ..expiry import FixedTtl
 from ..keys import make_key
 from ..labels import call_label
 from ..payload import envelope
@@ -202,7 +203,12 @@ class DefaultHandler:
         if found is None or found.as_of is None or found.as_of <= since:
             return None
         now = ctx.now if ctx.now is not None else self.clock()
-        return None if ctx.definition.expiry.is_expired(found, now) else found
+        expiry = ctx.definition.expiry
+        if type(expiry) is FixedTtl:  # the default policy, inlined: this is the fresh hit's path
+            expired = found.expire_on is not None and now >= found.expire_on
+        else:
+            expired = expiry.is_expired(found, now)
+        return None if expired else found
 
     def invalidate(self, ctx: CallContext) -> None:
         """Delete the stored entry (the next success stores again, whatever the interval)."""

@@ -146,6 +146,12 @@ class Capabilities:
         return False
 
     @property
+    def shares_results(self) -> bool:
+        """Callers share the stored objects on purpose: no copying layer is put in front,
+        though the store does not isolate (the default: ``False``)."""
+        return False
+
+    @property
     def native_async(self) -> bool:
         """The store awaits its I/O natively (the default: ``False``)."""
         return False
@@ -186,7 +192,15 @@ def declared(store: object) -> Capabilities:
     return store if isinstance(store, Capabilities) else _Attributes(store)
 
 
-_FLAGS = ("does_io", "writes_async", "isolating", "browsable", "native_async", "keeps_health")
+_FLAGS = (
+    "does_io",
+    "writes_async",
+    "isolating",
+    "browsable",
+    "native_async",
+    "keeps_health",
+    "shares_results",
+)
 
 
 class _Attributes(Capabilities):

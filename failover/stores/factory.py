@@ -81,13 +81,23 @@ def check_sql_scheme(url: str, scheme: str) -> None:
     )
 
 
-def _int_options(url: str, allowed: set[str]) -> dict[str, Any]:
+def _int_options(
+    url: str, allowed: set[str], flags: frozenset[str] = frozenset()
+) -> dict[str, Any]:
     options: dict[str, Any] = {}
     for name, value in parse_qsl(urlsplit(url).query, keep_blank_values=True):
-        if name not in allowed:
+        if name not in allowed and name not in flags:
+            known = ", ".join(sorted(allowed | flags))
             raise ConfigurationError(
-                f"store URL {url!r}: unknown option {name!r}; allowed: {', '.join(sorted(allowed))}"
+                f"store URL {url!r}: unknown option {name!r}; allowed: {known}"
             )
+        if name in flags:
+            if value.lower() not in ("true", "false"):
+                raise ConfigurationError(
+                    f"store URL {url!r}: option {name!r} must be true or false, got {value!r}"
+                )
+            options[name] = value.lower() == "true"
+            continue
         try:
             options[name] = int(value)
         except ValueError:
@@ -114,7 +124,8 @@ def _redis_module() -> Any:
 def make_store(url: str, *, clock: Callable[[], datetime] | None = None) -> FailoverStore:
     """A raw store from a URL.
 
-    - ``memory://?max_entries=10000``: an `InMemoryStore`;
+    - ``memory://?max_entries=10000``: an `InMemoryStore` (``&copy=false``: callers share the
+      stored objects, see `InMemoryStore`);
     - ``cachetools://?maxsize=10000``: a `CachetoolsStore`;
     - ``redis://[:password@]host[:port][/db]``, ``rediss://...`` (TLS), ``unix:///path.sock``:
       a `RedisStore` (``?prefix=`` its key prefix; redis-py's options such as
@@ -141,7 +152,7 @@ def make_store(url: str, *, clock: Callable[[], datetime] | None = None) -> Fail
     if scheme == "memory":
         from .memory import InMemoryStore
 
-        return InMemoryStore(**_int_options(url, {"max_entries"}))
+        return InMemoryStore(**_int_options(url, {"max_entries"}, frozenset({"copy"})))
     if scheme == "cachetools":
         from .ttl import CachetoolsStore
 
