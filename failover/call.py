@@ -28,9 +28,9 @@ from typing import TYPE_CHECKING, Any
 from .context import CallContext, Miss, RecoverContext
 from .errors import SerializationError
 from .handlers import Partial, envelope_key
-from .payload import KIND_OF, PLAIN, ReferentialPayload, enrich, envelope, plain_kind
+from .payload import KIND_OF, PLAIN, ReferentialPayload, enrich, envelope
 from .policy import ExceptionPolicy, default_for
-from .tenant import _current as _tenant
+from .tenant import read_tenant
 
 if TYPE_CHECKING:
     from types import TracebackType
@@ -49,7 +49,7 @@ def call_of(rt: Runtime, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Call:
     binder = rt.binder
     if binder.skip_first:
         args = args[1:]
-    if rt.unrouted is not None and _tenant.get() is not None:  # one contextvar read
+    if rt.unrouted is not None and read_tenant() is not None:  # one contextvar read
         rt.refuse_tenant()
     call: Call = _new(Call)  # no __init__ frame: this runs on every call
     call.rt = rt
@@ -285,7 +285,7 @@ class Call(CallContext):
         reported as live and enriched, not stored again."""
         self.now = now
         self.rt.events.live(now, perf_counter() - self.start)
-        if plain_kind(type(result)):
+        if KIND_OF(type(result)) == PLAIN:
             return result
         return enrich(result, True, now)
 

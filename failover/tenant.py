@@ -23,6 +23,8 @@ P = ParamSpec("P")
 R = TypeVar("R")
 
 _current: ContextVar[str | None] = ContextVar("failover_tenant", default=None)
+read_tenant = _current.get
+"""`current_tenant` without a Python frame: the check every call makes (`failover.call`)."""
 # The tenant resolved on the calling thread before work moved to a worker thread: the router
 # uses it instead of calling its resolver again there (a custom resolver may read state that
 # only the calling thread has).
