@@ -29,7 +29,7 @@ from typing import Any
 
 from ..errors import ConfigurationError
 from ..metrics import NULL_METRICS, Metrics
-from .base import Capabilities, FailoverStore, Payload, as_async, does_io, native_async
+from .base import FailoverStore, Layer, Payload, as_async, native_async
 from .browsing import BrowsingLayer, Page, Summary, overlaid
 from .health_rows import HealthRowsLayer
 from .write_queue import DELETED, REJECTIONS, Tombstone, Write, WriteQueue
@@ -37,7 +37,7 @@ from .write_queue import DELETED, REJECTIONS, Tombstone, Write, WriteQueue
 __all__ = ["REJECTIONS", "AsyncWriteStore"]
 
 
-class AsyncWriteStore(HealthRowsLayer, BrowsingLayer, Capabilities):
+class AsyncWriteStore(HealthRowsLayer, BrowsingLayer, Layer):
     """Writes go to a bounded queue that one daemon thread drains in batches (`store_many`).
 
     Reads see the writes still queued (read-your-writes within the process). Writes of one key
@@ -134,20 +134,6 @@ class AsyncWriteStore(HealthRowsLayer, BrowsingLayer, Capabilities):
     @clock.setter
     def clock(self, clock: Callable[[], datetime]) -> None:
         self._q.logs.clock = clock
-
-    @property
-    def does_io(self) -> bool:
-        """Whether the inner store does I/O (reads still do, on the caller's thread)."""
-        return does_io(self.inner)
-
-    @property
-    def native_async(self) -> bool:
-        """Whether the inner store has async methods (reads pass through to them)."""
-        return native_async(self.inner)
-
-    def layers_below(self) -> tuple[FailoverStore]:
-        """The inner store."""
-        return (self.inner,)
 
     @property
     def queued(self) -> int:

@@ -178,6 +178,32 @@ class Capabilities:
         return flush_all(self.layers_below(), timeout)
 
 
+class Layer(Capabilities):
+    """A layer over one store (``inner``): it does what the store below declares, unless it
+    says otherwise (a class attribute such as ``writes_async = True`` answers instead)."""
+
+    inner: FailoverStore
+
+    @property
+    def does_io(self) -> bool:
+        """Whether the inner store does I/O."""
+        return does_io(self.inner)
+
+    @property
+    def writes_async(self) -> bool:
+        """Whether the inner store's writes never block the caller."""
+        return writes_async(self.inner)
+
+    @property
+    def native_async(self) -> bool:
+        """Whether the inner store has async methods (they pass through the layer)."""
+        return native_async(self.inner)
+
+    def layers_below(self) -> tuple[FailoverStore]:
+        """The inner store."""
+        return (self.inner,)
+
+
 _UNDECLARED = Capabilities()
 
 

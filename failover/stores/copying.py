@@ -9,14 +9,12 @@ from typing import Any
 
 from ..payload import envelope
 from .base import (
-    Capabilities,
     FailoverStore,
+    Layer,
     Payload,
     as_async,
     delete_many,
-    does_io,
     native_async,
-    writes_async,
 )
 from .browsing import BrowsingLayer
 from .health_rows import HealthRowsLayer
@@ -74,7 +72,7 @@ def copied(payload: Payload) -> Payload:
     return envelope(p.name, p.key, value, p.as_of, p.expire_on, p.up_to_date, label=p.label)
 
 
-class CopyingStore(HealthRowsLayer, BrowsingLayer, Capabilities):
+class CopyingStore(HealthRowsLayer, BrowsingLayer, Layer):
     """Stores and returns deep copies, so that what a caller does to a returned object never
     changes what is stored, and the reverse."""
 
@@ -85,25 +83,6 @@ class CopyingStore(HealthRowsLayer, BrowsingLayer, Capabilities):
 
     def __repr__(self) -> str:
         return f"CopyingStore({self.inner!r})"
-
-    @property
-    def does_io(self) -> bool:
-        """Whether the inner store does I/O."""
-        return does_io(self.inner)
-
-    @property
-    def writes_async(self) -> bool:
-        """Whether the inner store's writes never block the caller."""
-        return writes_async(self.inner)
-
-    @property
-    def native_async(self) -> bool:
-        """Whether the inner store has async methods (they pass through, copied)."""
-        return native_async(self.inner)
-
-    def layers_below(self) -> tuple[FailoverStore]:
-        """The inner store."""
-        return (self.inner,)
 
     def browsed(self) -> FailoverStore:
         """The inner store: entries are listed as stored, nothing to copy."""

@@ -27,12 +27,11 @@ from typing import Any, TypeVar
 from ..errors import StoreError
 from .async_write import AsyncWriteStore
 from .base import (
-    Capabilities,
     FailoverStore,
+    Layer,
     Payload,
     as_async,
     delete_many,
-    does_io,
     native_async,
     writes_async,
 )
@@ -70,7 +69,7 @@ class StoreUnavailable(StoreError):
     """A store operation skipped: the store breaker is open after a failure or timeout."""
 
 
-class DeadlineStore(HealthRowsLayer, BrowsingLayer, Capabilities):
+class DeadlineStore(HealthRowsLayer, BrowsingLayer, Layer):
     """Bounds the caller's wait on a store that does I/O, and skips a store that timed out.
 
     Reads (``find``, ``find_many``) always run under the deadline; writes only when they would
@@ -125,29 +124,10 @@ class DeadlineStore(HealthRowsLayer, BrowsingLayer, Capabilities):
         return f"DeadlineStore({self.inner!r}, timeout={self.timeout})"
 
     @property
-    def does_io(self) -> bool:
-        """Whether the inner store does I/O."""
-        return does_io(self.inner)
-
-    @property
-    def writes_async(self) -> bool:
-        """Whether the inner store's writes never block the caller."""
-        return writes_async(self.inner)
-
-    @property
-    def native_async(self) -> bool:
-        """Whether the inner store has async methods (they pass through, under the deadline)."""
-        return native_async(self.inner)
-
-    @property
     def up(self) -> bool:
         """The breaker's view: ``False`` while the store is being skipped."""
         with self._lock:
             return self._open_until is None
-
-    def layers_below(self) -> tuple[FailoverStore]:
-        """The inner store."""
-        return (self.inner,)
 
     def browsed(self) -> FailoverStore:
         """The inner store: browsing is an operator's, not a caller's, wait."""
