@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from .context import CallContext, Miss, RecoverContext
 from .errors import SerializationError
+from .execution import Wait
 from .handlers import Partial, envelope_key
 from .payload import KIND_OF, PLAIN, ReferentialPayload, enrich, envelope
 from .policy import ExceptionPolicy, default_for
@@ -85,7 +86,8 @@ class Call(CallContext):
         self.start = perf_counter()
         ex = self.rt.execution
         if ex is not None:
-            self.token = ex.enter()
+            token = ex.admit()
+            self.token = token.block() if type(token) is Wait else token
         return self
 
     def __exit__(
@@ -102,7 +104,8 @@ class Call(CallContext):
         self.start = perf_counter()
         ex = self.rt.execution
         if ex is not None:
-            self.token = await ex.aenter()
+            token = ex.admit()
+            self.token = await token.wait() if type(token) is Wait else token
         return self
 
     async def __aexit__(

@@ -5,6 +5,7 @@ decoration, and a load test through a flapping upstream."""
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import math
 import threading
 import time
@@ -18,7 +19,7 @@ import pytest
 import failover
 from failover import BulkheadFull, ConfigurationError, Failover
 from failover.errors import SoftTimeoutError
-from failover.execution import Execution
+from failover.execution import BreakerGuard, Bulkhead, Execution, Guard, Wait
 
 from .conftest import FakeClock
 from .execution_support import WAIT, ABlocking, Blocking, auntil
@@ -193,6 +194,91 @@ async def test_all_three_async_in_order(engine: Failover) -> None:
     await auntil(lambda: engine.refreshes.running == 0, "the late calls")
     assert up.calls == 3
     assert f.peek("b") is not None
+
+
+# -- a guard that waits, in a chain ---------------------------------------------------------------
+
+
+class Recorder(Guard):
+    """A guard that admits every call and keeps how each one ended."""
+
+    def __init__(self) -> None:
+        self.ends: list[BaseException | None] = []
+
+    def exit(self, token: Any, exc: BaseException | None) -> None:
+        self.ends.append(exc)
+
+
+def waiting_chain(name: str) -> tuple[Execution, Bulkhead, pybreaker.CircuitBreaker, Any]:
+    """A bulkhead outside a breaker, whose only permit is held in another context: entering
+    the chain must wait."""
+    bulkhead = Bulkhead(name, 1, WAIT)
+    breaker = pybreaker.CircuitBreaker(name=name, fail_max=1, reset_timeout=3600)
+    ex = Execution((bulkhead, BreakerGuard(breaker, lambda exc: True)), None)
+    held = contextvars.Context().run(bulkhead.enter)
+    return ex, bulkhead, breaker, held
+
+
+def test_a_refusal_after_a_wait_gives_the_permit_back() -> None:
+    ex, bulkhead, breaker, held = waiting_chain("wait-then-open")
+    wait = ex.admit()
+    assert type(wait) is Wait
+    breaker.open()  # while the call waits
+    bulkhead.exit(held, None)
+    with pytest.raises(pybreaker.CircuitBreakerError):
+        wait.block()
+    assert bulkhead.free == 1
+    breaker.close()
+    tokens = ex.admit()  # not a nested call: the refused one left no trace in this context
+    assert bulkhead.free == 0
+    ex.exit(tokens, None)
+    assert bulkhead.free == 1
+
+
+async def test_an_async_refusal_after_a_wait_gives_the_permit_back() -> None:
+    ex, bulkhead, breaker, held = waiting_chain("await-then-open")
+    wait = ex.admit()
+    assert type(wait) is Wait
+    breaker.open()
+    bulkhead.exit(held, None)
+    with pytest.raises(pybreaker.CircuitBreakerError):
+        await wait.wait()
+    assert bulkhead.free == 1
+
+
+async def test_a_task_cancelled_while_waiting_leaves_the_guards_it_passed() -> None:
+    bulkhead = Bulkhead("cancel-in-chain", 1, WAIT)
+    outer = Recorder()
+    ex = Execution((outer, bulkhead), None)
+    held = contextvars.Context().run(bulkhead.enter)
+
+    async def enter() -> Any:
+        wait = ex.admit()
+        assert type(wait) is Wait
+        return await wait.wait()
+
+    waiter = asyncio.create_task(enter())
+    await auntil(lambda: bulkhead.waiting == 1, "the waiter")
+    waiter.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await waiter
+    assert len(outer.ends) == 1
+    assert isinstance(outer.ends[0], asyncio.CancelledError)
+    bulkhead.exit(held, None)
+    assert (bulkhead.free, bulkhead.waiting) == (1, 0)
+
+
+def test_a_chain_that_waits_then_passes_the_guards_inside() -> None:
+    ex, bulkhead, breaker, held = waiting_chain("wait-then-pass")
+    inner = Recorder()
+    ex = Execution((*ex.guards, inner), None)
+    wait = ex.admit()
+    bulkhead.exit(held, None)
+    tokens = wait.block()
+    assert len(tokens) == 3
+    assert bulkhead.free == 0
+    ex.exit(tokens, None)
+    assert (inner.ends, bulkhead.free, breaker.current_state) == ([None], 1, "closed")
 
 
 # -- what the definition shows --------------------------------------------------------------------

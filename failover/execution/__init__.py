@@ -14,10 +14,12 @@ Basic execution is no chain at all: the shells call the upstream directly.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 from ..errors import SoftTimeoutError
-from .base import Attempt, Guard
+from .base import Attempt, Guard, Wait
 from .breaker import BreakerGuard, StateListener, state_code
 from .bulkhead import Bulkhead, Pool, Pools
 from .permits import LocalPermits, PermitSource
@@ -36,6 +38,7 @@ __all__ = [
     "Refreshes",
     "SoftTimeout",
     "StateListener",
+    "Wait",
     "state_code",
 ]
 
@@ -64,32 +67,47 @@ class Execution:
         parts = [*map(repr, self.guards), *([repr(self.timeout)] if self.timeout else [])]
         return f"Execution({' > '.join(parts)})"
 
-    def enter(self) -> Any:
-        """Pass the guards, outermost first: their tokens, for `exit`. A guard that refuses
-        raises, and the guards it passed are left as they were."""
+    def admit(self) -> Any:
+        """Pass the guards, outermost first, without waiting: their tokens, for `exit`, or a
+        `Wait` when one of them must wait (its end passes the guards inside it). A guard that
+        refuses raises, and the guards it passed are left as they were."""
         if self.n == 1:  # the common case: no list
-            return self.guards[0].enter()
-        tokens: list[Any] = []
+            return self.guards[0].admit()
+        return self._admit([], self.guards)
+
+    def _admit(self, tokens: list[Any], guards: tuple[Guard, ...]) -> Any:
         try:
-            for guard in self.guards:
-                tokens.append(guard.enter())
+            for guard in guards:
+                token = guard.admit()
+                if type(token) is Wait:
+                    return self._then_inner(tokens, token)
+                tokens.append(token)
         except BaseException as exc:
             self._leave(tokens, exc)
             raise
         return tokens
 
-    async def aenter(self) -> Any:
-        """`enter` for a task: a guard that waits (a bulkhead) does not block the event loop."""
-        if self.n == 1:
-            return await self.guards[0].aenter()
-        tokens: list[Any] = []
+    def _waited(
+        self,
+        tokens: list[Any],
+        then: Callable[[object | None, BaseException | None], Any],
+        lease: object | None,
+        error: BaseException | None,
+    ) -> Any:
         try:
-            for guard in self.guards:
-                tokens.append(await guard.aenter())
+            token = then(lease, error)
         except BaseException as exc:
             self._leave(tokens, exc)
             raise
-        return tokens
+        if type(token) is Wait:  # the same guard waits again
+            return self._then_inner(tokens, token)
+        tokens.append(token)
+        return self._admit(tokens, self.guards[len(tokens) :])
+
+    def _then_inner(self, tokens: list[Any], wait: Wait) -> Wait:
+        """``wait``, whose end also passes the guards inside the one waiting."""
+        then = partial(self._waited, tokens, wait.then)
+        return Wait(wait.source, wait.weight, wait.deadline, then)
 
     def exit(self, tokens: Any, exc: BaseException | None) -> None:
         """Leave the guards, innermost first, with the call's outcome (``exc``, or ``None``)."""

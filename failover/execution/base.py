@@ -1,37 +1,97 @@
 """What every execution guard is: an object that admits or refuses a call and hears how it ended.
 
 A guard is shared by every call of its failover, so per-call state travels in the token that
-`Guard.enter` returns and `Guard.exit` receives. The call (`failover.call.Call`) drives them
-through the failover's `Execution` when it is entered; `Guard.attempt` wraps the same two methods
-for ``with`` and ``async with``, for a guard used on its own.
+`Guard.admit` gives and `Guard.exit` receives. Admitting is one decision, written once for
+threads and tasks (sans-I/O): `admit` returns the token, raises a refusal, or returns a `Wait`
+when the call cannot be admitted now (a bulkhead with no free permit). Only the wait itself
+differs: `Wait.block` on a thread, `Wait.wait` on the event loop. `Guard.enter` and `aenter`
+are ``admit`` plus that wait. The call (`failover.call.Call`) drives the guards through the
+failover's `Execution` when it is entered; `Guard.attempt` wraps them for ``with`` and
+``async with``, for a guard used on its own.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from types import TracebackType
 from typing import Any, ClassVar
 
-__all__ = ["Attempt", "Guard"]
+from .permits import PermitSource
+
+__all__ = ["Attempt", "Guard", "Wait"]
+
+
+class Wait:
+    """What a guard that cannot admit a call now asks its caller to wait for: ``weight``
+    permits of ``source`` until ``deadline`` (`time.monotonic`; ``None``: no limit), and how the
+    admission ends with what the wait gave.
+
+    Args:
+        source: the permits to wait for.
+        weight: how many.
+        deadline: when to give up (the source then gives ``None``).
+        then: called with the source's lease (``None``: none in time) and ``None``, or with
+            ``None`` and what the wait raised; returns the admission's token or another `Wait`,
+            or raises the refusal.
+    """
+
+    __slots__ = ("deadline", "source", "then", "weight")
+
+    def __init__(
+        self,
+        source: PermitSource,
+        weight: int,
+        deadline: float | None,
+        then: Callable[[object | None, BaseException | None], Any],
+    ) -> None:
+        self.source = source
+        self.weight = weight
+        self.deadline = deadline
+        self.then = then
+
+    def block(self) -> Any:
+        """Wait on this thread: the token (or the refusal, raised)."""
+        try:
+            lease = self.source.acquire(self.weight, self.deadline)
+        except BaseException as exc:  # the guard decides: a refusal, or ``exc`` itself
+            return self.then(None, exc)
+        token = self.then(lease, None)
+        return token.block() if type(token) is Wait else token
+
+    async def wait(self) -> Any:
+        """`block` for a task: waits on the event loop (cancelled, it takes nothing)."""
+        try:
+            lease = await self.source.aacquire(self.weight, self.deadline)
+        except BaseException as exc:
+            return self.then(None, exc)
+        token = self.then(lease, None)
+        return await token.wait() if type(token) is Wait else token
 
 
 class Guard:
-    """Admits a call (`enter`) and learns its end (`exit`).
+    """Admits a call (`admit`) and learns its end (`exit`).
 
     Attributes:
-        refusals: the exceptions `enter` raises to refuse a call; they always trigger recovery,
+        refusals: the exceptions `admit` raises to refuse a call; they always trigger recovery,
             whatever the failover's ``exceptions=`` says.
     """
 
     refusals: ClassVar[tuple[type[Exception], ...]] = ()
 
-    def enter(self) -> Any:
-        """Admit the call or raise one of `refusals`; may block (a bulkhead waiting for a
-        permit). Returns the token `exit` gets back."""
+    def admit(self) -> Any:
+        """The decision, without waiting: the token `exit` gets back, one of `refusals` raised,
+        or a `Wait` when the call can only be admitted after waiting."""
         return None
 
+    def enter(self) -> Any:
+        """`admit`, waiting on this thread if need be: the token."""
+        token = self.admit()
+        return token.block() if type(token) is Wait else token
+
     async def aenter(self) -> Any:
-        """`enter` for a coroutine: waits without blocking the event loop."""
-        return self.enter()
+        """`admit` for a coroutine: waits without blocking the event loop."""
+        token = self.admit()
+        return await token.wait() if type(token) is Wait else token
 
     def exit(self, token: Any, exc: BaseException | None) -> None:
         """The admitted call ended: ``exc`` is what it raised, or ``None``."""

@@ -91,8 +91,9 @@ class BreakerGuard(Guard):
     def __repr__(self) -> str:
         return f"BreakerGuard({self.breaker.name!r}, state={self.breaker.current_state})"
 
-    def enter(self) -> Any:
-        """Admit the call, or refuse it while open (or while another trial is in flight)."""
+    def admit(self) -> Any:
+        """Admit the call, or refuse it while open (or while another trial is in flight); it
+        never waits."""
         cb, circuit = self.breaker, self._circuit
         state = circuit.stored_state()
         if state == _CLOSED:

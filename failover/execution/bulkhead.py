@@ -5,7 +5,8 @@ A `Pool` is private to one failover (``max_concurrency=N``) or named and shared 
 from a `PermitSource` (`LocalPermits` in this process by default). Each failover's `Bulkhead` is
 the guard: it takes ``weight`` permits per call, waits up to ``acquire_timeout`` (``0`` refuses at
 once, ``None`` waits without limit), and gives them back when the call ends. Threads and tasks
-make the same decision; only the wait differs (the source's ``acquire`` or ``aacquire``).
+make the same decision (`Bulkhead.admit`); only the wait differs (`Wait.block` or `Wait.wait`: the
+source's ``acquire`` or ``aacquire``).
 
 A call already holding permits of a pool (a nested call in the same context, into the same
 failover or another one of the pool) takes no more, which would deadlock a pool of size 1: the
@@ -18,11 +19,12 @@ import contextvars
 import logging
 import threading
 from collections.abc import Callable
+from functools import partial
 from time import monotonic
 from typing import Any, ClassVar
 
 from ..errors import BulkheadFull, ConfigurationError
-from .base import Guard
+from .base import Guard, Wait
 from .permits import LocalPermits, PermitSource
 
 __all__ = ["Bulkhead", "Pool", "Pools"]
@@ -146,41 +148,29 @@ class Bulkhead(Guard):
         timeout = self.acquire_timeout
         return None if timeout is None else monotonic() + timeout
 
-    def enter(self) -> Any:
-        """Take the permits (waiting up to ``acquire_timeout``) or raise `BulkheadFull`."""
+    def admit(self) -> Any:
+        """Take the permits if they are free now, or ask to wait for them up to
+        ``acquire_timeout`` (a `Wait` whose end raises `BulkheadFull` if none came)."""
         held = _held.get()
         pool = self.pool
         if pool in held:
             return None  # nested call: the outer one holds the permits
         lease = None if self._take is None else self._take(self.weight)
-        if lease is None:
-            try:  # a fail-fast call reads no clock (deadline 0.0: already past)
-                lease = self.source.acquire(
-                    self.weight, 0.0 if self.fail_fast else self._deadline()
-                )
-            except Exception as exc:  # a source that cannot answer refuses: the call recovers
-                raise self._refuse(exc) from exc
-            if lease is None:
-                raise self._refuse()
+        if lease is None:  # a fail-fast call reads no clock (deadline 0.0: already past)
+            deadline = 0.0 if self.fail_fast else self._deadline()
+            return Wait(self.source, self.weight, deadline, partial(self._waited, held))
         return _held.set((*held, pool)), lease
 
-    async def aenter(self) -> Any:
-        """`enter` for a task: the same decision, waiting on the event loop, not on a thread."""
-        held = _held.get()
-        pool = self.pool
-        if pool in held:
-            return None
-        lease = None if self._take is None else self._take(self.weight)
+    def _waited(
+        self, held: tuple[Pool, ...], lease: object | None, error: BaseException | None
+    ) -> Any:
+        if error is not None:
+            if isinstance(error, Exception):  # a source that cannot answer refuses: recovered
+                raise self._refuse(error) from error
+            raise error  # cancelled, interrupted: not a refusal
         if lease is None:
-            try:
-                lease = await self.source.aacquire(
-                    self.weight, 0.0 if self.fail_fast else self._deadline()
-                )
-            except Exception as exc:
-                raise self._refuse(exc) from exc
-            if lease is None:
-                raise self._refuse()
-        return _held.set((*held, pool)), lease
+            raise self._refuse()
+        return _held.set((*held, self.pool)), lease
 
     def exit(self, token: Any, exc: BaseException | None) -> None:
         """Give the permits back (to the first waiters, if any)."""
