@@ -1,20 +1,22 @@
 """One call of one failover: the context its layers see, its guards, and every decision about
-what its caller gets.
+what its caller gets. It does no I/O of its own beyond what its shell asks of it.
 
 The shells (``decorator.py``) are a few lines around it::
 
     call = call_of(runtime, args, kwargs)
     try:
         with call:                     # the guards (bulkhead, breaker) admit the call
-            result = fn(*args, **kwargs)
+            result = call.run(fn, args, kwargs)
     except Exception as exc:
-        out = call.failed(exc)         # the stale envelope, or None: re-raise
+        lookup = call.failed(exc)      # the store read that recovers it, or None: re-raise
         ...
+        out = call.resolve(lookup, lookup.read())
     return call.live(result)           # stored; the value enriched as live
 
-An ``async def`` failover enters with ``async with call`` (a bulkhead may wait without blocking
-the loop) and recovers with ``await call.afailed(exc)`` (its store read never blocks the loop);
-its runtime has decided once whether writes run on a worker thread (`Runtime.offloads`).
+An ``async def`` failover's shell enters with ``async with call`` (a guard's wait does not block
+the loop), calls ``await call.arun(...)`` (the soft timeout is the one real fork) and reads with
+``await lookup.aread()``; its runtime says whether storing runs on a worker thread
+(`Runtime.off_loop`).
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from .context import CallContext, Miss, RecoverContext
 from .errors import SerializationError
 from .execution import Wait
 from .handlers import Partial, envelope_key
+from .handlers.lookup import Lookup, stale
 from .payload import KIND_OF, PLAIN, ReferentialPayload, enrich, envelope
 from .policy import ExceptionPolicy, default_for
 from .tenant import read_tenant
@@ -44,15 +47,17 @@ _new = object.__new__
 log = logging.getLogger("failover")
 
 
-def call_of(rt: Runtime, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Call:
+def call_of(
+    rt: Runtime, args: tuple[Any, ...], kwargs: dict[str, Any], kind: type[Call] | None = None
+) -> Call:
     """One call of ``rt``'s failover (``args`` as the wrapper got them, ``self``/``cls``
-    included)."""
+    included), of the failover's kind (`Runtime.call_type`) unless ``kind`` says."""
     binder = rt.binder
     if binder.skip_first:
         args = args[1:]
     if rt.unrouted is not None and read_tenant() is not None:  # one contextvar read
         rt.refuse_tenant()
-    call: Call = _new(Call)  # no __init__ frame: this runs on every call
+    call: Call = _new(kind or rt.call_type)  # no __init__ frame: this runs on every call
     call.rt = rt
     call.definition = rt.definition
     call.binder = binder
@@ -74,11 +79,12 @@ class Call(CallContext):
 
     # Built field by field in `call_of` (no __init__ frame on the hot path): a new field
     # goes there too.
-    __slots__ = ("rt", "start", "token")
+    __slots__ = ("rt", "seconds", "start", "token")
 
     rt: Runtime
     start: float
     token: Any
+    seconds: float  # how long the failed upstream took (set by `failed`)
 
     # -- the guards ---------------------------------------------------------------------------
 
@@ -132,7 +138,7 @@ class Call(CallContext):
 
     def fresh(self) -> ReferentialPayload[Any] | Partial | None:
         """The stored entry when it is younger than ``fresh_for`` (the call is then answered
-        from it, by `from_store`); for scatter/gather with some slices fresh, the `Partial`
+        from it, by `served_fresh`); for scatter/gather with some slices fresh, the `Partial`
         call for the others; else ``None``: the upstream is called as usual. Store trouble is
         a ``None`` too (logged at debug: the call's own path meets it again)."""
         rt = self.rt
@@ -146,64 +152,12 @@ class Call(CallContext):
             self.now = None  # the call goes on as any call: its own time when it ends
         return found
 
-    def from_store(
-        self,
-        found: ReferentialPayload[Any] | Partial,
-        fn: Callable[..., Any],
-        args: tuple[Any, ...],
-        kwargs: dict[str, Any],
-        wrapped: bool,
-    ) -> Any:
-        """What the caller gets (``wrapped``: the envelope, else the value) of a call `fresh`
-        found an answer for: the entry, or (`Partial`) the fresh slices merged with what the
-        upstream returns for the others, asked in one call (whose failure recovers the whole
-        call, as usual)."""
-        if not isinstance(found, Partial):
-            return self.served_fresh(found, args, kwargs, wrapped)
-        nargs, nkwargs = self._narrowed(found, args)
-        try:
-            with self:
-                result = self.run(fn, nargs, nkwargs)
-        except Exception as exc:
-            out = self.failed(exc)
-            if out is None:
-                raise
-            return out if wrapped else out.payload
-        self.live(result)
-        merged = found.merge(result)
-        return merged if wrapped else merged.payload
-
-    async def afrom_store(
-        self,
-        found: ReferentialPayload[Any] | Partial,
-        fn: Callable[..., Any],
-        args: tuple[Any, ...],
-        kwargs: dict[str, Any],
-        wrapped: bool,
-    ) -> Any:
-        """`from_store` for an ``async def`` failover."""
-        if not isinstance(found, Partial):
-            return self.served_fresh(found, args, kwargs, wrapped)
-        nargs, nkwargs = self._narrowed(found, args)
-        try:
-            async with self:
-                result = await self.arun(fn, nargs, nkwargs)
-        except Exception as exc:
-            out = await self.afailed(exc)
-            if out is None:
-                raise
-            return out if wrapped else out.payload
-        if self.rt.may_offload:
-            await self.live_off_loop(result)
-        else:
-            self.live(result)
-        merged = found.merge(result)
-        return merged if wrapped else merged.payload
-
-    def _narrowed(
+    def narrowed(
         self, part: Partial, args: tuple[Any, ...]
     ) -> tuple[tuple[Any, ...], dict[str, Any]]:
-        """The narrowed call's arguments as the wrapper passes them (``self`` in front)."""
+        """The arguments of the call `fresh` narrowed to the slices not fresh (``part``), as
+        the wrapper passes them (``self`` in front): the upstream is asked for those only, and
+        the caller gets ``part.merge(result)``."""
         own = part.args
         return ((args[0], *own) if self.binder.skip_first else own), part.kwargs
 
@@ -265,23 +219,9 @@ class Call(CallContext):
         return enrich(result, True, self.now)
 
     def late(self, result: Any) -> None:
-        """Store a result that came after its callers stopped waiting (soft timeout, sync
-        upstream: on the engine's pool thread, in the caller's context)."""
+        """Store a result that came after its callers stopped waiting (a soft timeout, a
+        refresh ahead): stored, not reported as a call of its own."""
         self.live(result, True)
-
-    async def live_off_loop(self, result: Any) -> Any:
-        """`live` for an async caller whose runtime `may_offload`: on a worker thread when it
-        `offloads` now."""
-        rt = self.rt
-        return await rt.on_worker(self.live, result) if rt.offloads() else self.live(result)
-
-    async def alate(self, result: Any) -> None:
-        """`late` for an ``async def`` upstream: never blocks the event loop on store I/O."""
-        rt = self.rt
-        if rt.offloads():
-            await rt.on_worker(self.live, result, True)
-        else:
-            self.live(result, True)
 
     def shared(self, result: Any, now: datetime | None) -> Any:
         """A result another call of the same key got (single flight), stored by that call:
@@ -305,33 +245,27 @@ class Call(CallContext):
 
     # -- failure ------------------------------------------------------------------------------
 
-    def failed(self, cause: Exception) -> ReferentialPayload[Any] | None:
-        """Recover and resolve a failed call: an envelope, or ``None`` to re-raise ``cause``."""
+    def failed(self, cause: Exception) -> Lookup | None:
+        """The upstream raised ``cause``: the store read that recovers the call, for the shell
+        to perform (``lookup.read()``, ``await lookup.aread()``) and hand to `resolve`; or
+        ``None`` when ``cause`` does not trigger recovery (reported: the caller re-raises)."""
         rt = self.rt
-        seconds = perf_counter() - self.start
+        self.seconds = seconds = perf_counter() - self.start
         if not rt.accepts(cause):
             rt.events.raised(seconds, cause)
             return None
-        return self.resolve(cause, rt.recover(self, cause), seconds)
-
-    async def afailed(self, cause: Exception) -> ReferentialPayload[Any] | None:
-        """`failed` for an async caller: the store read never blocks the event loop."""
-        rt = self.rt
-        seconds = perf_counter() - self.start
-        if not rt.accepts(cause):
-            rt.events.raised(seconds, cause)
-            return None
-        found = await rt.arecover(self, cause) if rt.blocking else rt.recover(self, cause)
-        return self.resolve(cause, found, seconds)
+        return rt.lookup(self, cause)
 
     def resolve(
-        self, cause: Exception, found: ReferentialPayload[Any] | Miss, seconds: float | None
+        self, lookup: Lookup, found: ReferentialPayload[Any] | Miss
     ) -> ReferentialPayload[Any] | None:
-        """What the caller gets after recovery: an envelope, or ``None`` to re-raise ``cause``.
-
-        ``seconds`` is the time the failed upstream took (reported with the outcome).
-        """
+        """What the caller gets after recovery (``found``: what ``lookup`` read): an envelope,
+        or ``None`` to re-raise the cause."""
+        cause = lookup.cause
+        assert cause is not None  # a recovery's lookup: the upstream raised
         rt = self.rt
+        rt.looked_up(lookup, found)
+        seconds: float | None = self.seconds  # the time the failed upstream took
         d = self.definition
         policy = rt.policy
         if isinstance(cause, rt.unattempted):
@@ -345,6 +279,8 @@ class Call(CallContext):
         if isinstance(found, ReferentialPayload):
             recovered = found
             value = enrich(found.payload, False, found.as_of)
+            if hook is not None:  # the hook sees the entry as recovered (the store's is live)
+                recovered = stale(found)
         elif policy is ExceptionPolicy.RETHROW:
             _note(cause, d.name, found.value if rt.unstorable is None else rt.unstorable)
             return None
@@ -361,10 +297,10 @@ class Call(CallContext):
                 value = hook(self.recover_context(cause, recovered), value)
             except Exception:  # the hook's bug must not cost the caller a good value
                 rt.hook_failed()
-        if recovered is None:
+        if not isinstance(found, ReferentialPayload):
             out = self.made_envelope(value, cause)
         else:
-            r = recovered
+            r = found
             out = envelope(r.name, r.key, value, r.as_of, r.expire_on, False, cause, r.label)
         rt.events.served(out)
         return out

@@ -21,6 +21,7 @@ from .errors import ConfigurationError, SerializationError, StoreError
 from .events import Events
 from .execution import Execution, SoftTimeout
 from .handlers import Handler
+from .handlers.lookup import Lookup, failed_lookup
 from .logs import LogLimiter
 from .payload import ReferentialPayload
 from .policy import ExceptionPolicy
@@ -79,9 +80,11 @@ class Runtime:
     __slots__ = (
         "_return_type",
         "ahead",
+        "bare",
         "binder",
         "blocking",
         "blocking_writes",
+        "call_type",
         "clock",
         "definition",
         "events",
@@ -146,6 +149,10 @@ class Runtime:
         self.unrouted: str | None = None
         # Single flight: the calls in flight per key, for their callers to share.
         self.flights: Any = None  # a flight.Flights, set by the engine when single_flight is on
+        # What a call of this failover is (`call.Call`; `flight.FlownCall` with single flight),
+        # set by the engine; and whether it has nothing to enter (no guards, no flight).
+        self.call_type: Any = None
+        self.bare = True
         # The cache-first window (`Call.fresh`), and refresh ahead past ``refresh_at`` seconds of
         # age: a refresh.RefreshAhead, set by the engine when refresh_ahead is on.
         self.fresh_for = definition.fresh_for
@@ -199,6 +206,11 @@ class Runtime:
             self.new_tenants_block and self.router is not None and not self.router.ready()
         )
 
+    async def off_loop(self, fn: Callable[..., T], *args: Any) -> T:
+        """``fn(*args)`` (a store write) for an async caller: on a worker thread when it
+        `offloads` now, else in place."""
+        return await self.on_worker(fn, *args) if self.offloads() else fn(*args)
+
     # -- store I/O, timed for the observers --------------------------------------------------
 
     def store_failed(self) -> None:
@@ -237,53 +249,37 @@ class Runtime:
             raise
         self.events.stored(True, perf_counter() - start)
 
-    def recover(self, ctx: CallContext, cause: Exception) -> ReferentialPayload[Any] | Miss:
-        """Ask the handler chain; a failing recover is logged and behaves like a miss."""
+    def lookup(self, call: CallContext, cause: Exception) -> Lookup:
+        """What recovering ``call`` reads (the handler chain's `Lookup`, for the shell to
+        read); a call whose keys cannot be had (a failing ``key=`` callable or splitter) gets
+        one that answers `Miss.ERROR`."""
+        start = perf_counter() if self.events.timed else 0.0
+        try:
+            lookup = self.handler.lookup(call, cause)
+        except Exception as exc:
+            lookup = failed_lookup(call, cause, exc)
+        lookup.start = start
+        return lookup
+
+    def looked_up(self, lookup: Lookup, found: ReferentialPayload[Any] | Miss) -> None:
+        """A recovery's read is done: timed for the observers; a failed one is logged (once a
+        minute: it repeats on every call) and treated as a miss."""
+        error = lookup.error
         if self.events.timed:
-            return self._timed_recover(ctx, cause)
-        try:
-            return self.handler.recover(ctx, cause)
-        except Exception:
-            return self._recover_failed()
-
-    def _timed_recover(self, ctx: CallContext, cause: Exception) -> ReferentialPayload[Any] | Miss:
-        start = perf_counter()
-        try:
-            found = self.handler.recover(ctx, cause)
-        except Exception:
-            self.events.read("error", perf_counter() - start, None)
-            return self._recover_failed()
-        self._read(found, start)
-        return found
-
-    def _read(self, found: ReferentialPayload[Any] | Miss, start: float) -> None:
-        seconds = perf_counter() - start
-        if isinstance(found, Miss):
-            self.events.read("not_recovered", seconds, None)
-        else:
-            self.events.read("recovered", seconds, found)
-
-    def _recover_failed(self) -> Miss:
-        self.logs.report(
-            "recover",
-            "failover %r: recovering failed; treated as a miss",
-            self.definition.name,
-            exc_info=True,
-        )
-        return Miss.ERROR
-
-    async def arecover(self, ctx: CallContext, cause: Exception) -> ReferentialPayload[Any] | Miss:
-        """`recover` for an async caller when the store does I/O: never blocks the event loop."""
-        start = perf_counter()
-        try:
-            found = await self.handler.arecover(ctx, cause)
-        except Exception:
-            if self.events.timed:
-                self.events.read("error", perf_counter() - start, None)
-            return self._recover_failed()
-        if self.events.timed:
-            self._read(found, start)
-        return found
+            seconds = perf_counter() - lookup.start
+            if error is not None:
+                self.events.read("error", seconds, None)
+            elif isinstance(found, Miss):
+                self.events.read("not_recovered", seconds, None)
+            else:
+                self.events.read("recovered", seconds, found)
+        if error is not None:
+            self.logs.report(
+                "recover",
+                "failover %r: recovering failed; treated as a miss",
+                self.definition.name,
+                exc_info=error,
+            )
 
     def hook_failed(self) -> None:
         """``on_recovered`` raised: counted and logged; the caller gets the value it was given."""
@@ -301,6 +297,7 @@ class Runtime:
     def bind(self, execution: Execution | None) -> None:
         """Put the upstream behind ``execution`` (``None``: basic execution)."""
         self.execution = execution
+        self.bare = execution is None and self.flights is None
         self.refusals = () if execution is None else execution.refusals
         self.unattempted = () if execution is None else execution.unattempted
         self.timeout = None if execution is None else execution.timeout

@@ -10,7 +10,7 @@ from asyncio import _get_running_loop as _running_loop  # C, no exception withou
 from collections.abc import Callable, Coroutine
 from datetime import datetime
 from time import perf_counter
-from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar, Unpack, overload
+from typing import Any, ParamSpec, TypeVar, Unpack, overload
 
 from .call import call_of
 from .context import CallContext
@@ -19,15 +19,10 @@ from .definition import FailoverDefinition
 from .engine import Failover
 from .engine import default as default_engine
 from .errors import ConfigurationError
-from .flight import aflown, flown
 from .functions import AsyncFailoverFunction, FailoverFunction, Method
-from .handlers import envelope_key
+from .handlers import Partial, envelope_key
 from .payload import ReferentialPayload
 from .settings import Options, check_names, resolve
-
-if TYPE_CHECKING:
-    pass
-
 
 __all__ = ["AsyncFailoverFunction", "FailoverFunction", "failover"]
 
@@ -92,7 +87,9 @@ class State:
     def peek(self, *args: Any, **kwargs: Any) -> ReferentialPayload[Any] | None:
         """The stored, unexpired entry for the call."""
         rt = self.runtime()
-        return None if rt is None else rt.handler.peek(call_of(rt, args, kwargs))
+        return (
+            None if rt is None else rt.handler.lookup(call_of(rt, args, kwargs), None, False).peek()
+        )
 
     def invalidate(self, *args: Any, **kwargs: Any) -> None:
         """Delete the stored entry for the call."""
@@ -120,25 +117,31 @@ def _sync_shell(state: State, envelope: bool) -> Callable[..., Any]:
         if _running_loop() is not None and not state.loop_warned:
             state.warn_in_loop()
         call = call_of(rt, args, kwargs)
+        part = None
         if rt.fresh_for is not None:
             found = call.fresh()
             if found is not None:
-                return call.from_store(found, fn, args, kwargs, envelope)
-        if rt.flights is not None:
-            return flown(call, fn, args, kwargs, envelope)
+                if not isinstance(found, Partial):
+                    return call.served_fresh(found, args, kwargs, envelope)
+                part = found
+                args, kwargs = call.narrowed(found, args)
         try:
-            if rt.execution is None:  # nothing to enter: no `with` on the hottest path
+            if rt.bare:  # nothing to enter: no `with` on the hottest path
                 call.start = perf_counter()
                 result = fn(*args, **kwargs)
             else:
                 with call:
                     result = call.run(fn, args, kwargs)
         except Exception as exc:
-            out = call.failed(exc)
+            lookup = call.failed(exc)  # the store read that recovers the call, if any
+            out = None if lookup is None else call.resolve(lookup, lookup.read())
             if out is None:
                 raise
             return out if envelope else out.payload
         value = call.live(result)
+        if part is not None:  # the fresh slices and the upstream's answer for the others
+            merged = part.merge(result)
+            return merged if envelope else merged.payload
         return call.envelope(value) if envelope else value
 
     return shell
@@ -158,25 +161,31 @@ def _async_shell(state: State, envelope: bool) -> Callable[..., Any]:
             result = await fn(*args, **kwargs)
             return state.passthrough(args, kwargs, result) if envelope else result
         call = call_of(rt, args, kwargs)
+        part = None
         if rt.fresh_for is not None:
             found = await rt.on_worker(call.fresh) if rt.blocking else call.fresh()
             if found is not None:
-                return await call.afrom_store(found, fn, args, kwargs, envelope)
-        if rt.flights is not None:
-            return await aflown(call, fn, args, kwargs, envelope)
+                if not isinstance(found, Partial):
+                    return call.served_fresh(found, args, kwargs, envelope)
+                part = found
+                args, kwargs = call.narrowed(found, args)
         try:
-            if rt.execution is None:
+            if rt.bare:
                 call.start = perf_counter()
                 result = await fn(*args, **kwargs)
             else:
                 async with call:
                     result = await call.arun(fn, args, kwargs)
         except Exception as exc:
-            out = await call.afailed(exc)
+            lookup = call.failed(exc)  # the store read that recovers the call, if any
+            out = None if lookup is None else call.resolve(lookup, await lookup.aread())
             if out is None:
                 raise
             return out if envelope else out.payload
-        value = call.live(result) if not rt.may_offload else await call.live_off_loop(result)
+        value = await rt.off_loop(call.live, result) if rt.may_offload else call.live(result)
+        if part is not None:  # the fresh slices and the upstream's answer for the others
+            merged = part.merge(result)
+            return merged if envelope else merged.payload
         return call.envelope(value) if envelope else value
 
     return shell

@@ -18,6 +18,7 @@ import threading
 from collections.abc import Callable
 from datetime import datetime
 from time import perf_counter
+from types import TracebackType
 from typing import Any, cast
 
 from .call import Call
@@ -25,7 +26,7 @@ from .errors import SoftTimeoutError
 from .handlers import key_of
 from .stores.copying import deep_copy
 
-__all__ = ["Flights", "aflown", "flown"]
+__all__ = ["Flights", "FlownCall"]
 
 
 class _Flight:
@@ -81,6 +82,121 @@ class Flights:
             flight.future.set_result(None)  # the leader is a task of the flight's loop
 
 
+class FlownCall(Call):
+    """A call of a failover with single flight: its shell runs it as any call, and this says
+    whether it leads its key's flight (entered, the upstream called, the result stored and
+    handed to the followers) or follows it (no guards entered: its "upstream" is the leader's
+    outcome, waited for at most its soft timeout, its result not stored again)."""
+
+    __slots__ = ("flight", "flight_key", "leads")
+
+    flight: _Flight
+    flight_key: Any
+    leads: bool
+
+    def _join(self, loop: asyncio.AbstractEventLoop | None) -> None:
+        flights = cast(Flights, self.rt.flights)  # set: single_flight is on
+        self.flight_key = key = _key(self)
+        self.flight, self.leads = flights.join(key, loop)
+
+    def __enter__(self) -> FlownCall:
+        self._join(None)
+        if self.leads:
+            return cast(FlownCall, super().__enter__())
+        self.start = perf_counter()
+        return self
+
+    async def __aenter__(self) -> FlownCall:
+        self._join(asyncio.get_running_loop())
+        if self.leads:
+            return cast(FlownCall, await super().__aenter__())
+        self.start = perf_counter()
+        return self
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if not self.leads:
+            return
+        super().__exit__(kind, exc, tb)
+        if exc is not None:  # followers recover from the same error (or, for a cancellation,
+            self._land(error=exc)  # call for themselves)
+
+    def run(self, fn: Callable[..., Any], args: Any, kwargs: Any) -> Any:
+        """The leader calls the upstream; a follower waits for it (its soft timeout at most)."""
+        while not self.leads:
+            if not self.flight.ended.wait(self.definition.timeout):
+                raise _late(self)
+            if self._outcome():
+                return deep_copy(self.flight.result)
+            self._join(None)  # the leader never got an answer: fly again
+            if self.leads:
+                try:
+                    super().__enter__()
+                except BaseException as exc:
+                    self._refused(exc)
+                    raise
+        return super().run(fn, args, kwargs)
+
+    async def arun(self, fn: Callable[..., Any], args: Any, kwargs: Any) -> Any:
+        """`run` for a task: a follower waits on the event loop."""
+        while not self.leads:
+            future = self.flight.future
+            assert future is not None  # an async flight
+            try:
+                # Shielded: a follower giving up (its timeout, its cancellation) leaves the
+                # flight be.
+                async with asyncio.timeout(self.definition.timeout):
+                    await asyncio.shield(future)
+            except TimeoutError:
+                raise _late(self) from None
+            if self._outcome():
+                return deep_copy(self.flight.result)
+            self._join(asyncio.get_running_loop())
+            if self.leads:
+                try:
+                    await super().__aenter__()
+                except BaseException as exc:
+                    self._refused(exc)
+                    raise
+        return await super().arun(fn, args, kwargs)
+
+    def _refused(self, exc: BaseException) -> None:
+        """A follower that came to lead was refused by a guard: its followers hear it, and
+        it leaves the guards it never entered alone."""
+        self._land(error=exc)
+        self.leads = False
+
+    def _outcome(self) -> bool:
+        """After the wait: whether the leader answered (raising its error, for this call to
+        recover from); ``False``: it was stopped before any answer."""
+        error = self.flight.error
+        if error is None:
+            return True
+        if isinstance(error, Exception):
+            raise error
+        return False
+
+    def live(self, result: Any, late: bool = False) -> Any:
+        """The leader stores its result and hands it to its followers; a follower reports
+        the leader's (its own copy) as live, not stored again."""
+        if not self.leads:
+            return self.shared(result, self.flight.now)
+        try:
+            return super().live(result, late)
+        finally:
+            self._land(result, now=self.now)
+
+    def _land(
+        self, result: Any = None, error: BaseException | None = None, now: datetime | None = None
+    ) -> None:
+        flights = cast(Flights, self.rt.flights)
+        flights.land(self.flight_key, self.flight, result, error, now)
+
+
 def _key(call: Call) -> Any:
     try:
         return key_of(call)
@@ -93,92 +209,3 @@ def _late(call: Call) -> SoftTimeoutError:
         f"failover {call.definition.name!r}: the shared call of this key did not answer within "
         f"{call.definition.timeout:g}s (timeout=)"
     )
-
-
-def _out(out: Any, cause: Exception, envelope: bool) -> Any:
-    if out is None:
-        raise cause
-    return out if envelope else out.payload
-
-
-def flown(
-    call: Call,
-    fn: Callable[..., Any],
-    args: tuple[Any, ...],
-    kwargs: dict[str, Any],
-    envelope: bool,
-) -> Any:
-    """A sync call with single flight: what the caller gets (the value or its envelope)."""
-    rt = call.rt
-    flights = cast(Flights, rt.flights)  # set: single_flight is on
-    key = _key(call)
-    flight, leader = flights.join(key, None)
-    call.start = perf_counter()
-    if leader:
-        try:
-            with call:
-                result = call.run(fn, args, kwargs)
-        except BaseException as exc:
-            flights.land(key, flight, error=exc)
-            if not isinstance(exc, Exception):
-                raise
-            return _out(call.failed(exc), exc, envelope)
-        try:
-            value = call.live(result)
-        finally:
-            flights.land(key, flight, result, now=call.now)
-        return call.envelope(value) if envelope else value
-    if not flight.ended.wait(rt.definition.timeout):
-        late = _late(call)
-        return _out(call.failed(late), late, envelope)
-    error = flight.error
-    if error is not None and not isinstance(error, Exception):
-        return flown(call, fn, args, kwargs, envelope)  # the leader never got an answer
-    if error is not None:
-        return _out(call.failed(error), error, envelope)
-    value = call.shared(deep_copy(flight.result), flight.now)
-    return call.envelope(value) if envelope else value
-
-
-async def aflown(
-    call: Call,
-    fn: Callable[..., Any],
-    args: tuple[Any, ...],
-    kwargs: dict[str, Any],
-    envelope: bool,
-) -> Any:
-    """`flown` for an ``async def`` failover: followers are tasks of the leader's loop."""
-    rt = call.rt
-    flights = cast(Flights, rt.flights)  # set: single_flight is on
-    key = _key(call)
-    flight, leader = flights.join(key, asyncio.get_running_loop())
-    call.start = perf_counter()
-    if leader:
-        try:
-            async with call:
-                result = await call.arun(fn, args, kwargs)
-        except BaseException as exc:
-            flights.land(key, flight, error=exc)
-            if not isinstance(exc, Exception):
-                raise
-            return _out(await call.afailed(exc), exc, envelope)
-        try:
-            value = call.live(result) if not rt.may_offload else await call.live_off_loop(result)
-        finally:
-            flights.land(key, flight, result, now=call.now)
-        return call.envelope(value) if envelope else value
-    assert flight.future is not None  # an async flight
-    try:
-        # Shielded: a follower giving up (its timeout, its cancellation) leaves the flight be.
-        async with asyncio.timeout(rt.definition.timeout):
-            await asyncio.shield(flight.future)
-    except TimeoutError:
-        late = _late(call)
-        return _out(await call.afailed(late), late, envelope)
-    error = flight.error
-    if error is not None and not isinstance(error, Exception):
-        return await aflown(call, fn, args, kwargs, envelope)  # the leader never answered
-    if error is not None:
-        return _out(await call.afailed(error), error, envelope)
-    value = call.shared(deep_copy(flight.result), flight.now)
-    return call.envelope(value) if envelope else value

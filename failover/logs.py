@@ -71,7 +71,7 @@ class LogLimiter:
         kind: Hashable,
         msg: str,
         *args: Any,
-        exc_info: bool = False,
+        exc_info: bool | BaseException = False,
         count: bool = True,
         what: str = "more like it",
     ) -> bool:
@@ -99,5 +99,5 @@ class LogLimiter:
             msg + " (%d %s since the last such line, at debug level)", *args, left_out, what
         )
         if exc_info:
-            self.logger.debug(msg, *args, exc_info=True)
+            self.logger.debug(msg, *args, exc_info=exc_info)
         return True

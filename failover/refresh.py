@@ -73,7 +73,7 @@ class RefreshAhead:
         self, key: str, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
     ) -> None:
         try:
-            call = call_of(self.runtime, args, kwargs)
+            call = call_of(self.runtime, args, kwargs, Call)
             with call:
                 result = call.run(fn, args, kwargs)
             call.live(result, True)
@@ -86,10 +86,10 @@ class RefreshAhead:
         self, key: str, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
     ) -> None:
         try:
-            call = call_of(self.runtime, args, kwargs)
+            call = call_of(self.runtime, args, kwargs, Call)
             async with call:
                 result = await call.arun(fn, args, kwargs)
-            await call.alate(result)
+            await self.runtime.off_loop(call.late, result)
         except Exception:
             self._failed()
         finally:

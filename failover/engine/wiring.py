@@ -25,7 +25,7 @@ from ..execution import (
     state_code,
 )
 from ..execution.circuit import Circuit
-from ..flight import Flights
+from ..flight import Flights, FlownCall
 from ..handlers import Handler, key_of
 from ..metrics import NULL_METRICS, Metrics
 from ..metrics_observer import MetricsObserver
@@ -114,9 +114,10 @@ class Wiring:
                     self.events(d),
                     self.store if isinstance(self.store, MultiTenantStore) else None,
                 )
-                rt.bind(self.execution(d))
                 if d.single_flight:
                     rt.flights = Flights()
+                rt.call_type = FlownCall if d.single_flight else Call
+                rt.bind(self.execution(d))
                 if d.refresh_ahead is not None:
                     rt.ahead = RefreshAhead(rt, self.refreshes)
                 rt.unstorable = self.registry.unstorable.get(d.name)
@@ -153,7 +154,9 @@ class Wiring:
             guards.append(self.bulkhead(d))
         timeout = None
         if d.timeout is not None:
-            timeout = SoftTimeout(d.name, d.timeout, self.refreshes, Call.late, Call.alate, key_of)
+            timeout = SoftTimeout(
+                d.name, d.timeout, self.refreshes, Call.late, _late_off_loop, key_of
+            )
         if d.breaker is not None:
             inner = (SoftTimeoutError,) if timeout is not None else ()
 
@@ -205,3 +208,9 @@ class Wiring:
             acquire_timeout=d.acquire_timeout,
             on_reject=self.registry.stats[d.name].bulkhead_rejected,
         )
+
+
+async def _late_off_loop(call: Call, result: Any) -> None:
+    """`Call.late` for an ``async def`` upstream's soft timeout: off the event loop when the
+    runtime's store writes block."""
+    await call.rt.off_loop(call.late, result)

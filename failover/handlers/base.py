@@ -7,11 +7,12 @@ from collections.abc import Callable, Mapping
 from datetime import datetime
 from typing import Any, Protocol
 
-from ..context import CallContext, Miss
+from ..context import CallContext
 from ..definition import FailoverDefinition
 from ..expiry import FixedTtl
 from ..keys import canonical, digest, make_key
 from ..stores.base import FailoverStore, Payload, delete_many
+from .lookup import Lookup
 
 __all__ = [
     "Handler",
@@ -31,20 +32,13 @@ class Handler(Protocol):
         """Keep a live result (``ctx.now`` is its time)."""
         ...
 
-    def recover(self, ctx: CallContext, cause: Exception) -> Payload | Miss:
-        """The stored envelope for a failed call (``up_to_date=False``), or why there is none.
+    def lookup(self, ctx: CallContext, cause: Exception | None, report: bool = True) -> Lookup:
+        """What recovering the call reads (``cause``: what the upstream raised; ``None`` and
+        ``report=False`` for a peek). No I/O: the `Lookup` reads, and hands what it found to
+        the layer's ``recovered`` for the answer (a stale envelope, or why there is none).
 
-        May raise: the core treats a raising recover as `Miss.ERROR`.
+        May raise: the core treats it as `Miss.ERROR`.
         """
-        ...
-
-    async def arecover(self, ctx: CallContext, cause: Exception) -> Payload | Miss:
-        """`recover` for a task: the read batched with the event loop's other recoveries of the
-        failover, never blocking the loop."""
-        ...
-
-    def peek(self, ctx: CallContext) -> Payload | None:
-        """The stored, unexpired envelope for the call, without calling the upstream."""
         ...
 
     def invalidate(self, ctx: CallContext) -> None:

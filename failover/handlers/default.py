@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import asyncio
 import threading
 from collections.abc import Callable
 from datetime import datetime, timedelta
-from typing import Any, TypeVar
+from typing import Any
 
 from ..context import CallContext, Miss
 from ..definition import FailoverDefinition
@@ -15,12 +14,11 @@ from ..keys import make_key
 from ..labels import call_label
 from ..payload import envelope
 from ..stores.base import FailoverStore, Payload, does_io
-from ..stores.batching import ReadBatcher, pinned_call
+from ..stores.batching import ReadBatcher
 from .base import drop_expired, expire_on, key_of
+from .lookup import Lookup, lookup_of
 
 __all__ = ["DefaultHandler"]
-
-T = TypeVar("T")
 
 
 class DefaultHandler:
@@ -34,8 +32,8 @@ class DefaultHandler:
     longest ago leaving first (they are the first to leave the interval anyway).
 
     Reads batched: recoveries (and peeks) of one failover that arrive together share one
-    ``find_many`` (`ReadBatcher`); async callers await theirs (`arecover`) without a thread
-    each.
+    ``find_many`` (`ReadBatcher`); async callers await theirs (`Lookup.aread`) without a
+    thread each.
 
     Args:
         store: the store chain.
@@ -142,54 +140,24 @@ class DefaultHandler:
                 del until[next(iter(until))]
         return False
 
-    def _live(self, ctx: CallContext) -> Payload | Miss:
-        key = key_of(ctx)
-        if self.reads is None:
-            found = self.store_.find(ctx.definition.effective_name, key)
-        else:
-            found = self.reads.find(ctx.definition.effective_name, key, self.current_tenant())
-        checked = self._checked(ctx, found)
-        if found is not None and checked is Miss.EXPIRED:
-            drop_expired(self.store_, found)
-        return checked
+    def lookup(self, ctx: CallContext, cause: Exception | None, report: bool = True) -> Lookup:
+        """The call's entry to read: a point read of its key (batched with other reads)."""
+        tenant = None if self.tenant is None else self.tenant()
+        return lookup_of(self, ctx, cause, key_of(ctx), self.store_, self.reads, tenant, report)
 
-    def _checked(self, ctx: CallContext, found: Payload | None) -> Payload | Miss:
+    def recovered(self, lookup: Lookup, found: Payload | None) -> Payload | Miss:
+        """The entry found, as it was stored (the core marks it stale), or why there is none;
+        an expired one is dropped."""
         if found is None:
             return Miss.MISS
-        if ctx.definition.expiry.is_expired(found, self.clock()):
+        if lookup.ctx.definition.expiry.is_expired(found, self.clock()):
+            lookup.chore(drop_expired, self.store_, found)
             return Miss.EXPIRED
-        f = found
-        return envelope(f.name, f.key, f.payload, f.as_of, f.expire_on, False, None, f.label)
-
-    def recover(self, ctx: CallContext, cause: Exception) -> Payload | Miss:
-        """The stored entry, stale, or why there is none."""
-        return self._live(ctx)
-
-    async def arecover(self, ctx: CallContext, cause: Exception) -> Payload | Miss:
-        """`recover` for a task: the read batched with the loop's other recoveries of the
-        failover, never blocking the event loop."""
-        if self.reads is None:  # no I/O: read in place
-            return self._live(ctx)
-        key = key_of(ctx)
-        tenant = self.current_tenant()
-        found = await self.reads.afind(ctx.definition.effective_name, key, tenant)
-        checked = self._checked(ctx, found)
-        if found is not None and checked is Miss.EXPIRED:
-            await self.on_worker(tenant, drop_expired, self.store_, found)
-        return checked
+        return found
 
     def current_tenant(self) -> str | None:
         """The caller's tenant, when stores are per tenant."""
         return None if self.tenant is None else self.tenant()
-
-    async def on_worker(self, tenant: str | None, fn: Callable[..., T], *args: Any) -> T:
-        """``fn(*args)`` on a worker thread, ``tenant`` (the caller's) pinned there."""
-        return await asyncio.to_thread(pinned_call, tenant, fn, *args)
-
-    def peek(self, ctx: CallContext) -> Payload | None:
-        """The stored, unexpired entry, or ``None``."""
-        found = self._live(ctx)
-        return None if isinstance(found, Miss) else found
 
     def fresh(self, ctx: CallContext, since: datetime) -> Payload | None:
         """The stored entry, as stored, when it was stored after ``since`` and has not expired

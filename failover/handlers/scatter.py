@@ -27,6 +27,7 @@ from ..scatter.contexts import SLICE_ARGUMENT
 from ..stores.base import Payload, delete_many
 from .base import Partial, drop_all_expired, envelope_key, expire_on, slice_key
 from .default import DefaultHandler
+from .lookup import Lookup, lookup_of
 from .mistyped import KeyTypes
 
 __all__ = ["ScatterGatherHandler"]
@@ -108,22 +109,40 @@ class ScatterGatherHandler:
 
     # -- recover ----------------------------------------------------------------------------
 
-    def recover(self, ctx: CallContext, cause: Exception) -> Payload | Miss:
-        """The merged slices, stale, or why there are none.
+    def lookup(self, ctx: CallContext, cause: Exception | None, report: bool = True) -> Lookup:
+        """The call's slices to read (one ``find_many``), or every slice of the name (one
+        ``find_all``: ``recover_all=True``, or a call without arguments).
 
         Raises:
             SplitterError: the splitter raised (the core treats it as a recover error).
         """
-        if ctx.definition.splitter is None:
-            return self.inner.recover(ctx, cause)
-        return self._gather(ctx, cause, True)
+        d, inner = ctx.definition, self.inner
+        if d.splitter is None:
+            return inner.lookup(ctx, cause, report)
+        whole = _whole(ctx, cause)
+        requested = None if _everything(ctx) else self._requested(d, whole)
+        keys = None if requested is None else [key for key, _ in requested]
+        tenant = inner.current_tenant()
+        lookup = lookup_of(self, ctx, cause, keys, self.store_, inner.reads, tenant, report)
+        lookup.plan = whole, requested
+        return lookup
 
-    def peek(self, ctx: CallContext) -> Payload | None:
-        """The merged unexpired slices the call would recover, or ``None``."""
-        if ctx.definition.splitter is None:
-            return self.inner.peek(ctx)
-        found = self._gather(ctx, None, False)
-        return None if isinstance(found, Miss) else found
+    def recovered(self, lookup: Lookup, found: dict[str, Payload]) -> Payload | Miss:
+        """The merged slices found, stale, or why there are none; expired slices are dropped.
+
+        Raises:
+            SplitterError: the splitter raised (the core treats it as a recover error).
+        """
+        ctx, d = lookup.ctx, lookup.ctx.definition
+        whole, requested = lookup.plan
+        if not found and requested and lookup.report:
+            lookup.chore(self.key_types.check, self.store_, d, requested)
+        expired = self._expired(d, found)
+        if expired:
+            lookup.chore(drop_all_expired, self.store_, d.effective_name, expired)
+        return self._merged(
+            ctx, lookup.cause, lookup.report, whole, requested, found, bool(expired)
+        )
 
     def fresh(self, ctx: CallContext, since: datetime) -> Payload | Partial | None:
         """The merged slices when every slice the call asks for was stored after ``since``;
@@ -209,45 +228,6 @@ class ScatterGatherHandler:
             return [(slice_key(d, s.arguments), s) for s in d.splitter.split_on_recover(whole)]
         except Exception as exc:
             raise _failed(d, "split_on_recover", exc) from exc
-
-    def _gather(self, ctx: CallContext, cause: Exception | None, report: bool) -> Payload | Miss:
-        d = ctx.definition
-        store, name = self.store_, d.effective_name
-        whole = _whole(ctx, cause)
-        requested: list[tuple[str, RecoverContext[Any]]] | None = None
-        if _everything(ctx):
-            found = {p.key: p for p in store.find_all(name)}
-        else:
-            requested = self._requested(d, whole)
-            found = store.find_many(name, [key for key, _ in requested]) if requested else {}
-            if not found and requested and report:
-                self.key_types.check(store, d, requested)
-        expired = self._expired(d, found)
-        if expired:
-            drop_all_expired(store, name, expired)
-        return self._merged(ctx, cause, report, whole, requested, found, bool(expired))
-
-    async def arecover(self, ctx: CallContext, cause: Exception) -> Payload | Miss:
-        """`recover` for a task: a call's slices read with the loop's other recoveries of the
-        name (one ``find_many`` for them all), never blocking the event loop."""
-        d, inner = ctx.definition, self.inner
-        if d.splitter is None:
-            return await inner.arecover(ctx, cause)
-        if inner.reads is None:  # no I/O: read in place
-            return self._gather(ctx, cause, True)
-        tenant = inner.current_tenant()
-        if _everything(ctx):  # every slice of the name: one find_all, on a worker
-            return await inner.on_worker(tenant, self._gather, ctx, cause, True)
-        whole = _whole(ctx, cause)
-        requested = self._requested(d, whole)
-        keys = [key for key, _ in requested]
-        found = await inner.reads.afind_many(d.effective_name, keys, tenant) if keys else {}
-        if not found and keys:
-            await inner.on_worker(tenant, self.key_types.check, self.store_, d, requested)
-        expired = self._expired(d, found)
-        if expired:
-            await inner.on_worker(tenant, drop_all_expired, self.store_, d.effective_name, expired)
-        return self._merged(ctx, cause, True, whole, requested, found, bool(expired))
 
     def _expired(self, d: FailoverDefinition, found: dict[str, Payload]) -> list[Payload]:
         """The expired entries among ``found``, taken out of it."""
