@@ -31,7 +31,7 @@ from .context import CallContext, Miss, RecoverContext
 from .errors import SerializationError
 from .execution import Wait
 from .handlers import Partial, envelope_key
-from .handlers.lookup import Lookup, stale
+from .handlers.lookup import Lookup, failed_lookup, stale
 from .payload import KIND_OF, PLAIN, ReferentialPayload, enrich, envelope
 from .policy import ExceptionPolicy, default_for
 from .tenant import read_tenant
@@ -248,13 +248,23 @@ class Call(CallContext):
     def failed(self, cause: Exception) -> Lookup | None:
         """The upstream raised ``cause``: the store read that recovers the call, for the shell
         to perform (``lookup.read()``, ``await lookup.aread()``) and hand to `resolve`; or
-        ``None`` when ``cause`` does not trigger recovery (reported: the caller re-raises)."""
+        ``None`` when ``cause`` does not trigger recovery (reported: the caller re-raises).
+
+        A call whose keys cannot be had (a failing ``key=`` callable or splitter) gets a
+        lookup that answers `Miss.ERROR`."""
         rt = self.rt
         self.seconds = seconds = perf_counter() - self.start
-        if not rt.accepts(cause):
+        recovers = rt.recovers
+        if not (isinstance(cause, recovers) if recovers is not None else rt.accepts(cause)):
             rt.events.raised(seconds, cause)
             return None
-        return rt.lookup(self, cause)
+        start = perf_counter() if rt.events.timed else 0.0
+        try:
+            lookup = rt.handler.lookup(self, cause)
+        except Exception as exc:
+            lookup = failed_lookup(self, cause, exc)
+        lookup.start = start
+        return lookup
 
     def resolve(
         self, lookup: Lookup, found: ReferentialPayload[Any] | Miss
@@ -264,45 +274,46 @@ class Call(CallContext):
         cause = lookup.cause
         assert cause is not None  # a recovery's lookup: the upstream raised
         rt = self.rt
-        rt.looked_up(lookup, found)
+        events = rt.events
+        if events.timed or lookup.error is not None:
+            rt.looked_up(lookup, found)
         seconds: float | None = self.seconds  # the time the failed upstream took
-        d = self.definition
-        policy = rt.policy
-        if isinstance(cause, rt.unattempted):
+        unattempted = rt.unattempted
+        if unattempted and isinstance(cause, unattempted):
             seconds = None  # refused by a guard: the upstream was not called
+        hook = self.definition.on_recovered
         if isinstance(found, ReferentialPayload):
-            rt.events.recovered(seconds, cause, found.as_of)
-        else:
-            rt.events.not_recovered(seconds, cause)
-        hook = d.on_recovered
-        recovered: ReferentialPayload[Any] | None = None
-        if isinstance(found, ReferentialPayload):
-            recovered = found
-            value = enrich(found.payload, False, found.as_of)
+            as_of = found.as_of
+            events.recovered(seconds, cause, as_of)
+            value = enrich(found.payload, False, as_of)
             if hook is not None:  # the hook sees the entry as recovered (the store's is live)
-                recovered = stale(found)
-        elif policy is ExceptionPolicy.RETHROW:
-            _note(cause, d.name, found.value if rt.unstorable is None else rt.unstorable)
+                try:
+                    value = hook(self.recover_context(cause, stale(found)), value)
+                except Exception:  # the hook's bug must not cost the caller a good value
+                    rt.hook_failed()
+            f = found
+            out = envelope(f.name, f.key, value, as_of, f.expire_on, False, cause, f.label)
+            events.served(out)
+            return out
+        events.not_recovered(seconds, cause)
+        policy = rt.policy
+        if policy is ExceptionPolicy.RETHROW:
+            why = found.value if rt.unstorable is None else rt.unstorable
+            _note(cause, self.definition.name, why)
             return None
-        elif policy is ExceptionPolicy.NEVER_THROW:
+        if policy is ExceptionPolicy.NEVER_THROW:
             value = None
-        else:  # return_default and a callable policy make their value themselves: no hook
-            hook = None
-            if policy is ExceptionPolicy.RETURN_DEFAULT:
-                value = default_for(rt.return_type())
-            else:
-                value = policy(self.recover_context(cause, None))
-        if hook is not None:
-            try:
-                value = hook(self.recover_context(cause, recovered), value)
-            except Exception:  # the hook's bug must not cost the caller a good value
-                rt.hook_failed()
-        if not isinstance(found, ReferentialPayload):
-            out = self.made_envelope(value, cause)
-        else:
-            r = found
-            out = envelope(r.name, r.key, value, r.as_of, r.expire_on, False, cause, r.label)
-        rt.events.served(out)
+            if hook is not None:
+                try:
+                    value = hook(self.recover_context(cause, None), value)
+                except Exception:
+                    rt.hook_failed()
+        elif policy is ExceptionPolicy.RETURN_DEFAULT:  # makes its value itself: no hook
+            value = default_for(rt.return_type())
+        else:  # a callable policy makes its value itself: no hook
+            value = policy(self.recover_context(cause, None))
+        out = self.made_envelope(value, cause)
+        events.served(out)
         return out
 
     def made_envelope(

@@ -21,7 +21,7 @@ from .errors import ConfigurationError, SerializationError, StoreError
 from .events import Events
 from .execution import Execution, SoftTimeout
 from .handlers import Handler
-from .handlers.lookup import Lookup, failed_lookup
+from .handlers.lookup import Lookup
 from .logs import LogLimiter
 from .payload import ReferentialPayload
 from .policy import ExceptionPolicy
@@ -98,6 +98,7 @@ class Runtime:
         "may_offload",
         "new_tenants_block",
         "policy",
+        "recovers",
         "refresh_at",
         "refusals",
         "refused_types",
@@ -129,6 +130,8 @@ class Runtime:
         self.execution: Execution | None = None
         self.timeout: SoftTimeout | None = None  # the execution's soft timeout, if any
         self.refusals: tuple[type[Exception], ...] = ()
+        # What triggers recovery as one isinstance check (`accepts`), when it can be one.
+        self.recovers: tuple[type[BaseException], ...] | None = None
         # Refusals raised instead of calling the upstream: no upstream time, no upstream error.
         self.unattempted: tuple[type[Exception], ...] = ()
         # Why nothing of this failover can be stored (said in the rethrow note), if known.
@@ -249,18 +252,6 @@ class Runtime:
             raise
         self.events.stored(True, perf_counter() - start)
 
-    def lookup(self, call: CallContext, cause: Exception) -> Lookup:
-        """What recovering ``call`` reads (the handler chain's `Lookup`, for the shell to
-        read); a call whose keys cannot be had (a failing ``key=`` callable or splitter) gets
-        one that answers `Miss.ERROR`."""
-        start = perf_counter() if self.events.timed else 0.0
-        try:
-            lookup = self.handler.lookup(call, cause)
-        except Exception as exc:
-            lookup = failed_lookup(call, cause, exc)
-        lookup.start = start
-        return lookup
-
     def looked_up(self, lookup: Lookup, found: ReferentialPayload[Any] | Miss) -> None:
         """A recovery's read is done: timed for the observers; a failed one is logged (once a
         minute: it repeats on every call) and treated as a miss."""
@@ -299,6 +290,12 @@ class Runtime:
         self.execution = execution
         self.bare = execution is None and self.flights is None
         self.refusals = () if execution is None else execution.refusals
+        d = self.definition
+        exceptions = d.exceptions
+        if isinstance(exceptions, tuple) and not d.exclude:
+            self.recovers = (*exceptions, *self.refusals)
+        else:  # a predicate, or exclusions: `accepts` asks
+            self.recovers = None
         self.unattempted = () if execution is None else execution.unattempted
         self.timeout = None if execution is None else execution.timeout
 
