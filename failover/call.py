@@ -10,7 +10,7 @@ The shells (``decorator.py``) are a few lines around it::
     except Exception as exc:
         lookup = call.failed(exc)      # the store read that recovers it, or None: re-raise
         ...
-        out = call.resolve(lookup, lookup.read())
+        out = call.settle(lookup, lookup.read())
     return call.live(result)           # stored; the value enriched as live
 
 An ``async def`` failover's shell enters with ``async with call`` (a guard's wait does not block
@@ -247,7 +247,7 @@ class Call(CallContext):
 
     def failed(self, cause: Exception) -> Lookup | None:
         """The upstream raised ``cause``: the store read that recovers the call, for the shell
-        to perform (``lookup.read()``, ``await lookup.aread()``) and hand to `resolve`; or
+        to perform (``lookup.read()``, ``await lookup.aread()``) and hand to `settle`; or
         ``None`` when ``cause`` does not trigger recovery (reported: the caller re-raises).
 
         A call whose keys cannot be had (a failing ``key=`` callable or splitter) gets a
@@ -266,7 +266,7 @@ class Call(CallContext):
         lookup.start = start
         return lookup
 
-    def resolve(
+    def settle(
         self, lookup: Lookup, found: ReferentialPayload[Any] | Miss
     ) -> ReferentialPayload[Any] | None:
         """What the caller gets after recovery (``found``: what ``lookup`` read): an envelope,

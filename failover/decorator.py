@@ -134,7 +134,7 @@ def _sync_shell(state: State, envelope: bool) -> Callable[..., Any]:
                     result = call.run(fn, args, kwargs)
         except Exception as exc:
             lookup = call.failed(exc)  # the store read that recovers the call, if any
-            out = None if lookup is None else call.resolve(lookup, lookup.read())
+            out = None if lookup is None else call.settle(lookup, lookup.read())
             if out is None:
                 raise
             return out if envelope else out.payload
@@ -178,7 +178,7 @@ def _async_shell(state: State, envelope: bool) -> Callable[..., Any]:
                     result = await call.arun(fn, args, kwargs)
         except Exception as exc:
             lookup = call.failed(exc)  # the store read that recovers the call, if any
-            out = None if lookup is None else call.resolve(lookup, await lookup.aread())
+            out = None if lookup is None else call.settle(lookup, await lookup.aread())
             if out is None:
                 raise
             return out if envelope else out.payload

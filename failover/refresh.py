@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 from .call import Call, call_of
@@ -69,31 +70,36 @@ class RefreshAhead:
         with self._lock:
             self._keys.discard(key)
 
-    def _refresh(
-        self, key: str, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
-    ) -> None:
+    @contextmanager
+    def _refreshing(self, key: str) -> Iterator[None]:
+        """One refresh of ``key``: its failure logged at debug, the key free again after."""
         try:
-            call = call_of(self.runtime, args, kwargs, Call)
-            with call:
-                result = call.run(fn, args, kwargs)
-            call.live(result, True)
+            yield
         except Exception:
             self._failed()
         finally:
             self._done(key)
 
+    # The two shells of a background call, as the decorator's: the guards, the upstream (within
+    # the soft timeout), the result stored as a late one (not a call of its own).
+
+    def _refresh(
+        self, key: str, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> None:
+        with self._refreshing(key):
+            call = call_of(self.runtime, args, kwargs, Call)
+            with call:
+                result = call.run(fn, args, kwargs)
+            call.late(result)
+
     async def _arefresh(
         self, key: str, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
     ) -> None:
-        try:
+        with self._refreshing(key):
             call = call_of(self.runtime, args, kwargs, Call)
             async with call:
                 result = await call.arun(fn, args, kwargs)
             await self.runtime.off_loop(call.late, result)
-        except Exception:
-            self._failed()
-        finally:
-            self._done(key)
 
     def _failed(self) -> None:
         # Per call: debug only. The entry is still served while fresh; when freshness ends,
