@@ -234,3 +234,75 @@ def test_a_slow_shared_call_holds_no_sync_caller_past_its_timeout(clock: FakeClo
     assert all(isinstance(g.cause, SoftTimeoutError) for g in got)
     release.set()
     engine.close()
+
+
+async def test_followers_of_a_cancelled_leader_call_for_themselves(clock: FakeClock) -> None:
+    engine = failover.Failover("memory://", clock=clock, metrics=False)
+    release = asyncio.Event()
+    calls = 0
+
+    @failover.failover("sf.cancelled", engine=engine, single_flight=True)
+    async def rates(code: int) -> dict[str, Any]:
+        nonlocal calls
+        calls += 1
+        call = calls
+        await release.wait()
+        return {"code": code, "call": call}
+
+    leader = asyncio.ensure_future(rates(7))
+    await asyncio.sleep(0)  # the leader is in flight
+    follower = asyncio.ensure_future(rates(7))
+    await asyncio.sleep(0)
+    assert followers(rates) == 1
+    leader.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await leader
+    release.set()
+    assert await follower == {"code": 7, "call": 2}  # its own call, not the leader's
+    assert calls == 2
+    engine.close()
+
+
+@pytest.mark.parametrize("kind", ["sync", "async"])
+async def test_followers_take_no_bulkhead_permit(kind: str, clock: FakeClock) -> None:
+    """One permit, failing fast: the leader holds it, and its followers, who call nothing,
+    are not refused for want of one."""
+    engine = failover.Failover("memory://", clock=clock, metrics=False)
+    gate = Gate()
+    options: dict[str, Any] = {"engine": engine, "single_flight": True, "max_concurrency": 1}
+    if kind == "sync":
+
+        @failover.failover("sf.permits.sync", **options)
+        def rates(code: int) -> dict[str, Any]:
+            gate.calls += 1
+            gate.entered.set()
+            assert gate.release.wait(10)
+            return gate.answer(code)
+
+        got: list[Any] = []
+        threads = [threading.Thread(target=lambda: got.append(rates(7))) for _ in range(5)]
+        threads[0].start()
+        assert gate.entered.wait(10)  # the leader holds the permit
+        for t in threads[1:]:
+            t.start()
+        wait_for_followers(rates, 4)
+        gate.release.set()
+        for t in threads:
+            t.join(10)
+    else:
+        release = asyncio.Event()
+
+        @failover.failover("sf.permits.async", **options)
+        async def arates(code: int) -> dict[str, Any]:
+            gate.calls += 1
+            await release.wait()
+            return gate.answer(code)
+
+        pending = asyncio.gather(*(arates(7) for _ in range(5)))
+        await asyncio.sleep(0)
+        assert followers(arates) == 4
+        release.set()
+        got = await pending
+    assert got == [{"code": 7, "rates": [1.0]}] * 5
+    assert gate.calls == 1
+    engine.close()

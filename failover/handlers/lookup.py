@@ -113,9 +113,10 @@ class Lookup:
 
     async def aread(self) -> Payload | Miss:
         """`read` for a task: never blocks the event loop."""
-        reads, keys = self.reads, self.keys
-        if reads is None:  # no I/O: read in place
+        reads = self.reads
+        if reads is None:  # no I/O (or nothing to read: a failed lookup): read in place
             return self.read()
+        keys = self.keys
         self.chores = []  # done after the answer, on a worker thread
         try:
             if isinstance(keys, str):
@@ -177,6 +178,7 @@ def failed_lookup(ctx: CallContext, cause: Exception, error: Exception) -> Looku
     lookup: Lookup = _new(Lookup)
     lookup.ctx = ctx
     lookup.cause = cause
+    lookup.keys = None
     lookup.reads = None
     lookup.report = True
     lookup.chores = None
