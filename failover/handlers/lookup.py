@@ -68,7 +68,7 @@ class Lookup:
     finisher: Finisher
     name: str
     keys: str | list[str] | None
-    store: FailoverStore
+    store: FailoverStore | None  # None: a failed lookup
     reads: ReadBatcher | None
     tenant: str | None
     report: bool
@@ -82,15 +82,16 @@ class Lookup:
         read), else a dict by key."""
         if self.error is not None:  # the lookup itself failed (a key= callable, a splitter)
             raise self.error
-        keys, name = self.keys, self.name
+        keys, name, store = self.keys, self.name, self.store
+        assert store is not None  # only a failed lookup has none, and it raised above
         if isinstance(keys, str):
             reads = self.reads
             if reads is None:
-                return self.store.find(name, keys)
+                return store.find(name, keys)
             return reads.find(name, keys, self.tenant)
         if keys is None:
-            return {p.key: p for p in self.store.find_all(name)}
-        return self.store.find_many(name, keys) if keys else {}
+            return {p.key: p for p in store.find_all(name)}
+        return store.find_many(name, keys) if keys else {}
 
     def answer(self) -> Payload | Miss:
         """The call's answer, read in place; raises what the read or the layer raised."""
@@ -150,7 +151,7 @@ def lookup_of(
     ctx: CallContext,
     cause: Exception | None,
     keys: str | list[str] | None,
-    store: FailoverStore,
+    store: FailoverStore | None,
     reads: ReadBatcher | None,
     tenant: str | None,
     report: bool,
@@ -175,15 +176,16 @@ def lookup_of(
 def failed_lookup(ctx: CallContext, cause: Exception, error: Exception) -> Lookup:
     """The lookup of a call whose keys could not be had: it reads nothing and answers
     `Miss.ERROR` (its `error` is ``error``)."""
-    lookup: Lookup = _new(Lookup)
-    lookup.ctx = ctx
-    lookup.cause = cause
-    lookup.keys = None
-    lookup.reads = None
-    lookup.report = True
-    lookup.chores = None
+    lookup = lookup_of(_Nothing(), ctx, cause, None, None, None, None, True)
     lookup.error = error
     return lookup
+
+
+class _Nothing:
+    """The finisher of a failed lookup, which never reads."""
+
+    def recovered(self, lookup: Lookup, found: Any) -> Payload | Miss:
+        return Miss.ERROR
 
 
 def stale(found: Payload) -> Payload:
