@@ -10,6 +10,17 @@ from datetime import datetime
 from typing import Any, Protocol, TypeGuard, cast, runtime_checkable
 
 from ..payload import ReferentialPayload
+from .declaring import (
+    DeclaresAsyncWrites,
+    DeclaresBrowsing,
+    DeclaresHealthRows,
+    DeclaresIO,
+    DeclaresIsolation,
+    DeclaresNativeAsync,
+    DeclaresSharing,
+    Flushable,
+    SupportsDeleteMany,
+)
 
 __all__ = [
     "AsyncFailoverStore",
@@ -93,9 +104,10 @@ class AsyncFailoverStore(Protocol):
 class Capabilities:
     """What a store, a store layer or a tenant store factory declares about itself.
 
-    The library's stores and layers derive from it; a store of your own may too, or set the same
-    attributes itself, or set none (then it is taken to do I/O, write on the caller's thread and
-    keep the objects it is given). The engine and the layers read the declarations through
+    The library's stores and layers derive from it; a store of your own may too, or declare the
+    same members itself (each recognised by its Protocol, in `failover.stores.declaring`), or
+    none (then it is taken to do I/O, write on the caller's thread and keep the objects it is
+    given). The engine and the layers read the declarations through
     `does_io`, `writes_async`, `isolating` and `flush`, never by probing for them.
 
     Attributes:
@@ -204,62 +216,89 @@ class Layer(Capabilities):
         return (self.inner,)
 
 
-_UNDECLARED = Capabilities()
-
-
 def declared(store: object) -> Capabilities:
     """What ``store`` (or a tenant store factory) declares it can do.
 
     A store deriving from `Capabilities` answers itself. One of your own that does not (any
-    object with the `FailoverStore` methods is a store) may still declare with plain attributes
-    (``does_io = False``, ``browsable = True``, a ``delete_many`` or ``flush`` method): this is
-    the one place that reads them; what it does not say takes the defaults of `Capabilities`.
+    object with the `FailoverStore` methods is a store) may still declare with plain members,
+    each recognised by its Protocol of `failover.stores.declaring` (`DeclaresIO`,
+    `DeclaresAsyncWrites`, `DeclaresIsolation`, `DeclaresBrowsing`, `DeclaresNativeAsync`,
+    `DeclaresHealthRows`, `DeclaresSharing`, `SupportsDeleteMany`, `Flushable`): this is the one
+    place that reads them; what it does not declare takes the defaults of `Capabilities`.
     """
-    return store if isinstance(store, Capabilities) else _Attributes(store)
+    return store if isinstance(store, Capabilities) else _Members(store)
 
 
-_FLAGS = (
-    "does_io",
-    "writes_async",
-    "isolating",
-    "browsable",
-    "native_async",
-    "keeps_health",
-    "shares_results",
-)
-
-
-class _Attributes(Capabilities):
+class _Members(Capabilities):
     """The capabilities a store that does not derive from `Capabilities` declares with plain
-    attributes, read once."""
+    members; a member it lacks answers as `Capabilities` does."""
 
     def __init__(self, store: object) -> None:
         self.store = store
-        defaults = _UNDECLARED
-        self.flags = {n: bool(getattr(store, n, getattr(defaults, n))) for n in _FLAGS}
-        self.deletes = getattr(store, "delete_many", None)
-        self.flushes = getattr(store, "flush", None)
+
+    @property
+    def does_io(self) -> bool:
+        """The store's ``does_io`` (`DeclaresIO`), else ``True``."""
+        if isinstance(self.store, DeclaresIO):
+            return bool(self.store.does_io)
+        return super().does_io
+
+    @property
+    def writes_async(self) -> bool:
+        """The store's ``writes_async`` (`DeclaresAsyncWrites`), else ``False``."""
+        if isinstance(self.store, DeclaresAsyncWrites):
+            return bool(self.store.writes_async)
+        return super().writes_async
+
+    @property
+    def isolating(self) -> bool:
+        """The store's ``isolating`` (`DeclaresIsolation`), else ``False``."""
+        if isinstance(self.store, DeclaresIsolation):
+            return bool(self.store.isolating)
+        return super().isolating
+
+    @property
+    def browsable(self) -> bool:
+        """The store's ``browsable`` (`DeclaresBrowsing`), else ``False``."""
+        if isinstance(self.store, DeclaresBrowsing):
+            return bool(self.store.browsable)
+        return super().browsable
+
+    @property
+    def native_async(self) -> bool:
+        """The store's ``native_async`` (`DeclaresNativeAsync`), else ``False``."""
+        if isinstance(self.store, DeclaresNativeAsync):
+            return bool(self.store.native_async)
+        return super().native_async
+
+    @property
+    def keeps_health(self) -> bool:
+        """The store's ``keeps_health`` (`DeclaresHealthRows`), else ``False``."""
+        if isinstance(self.store, DeclaresHealthRows):
+            return bool(self.store.keeps_health)
+        return super().keeps_health
+
+    @property
+    def shares_results(self) -> bool:
+        """The store's ``shares_results`` (`DeclaresSharing`), else ``False``."""
+        if isinstance(self.store, DeclaresSharing):
+            return bool(self.store.shares_results)
+        return super().shares_results
 
     def delete_many(self, name: str, keys: Iterable[str]) -> None:
-        """The store's own ``delete_many``, else one ``delete`` per key."""
-        if callable(self.deletes):
-            self.deletes(name, keys)
+        """The store's own ``delete_many`` (`SupportsDeleteMany`), else one ``delete`` per key."""
+        store = self.store
+        if isinstance(store, SupportsDeleteMany):
+            store.delete_many(name, keys)
             return
-        store: Any = self.store
+        deletes = cast(FailoverStore, store).delete
         for key in dict.fromkeys(keys):
-            store.delete(name, key)
+            deletes(name, key)
 
     def flush(self, timeout: float | None = None) -> bool:
-        """The store's own ``flush``; a store without one queues nothing."""
-        return bool(self.flushes(timeout)) if callable(self.flushes) else True
-
-
-def _declared_flag(name: str) -> property:
-    return property(lambda self: self.flags[name], doc=f"As the store's ``{name}`` says.")
-
-
-for _name in _FLAGS:  # the flags a store declares by attribute, read back as `Capabilities`
-    setattr(_Attributes, _name, _declared_flag(_name))
+        """The store's own ``flush`` (`Flushable`); a store without one queues nothing."""
+        store = self.store
+        return bool(store.flush(timeout)) if isinstance(store, Flushable) else True
 
 
 def does_io(store: object) -> bool:
