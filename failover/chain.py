@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from datetime import datetime, timedelta
 
+from .closeable import Closeable
 from .errors import ConfigurationError
 from .handlers import DefaultHandler, Handler, ScatterGatherHandler
 from .metrics import NULL_METRICS, Metrics
@@ -180,6 +181,5 @@ class _TenantChains:
 
     def close(self) -> None:
         """Close the factory, when it holds resources (a shared connection pool)."""
-        close = getattr(self.factory, "close", None)
-        if callable(close):
-            close()
+        if isinstance(self.factory, Closeable):
+            self.factory.close()

@@ -14,7 +14,7 @@ import threading
 import time
 from collections.abc import Callable
 from datetime import timedelta
-from typing import Protocol, Self
+from typing import Protocol, Self, runtime_checkable
 
 from .errors import ConfigurationError
 from .expiry import parse_ttl
@@ -42,6 +42,7 @@ def _period(every: timedelta | float | str) -> timedelta:
     return period
 
 
+@runtime_checkable
 class Cleanable(Protocol):
     """What a scheduler can clean: a `Failover` engine, or anything with ``clean()``."""
 
@@ -75,9 +76,8 @@ class CleanupScheduler:
         metrics: Metrics | None = None,
     ) -> None:
         self.every = _period(every)
-        clean = getattr(engine_or_callable, "clean", None)
-        if callable(clean):
-            self._clean: Callable[[], int] = clean
+        if isinstance(engine_or_callable, Cleanable):
+            self._clean: Callable[[], int] = engine_or_callable.clean
         elif callable(engine_or_callable):
             self._clean = self._serialized(engine_or_callable)
         else:

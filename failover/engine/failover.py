@@ -14,7 +14,7 @@ from ..definition import FailoverDefinition
 from ..execution import Pools, Refreshes
 from ..handlers import Handler
 from ..health import DOWN_MIN, DOWN_RATIO, HealthReport, down_thresholds
-from ..metrics import Metrics, resolve_metrics
+from ..metrics import Metrics, PrometheusMetrics, resolve_metrics
 from ..otel import resolve_opentelemetry
 from ..policy import resolve_policy
 from ..publish import HealthPublisher, publish_interval
@@ -118,9 +118,8 @@ class Failover(Guards, Lifecycle):
             self.store_timeout,
             self.store_breaker_reset,
         )
-        registry = getattr(self.metrics, "registry", None)
-        if registry is not None:  # Prometheus metrics: the store's health beside them
-            StoreMetrics.for_registry(registry).track(self.store)
+        if isinstance(self.metrics, PrometheusMetrics):  # the store's health beside them
+            StoreMetrics.for_registry(self.metrics.registry).track(self.store)
         if isinstance(self.store, MultiTenantStore):
             self.tenant_resolver = self.store.resolver
         self.store_interval = interval = validation.store_interval(store_interval)

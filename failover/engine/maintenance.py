@@ -10,6 +10,7 @@ from datetime import datetime, timedelta
 from typing import Protocol
 
 from ..cleanup import Cleanable, CleanupScheduler
+from ..closeable import AsyncCloseable
 from ..execution import Pools, Refreshes
 from ..metrics import Metrics
 from ..stores.base import FailoverStore, flush
@@ -87,10 +88,10 @@ class Maintenance:
 
     async def aclose(self, timeout: float = 5.0) -> None:
         """See `Failover.aclose`."""
-        closer = getattr(self.store, "aclose", None)  # a tenant router's: whatever the tenant
-        if callable(closer) and not self.closed:
+        # Whatever the store declares (a tenant router closes what each tenant's store opened).
+        if not self.closed and isinstance(self.store, AsyncCloseable):
             try:
-                await closer()
+                await self.store.aclose()
             except Exception:
                 log.warning("Failover.aclose: closing the async store client failed", exc_info=True)
         await asyncio.to_thread(self.close, timeout)

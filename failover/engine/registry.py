@@ -17,6 +17,7 @@ from ..metrics import Metrics
 from ..policy import ExceptionPolicy
 from ..recorder import FailoverStats
 from ..scatter import slice_type
+from ..serialization.base import Encoding
 from ..stores.base import FailoverStore
 
 __all__ = ["Registry", "warn_replaced"]
@@ -96,8 +97,8 @@ class Registry:
     def _check_encodable(self, decorated: Decorated) -> None:
         """Warn when the store can never encode what the function returns (an HTTP response
         object on a JSON store): its calls would answer, and nothing would ever be stored."""
-        codec = getattr(self.raw_store, "codec", None)
-        if not isinstance(codec, JsonCodec):
+        store = self.raw_store
+        if not (isinstance(store, Encoding) and isinstance(store.codec, JsonCodec)):
             return
         d = decorated.definition
         bad = unencodable(resolve_return_type(decorated.fn, d.return_annotation))

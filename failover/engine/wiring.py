@@ -27,7 +27,7 @@ from ..execution import (
 from ..execution.circuit import Circuit
 from ..flight import Flights, FlownCall
 from ..handlers import Handler, key_of
-from ..metrics import NULL_METRICS, Metrics
+from ..metrics import NULL_METRICS, Metrics, PrometheusMetrics
 from ..metrics_observer import MetricsObserver
 from ..otel import OpenTelemetry
 from ..policy import ExceptionPolicy
@@ -193,9 +193,8 @@ class Wiring:
             ):
                 cb.add_listener(StateListener(d.name, report))
             report(d.name, state_code(cb.current_state))
-            probe = getattr(self.metrics, "circuit_probe", None)
-            if probe is not None:  # the gauge read at scrape time (Prometheus metrics only)
-                probe(d.name, Circuit(cb).gauge_state)
+            if isinstance(self.metrics, PrometheusMetrics):  # the gauge read at scrape time
+                self.metrics.circuit_probe(d.name, Circuit(cb).gauge_state)
             return cb
 
     def bulkhead(self, d: FailoverDefinition) -> Bulkhead:

@@ -23,9 +23,10 @@ from functools import partial
 from time import monotonic
 from typing import Any, ClassVar
 
+from ..closeable import Closeable
 from ..errors import BulkheadFull, ConfigurationError
 from .base import Guard, Wait
-from .permits import LocalPermits, PermitSource
+from .permits import Kinded, LocalPermits, PermitSource, SupportsTake
 
 __all__ = ["Bulkhead", "Pool", "Pools"]
 
@@ -64,7 +65,9 @@ class Pool:
         self.source: PermitSource = (LocalPermits() if source is None else source).bind(
             name, permits, fair
         )
-        self.kind = str(getattr(self.source, "kind", type(self.source).__name__))
+        self.kind = (
+            str(self.source.kind) if isinstance(self.source, Kinded) else type(self.source).__name__
+        )
         self.rejected: dict[str, int] = {}  # per failover
 
     def __repr__(self) -> str:
@@ -82,9 +85,8 @@ class Pool:
 
     def close(self) -> None:
         """Release what the source holds on to (a Redis source's renewal thread)."""
-        close = getattr(self.source, "close", None)
-        if callable(close):
-            close()
+        if isinstance(self.source, Closeable):
+            self.source.close()
 
 
 class Bulkhead(Guard):
@@ -116,8 +118,10 @@ class Bulkhead(Guard):
         self.pool = Pool(name, limit, private=True) if pool is None else pool
         self.source = self.pool.source
         # A source's non-blocking take, if it has one: permits free now cost no wait, no I/O
-        # and, for a task, no coroutine.
-        self._take: Callable[[int], object | None] | None = getattr(self.source, "take", None)
+        # and, for a task, no coroutine. Decided here, once: `admit` reads the attribute.
+        self._take: Callable[[int], object | None] | None = (
+            self.source.take if isinstance(self.source, SupportsTake) else None
+        )
         self._release = self.source.release
         self.limit = self.pool.permits
         self.acquire_timeout = acquire_timeout

@@ -23,7 +23,7 @@ from collections import deque
 from time import monotonic
 from typing import Any, Protocol, runtime_checkable
 
-__all__ = ["LocalPermits", "PermitSource", "remaining"]
+__all__ = ["Kinded", "LocalPermits", "PermitSource", "SupportsTake", "remaining"]
 
 
 @runtime_checkable
@@ -33,8 +33,10 @@ class PermitSource(Protocol):
     Implementations: `LocalPermits` (one process, the default) and
     `failover.execution.redis_permits.RedisPermits` (a cluster-wide pool in Redis).
 
-    A source may also have ``take(weight) -> lease | None``: the permits free now, never
-    waiting nor doing I/O; the bulkhead tries it first (`LocalPermits.take`).
+    A source may also have ``take(weight) -> lease | None`` (`SupportsTake`): the permits free
+    now, never waiting nor doing I/O; the bulkhead tries it first (`LocalPermits.take`). It may
+    name its kind (`Kinded`: ``kind = "redis"``) for reprs and health, and have ``close()``
+    (`failover.closeable.Closeable`), called when the engine closes its pools.
     """
 
     def bind(self, pool: str, permits: int, fair: bool) -> PermitSource:
@@ -67,6 +69,24 @@ class PermitSource(Protocol):
     def waiting(self) -> int:
         """Calls waiting for permits now (in this process)."""
         ...
+
+
+@runtime_checkable
+class SupportsTake(Protocol):
+    """A `PermitSource` that can take free permits without waiting (checked once per bulkhead)."""
+
+    def take(self, weight: int) -> object | None:
+        """Take ``weight`` permits free now, never waiting nor doing I/O: the lease, or ``None``
+        (the bulkhead then calls ``acquire``/``aacquire``)."""
+        ...
+
+
+@runtime_checkable
+class Kinded(Protocol):
+    """A `PermitSource` that names its kind (``"local"``, ``"redis"``) for reprs and health;
+    a source without one is named after its class."""
+
+    kind: str
 
 
 def remaining(deadline: float | None) -> float | None:

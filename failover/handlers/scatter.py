@@ -22,7 +22,7 @@ from ..errors import SplitterError
 from ..labels import slice_label
 from ..metrics import Metrics
 from ..payload import enrich, envelope
-from ..scatter import CallArguments, StoreContext, slice_context
+from ..scatter import CallArguments, Narrowing, StoreContext, slice_context
 from ..scatter.contexts import SLICE_ARGUMENT
 from ..stores.base import Payload, delete_many
 from .base import Partial, drop_all_expired, envelope_key, expire_on, slice_key
@@ -167,9 +167,10 @@ class ScatterGatherHandler:
             whole = _whole(ctx, None)
             merged = self._merged(ctx, None, False, whole, requested, fresh, False, True)
             return None if isinstance(merged, Miss) else merged
-        narrow = getattr(d.splitter, "narrowed", None)  # an optional splitter method
+        if not isinstance(d.splitter, Narrowing):  # an optional splitter method
+            return None
         keys = [asked.arguments.get(SLICE_ARGUMENT) for asked in missing]
-        narrowed = None if narrow is None else narrow(ctx.args, ctx.kwargs, keys)
+        narrowed = d.splitter.narrowed(ctx.args, ctx.kwargs, keys)
         if narrowed is None:
             return None
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import functools
 import logging
 from collections.abc import Callable
-from typing import TYPE_CHECKING, ParamSpec, Protocol
+from typing import TYPE_CHECKING, ParamSpec, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
     from ..health import PoolStats
@@ -16,9 +16,12 @@ __all__ = [
     "METHODS",
     "NULL_METRICS",
     "OPTIONAL",
+    "REQUIRED",
     "Guarded",
     "Metrics",
     "NullMetrics",
+    "ReportsQueuedWrites",
+    "ReportsWriteResults",
     "failed",
     "safe",
 ]
@@ -101,7 +104,28 @@ class Metrics(Protocol):
 
 METHODS = tuple(name for name in vars(Metrics) if not name.startswith("_"))
 OPTIONAL = ("write_queued", "write_results")
-"""Methods added after the others: a custom `Metrics` written before may lack them (no-ops)."""
+"""Methods added after the others: a custom `Metrics` written before may lack them (no-ops).
+Each is recognised by its Protocol: `ReportsQueuedWrites`, `ReportsWriteResults`."""
+REQUIRED = tuple(name for name in METHODS if name not in OPTIONAL)
+"""The methods every custom metrics object has (``resolve_metrics`` checks)."""
+
+
+@runtime_checkable
+class ReportsQueuedWrites(Protocol):
+    """A custom metrics object with `Metrics.write_queued` (optional: without it, nothing)."""
+
+    def write_queued(self, name: str, seconds: float) -> None:
+        """See `Metrics.write_queued`."""
+        ...
+
+
+@runtime_checkable
+class ReportsWriteResults(Protocol):
+    """A custom metrics object with `Metrics.write_results` (optional: without it, nothing)."""
+
+    def write_results(self, name: str, result: str, count: int = 1) -> None:
+        """See `Metrics.write_results`."""
+        ...
 
 
 def _nothing(*args: object, **kwargs: object) -> None:
@@ -144,9 +168,15 @@ class Guarded(Metrics):
 
     def __init__(self, inner: Metrics) -> None:
         self.inner = inner
-        for name in METHODS:  # instance attributes: they take precedence over the methods
-            method = getattr(inner, name, None)
-            setattr(self, name, safe(method) if callable(method) else _nothing)
+        # The required methods, by name (``resolve_metrics`` checked each is there), and the
+        # optional ones the object declares. Instance attributes: they take precedence over the
+        # methods.
+        methods = {name: safe(getattr(inner, name)) for name in REQUIRED}
+        queued = isinstance(inner, ReportsQueuedWrites)
+        methods["write_queued"] = safe(inner.write_queued) if queued else _nothing
+        results = isinstance(inner, ReportsWriteResults)
+        methods["write_results"] = safe(inner.write_results) if results else _nothing
+        vars(self).update(methods)
 
     def __repr__(self) -> str:
         return repr(self.inner)

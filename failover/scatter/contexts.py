@@ -1,6 +1,7 @@
 """What a splitter is given and returns: `StoreContext` (a live result to store, whole or one
-slice), `PayloadSplitter` (the three methods), `CallArguments` (a call's arguments, the call
-kept), and `slice_context`, the fast way to build a slice's `RecoverContext`."""
+slice), `PayloadSplitter` (the three methods) and `Narrowing` (an optional fourth),
+`CallArguments` (a call's arguments, the call kept), and `slice_context`, the fast way to build a
+slice's `RecoverContext`."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ if TYPE_CHECKING:
 __all__ = [
     "SLICE_ARGUMENT",
     "CallArguments",
+    "Narrowing",
     "PayloadSplitter",
     "StoreContext",
     "slice_context",
@@ -75,6 +77,20 @@ class PayloadSplitter(Protocol[T, R]):
         (``recover_all=True`` or a call without arguments), there is no request: ``slices``
         are every live slice of the effective name, each with empty ``arguments``.
         """
+        ...
+
+
+@runtime_checkable
+class Narrowing(Protocol):
+    """A splitter that can narrow a call to some of its slices (`ListSplitter` and
+    `DictSplitter` can): with ``fresh_for``, a call whose slices are only partly fresh asks the
+    upstream for the others alone. A splitter without ``narrowed`` asks for every slice."""
+
+    def narrowed(
+        self, args: tuple[Any, ...], kwargs: Mapping[str, Any], keys: list[Any]
+    ) -> tuple[tuple[Any, ...], dict[str, Any]] | None:
+        """The arguments (without ``self``/``cls``) of the same call asking for ``keys`` only,
+        or ``None`` when the keys cannot be put back into them."""
         ...
 
 

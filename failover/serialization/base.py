@@ -1,4 +1,5 @@
-"""The `Codec` protocol every codec follows, and the name a type is stored and allowed under.
+"""The `Codec` protocol every codec follows, `Encoding` (what writes through one), and the name
+a type is stored and allowed under.
 
 A store passes every call a ``binding``: a digest of the entry's name and key. A codec that
 authenticates its rows covers it, so that a row moved under another entry's key does not verify;
@@ -9,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any, Protocol, runtime_checkable
 
-__all__ = ["Codec", "type_name"]
+__all__ = ["Codec", "Encoding", "type_name"]
 
 
 @runtime_checkable
@@ -46,6 +47,18 @@ class Codec(Protocol):
             SerializationError: the text cannot be decoded, names a type not allowed, or (a
                 signing codec) was not written for ``binding``.
         """
+        ...
+
+
+@runtime_checkable
+class Encoding(Protocol):
+    """A store that writes its values through a `Codec` (`SqlStore`, `RedisStore`; optional for
+    a store of your own): with a JSON codec, the engine warns at registration about a function
+    whose results it can never encode."""
+
+    @property
+    def codec(self) -> Codec:
+        """The codec values are written with."""
         ...
 
 

@@ -23,6 +23,7 @@ from collections.abc import Callable, Collection, Iterable, Sequence
 from datetime import datetime
 from typing import Any, Final
 
+from ..closeable import Closeable
 from ..errors import ConfigurationError, StoreError
 from ..tenant import current_tenant, pinned
 from .base import (
@@ -47,8 +48,8 @@ log = logging.getLogger(__name__)
 
 TenantStoreFactory = Callable[[str], FailoverStore]
 """Makes the store of one tenant. It may declare ``does_io`` and ``writes_async`` as a store does
-(see `failover.stores.base.Capabilities`), and have a ``close()`` method, called when the
-`MultiTenantStore` closes."""
+(see `failover.stores.base.Capabilities`), and have a ``close()`` method
+(`failover.closeable.Closeable`), called when the `MultiTenantStore` closes."""
 
 TENANT_ID: Final = re.compile(r"[a-z0-9_]{1,31}")
 """The tenant ids allowed in table and file names. Lower case only: SQLite table names and the
@@ -347,9 +348,8 @@ class MultiTenantStore(BrowsingLayer, Capabilities):
                 )
                 failed.append(exc)
         try:
-            close = getattr(self.factory, "close", None)
-            if callable(close):
-                close()
+            if isinstance(self.factory, Closeable):
+                self.factory.close()
         finally:
             if failed:
                 raise failed[0]
