@@ -66,6 +66,10 @@ class _Building(Generic[T]):
 
 _new = object.__new__
 
+Building = _Building
+"""An envelope under construction, for the few hot paths that cannot afford `envelope`'s frame:
+``obj = object.__new__(Building)``, set every slot, then ``obj.__class__ = ReferentialPayload``."""
+
 
 def envelope(
     name: str,

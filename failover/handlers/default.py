@@ -12,13 +12,15 @@ from ..definition import FailoverDefinition
 from ..expiry import FixedTtl
 from ..keys import make_key
 from ..labels import call_label
-from ..payload import envelope
+from ..payload import Building, ReferentialPayload
 from ..stores.base import FailoverStore, Payload, does_io
 from ..stores.batching import ReadBatcher
-from .base import drop_expired, expire_on, key_of
+from .base import drop_expired, key_of
 from .lookup import Lookup, lookup_of
 
 __all__ = ["DefaultHandler"]
+
+_new = object.__new__
 
 
 class DefaultHandler:
@@ -89,10 +91,23 @@ class DefaultHandler:
                 return
         try:
             label = None if definition.label is None else call_label(ctx)
-            # Positional: the success path's one envelope (no keyword parsing).
-            self.store_.store(
-                envelope(name, key, result, now, expire_on(definition, now), True, None, label)
-            )
+            expiry = definition.expiry
+            if type(expiry) is FixedTtl:  # `expire_on`'s default policy, inlined
+                expires = now + expiry.ttl
+            else:
+                expires = expiry.compute_expiry(definition, now)
+            # `envelope`, inlined: the success path's one envelope, without a frame.
+            obj: Any = _new(Building)
+            obj.name = name
+            obj.key = key
+            obj.payload = result
+            obj.as_of = now
+            obj.expire_on = expires
+            obj.up_to_date = True
+            obj.cause = None
+            obj.label = label
+            obj.__class__ = ReferentialPayload
+            self.store_.store(obj)
         except BaseException:
             if interval:  # nothing stored: the next success tries again
                 self._unmark(self._slot(key), now + interval)

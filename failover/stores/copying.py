@@ -7,7 +7,7 @@ from collections.abc import Iterable, Sequence
 from datetime import datetime
 from typing import Any
 
-from ..payload import envelope
+from ..payload import Building, ReferentialPayload
 from .base import (
     FailoverStore,
     Layer,
@@ -23,6 +23,7 @@ __all__ = ["CopyingStore", "copied", "deep_copy"]
 
 _IMMUTABLE = frozenset({str, int, float, bool, bytes, type(None), complex})
 _MAX_DEPTH = 64
+_new = object.__new__
 
 
 class _TooDeep(Exception):
@@ -62,14 +63,31 @@ def copied(payload: Payload) -> Payload:
     """A copy of ``payload`` whose value shares nothing mutable with it."""
     value = payload.payload
     tp = type(value)
-    if tp in _IMMUTABLE:
+    if tp is dict:  # the commonest payload
+        for v in value.values():  # cheaper than issuperset(map(...)) on a small dict
+            if type(v) not in _IMMUTABLE:
+                value = deep_copy(value)
+                break
+        else:
+            value = value.copy()  # flat: a shallow copy is deep (the keys are immutable)
+    elif tp in _IMMUTABLE:
         return payload
-    if tp is dict and _IMMUTABLE.issuperset(map(type, value.values())):
-        value = value.copy()  # a flat dict, the commonest payload: a shallow copy is deep
     else:
         value = deep_copy(value)
+    # `envelope`, inlined: this runs on every store and every recovery.
     p = payload
-    return envelope(p.name, p.key, value, p.as_of, p.expire_on, p.up_to_date, label=p.label)
+    obj: Any = _new(Building)
+    obj.name = p.name
+    obj.key = p.key
+    obj.payload = value
+    obj.as_of = p.as_of
+    obj.expire_on = p.expire_on
+    obj.up_to_date = p.up_to_date
+    obj.cause = None
+    obj.label = p.label
+    obj.__class__ = ReferentialPayload
+    built: Payload = obj
+    return built
 
 
 class CopyingStore(HealthRowsLayer, BrowsingLayer, Layer):
