@@ -186,32 +186,18 @@ class FailoverStats(Observer):
             _dropped()
 
     def recovered(
-        self, seconds: float | None, cause: BaseException, as_of: datetime | None
+        self,
+        seconds: float | None,
+        cause: BaseException,
+        as_of: datetime | None,
+        outcome: int = _RECOVERED,
     ) -> None:
         """The upstream failed and the caller got the value stored at ``as_of``.
 
         ``seconds`` is ``None`` when the execution layer refused the call (an open breaker, a
-        full bulkhead): the call is counted, the upstream's time and errors are not."""
-        self._failed(_RECOVERED, seconds, cause, as_of)
-
-    def not_recovered(self, seconds: float | None, cause: BaseException) -> None:
-        """The upstream failed and nothing usable was recovered (the policy answered)."""
-        self._failed(_NOT_RECOVERED, seconds, cause, None)
-
-    def raised(self, seconds: float, cause: BaseException) -> None:
-        """The upstream raised an exception that does not trigger recovery (``exclude=``).
-
-        The caller got the upstream's own answer: counted ``live``, with the error recorded.
-        """
-        self._failed(_LIVE, seconds, cause)
-
-    def _failed(
-        self,
-        outcome: int,
-        seconds: float | None,
-        cause: BaseException,
-        as_of: datetime | None = None,
-    ) -> None:
+        full bulkhead): the call is counted, the upstream's time and errors are not.
+        `not_recovered` and `raised` are counted here too, as their ``outcome`` (one body, and
+        no frame between the recovery path and it)."""
         # Lock-free as `live` is (the same reasoning); only a state change takes the lock.
         try:
             now = self.clock()
@@ -239,6 +225,17 @@ class FailoverStats(Observer):
                 self._change(state, kind, as_of, now)
         except Exception:
             _dropped()
+
+    def not_recovered(self, seconds: float | None, cause: BaseException) -> None:
+        """The upstream failed and nothing usable was recovered (the policy answered)."""
+        self.recovered(seconds, cause, None, _NOT_RECOVERED)
+
+    def raised(self, seconds: float, cause: BaseException) -> None:
+        """The upstream raised an exception that does not trigger recovery (``exclude=``).
+
+        The caller got the upstream's own answer: counted ``live``, with the error recorded.
+        """
+        self.recovered(seconds, cause, None, _LIVE)
 
     def _advance(self, now: datetime) -> None:
         """Make the slot of ``now``'s second current, cleared if it held an older second."""

@@ -136,4 +136,5 @@ class ServedObserver(Observer):
 
     def served(self, out: ReferentialPayload[Any]) -> None:
         """Record ``out`` in the report being collected, if any."""
-        record(out, self.clock, self.name)
+        if _current.get() is not None:  # `record`'s own check first: no frame outside collect
+            record(out, self.clock, self.name)
