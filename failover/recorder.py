@@ -66,6 +66,7 @@ def _owed(state: int) -> int:
 
 
 _N = len(UPSTREAM_BUCKETS) + 1
+_FIRST = UPSTREAM_BUCKETS[0]
 _SECOND = timedelta(seconds=1)
 _NEVER = datetime.min.replace(tzinfo=UTC)
 
@@ -161,7 +162,9 @@ class FailoverStats(Observer):
         # they are not lost in practice; these are monitoring counts, not accounting. The
         # current one-second slot is found by comparing datetimes (cheap) with its bounds.
         try:
-            bucket = bisect_left(UPSTREAM_BUCKETS, seconds)
+            # An upstream under 5 ms (the first bucket) is where this overhead shows: one
+            # float comparison instead of a bisection for it; bisect_left's bucket otherwise.
+            bucket = 0 if seconds <= _FIRST else bisect_left(UPSTREAM_BUCKETS, seconds)
             if now is not None:  # None: the clock failed (store trouble, logged)
                 if not self._start <= now < self._end:
                     self._advance(now)
@@ -207,7 +210,8 @@ class FailoverStats(Observer):
             self._ring[self._slot + outcome] += 1
             self.calls[outcome] += 1
             if seconds is not None:  # None: refused before the upstream was called
-                self.upstream_error[bisect_left(UPSTREAM_BUCKETS, seconds)] += 1
+                fast = seconds <= _FIRST  # as in `live`
+                self.upstream_error[0 if fast else bisect_left(UPSTREAM_BUCKETS, seconds)] += 1
                 self.upstream_error_sum += seconds
                 errors = self.errors
                 n = errors.get(kind)
