@@ -287,10 +287,7 @@ class Call(CallContext):
             events.recovered(seconds, cause, as_of)
             value = enrich(found.payload, False, as_of)
             if hook is not None:  # the hook sees the entry as recovered (the store's is live)
-                try:
-                    value = hook(self.recover_context(cause, stale(found)), value)
-                except Exception:  # the hook's bug must not cost the caller a good value
-                    rt.hook_failed()
+                value = self._hooked(hook, cause, stale(found), value)
             f = found
             out = envelope(f.name, f.key, value, as_of, f.expire_on, False, cause, f.label)
             events.served(out)
@@ -304,10 +301,7 @@ class Call(CallContext):
         if policy is ExceptionPolicy.NEVER_THROW:
             value = None
             if hook is not None:
-                try:
-                    value = hook(self.recover_context(cause, None), value)
-                except Exception:
-                    rt.hook_failed()
+                value = self._hooked(hook, cause, None, value)
         elif policy is ExceptionPolicy.RETURN_DEFAULT:  # makes its value itself: no hook
             value = default_for(rt.return_type())
         else:  # a callable policy makes its value itself: no hook
@@ -315,6 +309,21 @@ class Call(CallContext):
         out = self.made_envelope(value, cause)
         events.served(out)
         return out
+
+    def _hooked(
+        self,
+        hook: Callable[..., object],
+        cause: Exception,
+        found: ReferentialPayload[Any] | None,
+        value: Any,
+    ) -> Any:
+        """``on_recovered``'s value; ``value`` itself when the hook fails (its bug must not
+        cost the caller a good value: logged and counted)."""
+        try:
+            return hook(self.recover_context(cause, found), value)
+        except Exception:
+            self.rt.hook_failed()
+            return value
 
     def made_envelope(
         self, value: Any, cause: BaseException | None = None
