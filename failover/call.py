@@ -285,7 +285,9 @@ class Call(CallContext):
         if isinstance(found, ReferentialPayload):
             as_of = found.as_of
             events.recovered(seconds, cause, as_of)
-            value = enrich(found.payload, False, as_of)
+            value = found.payload
+            if KIND_OF(type(value)) != PLAIN:  # as in `live`: most results carry no freshness
+                value = enrich(value, False, as_of)
             if hook is not None:  # the hook sees the entry as recovered (the store's is live)
                 value = self._hooked(hook, cause, stale(found), value)
             f = found
