@@ -275,7 +275,7 @@ class Call(CallContext):
         assert cause is not None  # a recovery's lookup: the upstream raised
         rt = self.rt
         events = rt.events
-        if events.timed or lookup.error is not None:
+        if events.timed or lookup.error is not None or lookup.chore_error is not None:
             rt.looked_up(lookup, found)
         seconds: float | None = self.seconds  # the time the failed upstream took
         unattempted = rt.unattempted

@@ -254,7 +254,8 @@ class Runtime:
 
     def looked_up(self, lookup: Lookup, found: ReferentialPayload[Any] | Miss) -> None:
         """A recovery's read is done: timed for the observers; a failed one is logged (once a
-        minute: it repeats on every call) and treated as a miss."""
+        minute: it repeats on every call) and treated as a miss; a failed chore (an expired
+        entry not dropped) is logged the same way, and the answer stands."""
         error = lookup.error
         if self.events.timed:
             seconds = perf_counter() - lookup.start
@@ -270,6 +271,14 @@ class Runtime:
                 "failover %r: recovering failed; treated as a miss",
                 self.definition.name,
                 exc_info=error,
+            )
+        chore = lookup.chore_error
+        if chore is not None:
+            self.logs.report(
+                "chore",
+                "failover %r: dropping an expired entry failed after recovering; the answer stands",
+                self.definition.name,
+                exc_info=chore,
             )
 
     def hook_failed(self) -> None:

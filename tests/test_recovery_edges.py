@@ -747,3 +747,67 @@ async def test_sync_and_async_failovers_of_one_domain_recover_together_on_one_lo
         code = i % 20
         assert (out.payload["code"], out.as_of, out.up_to_date) == (code, times[code], False)
         assert out.payload["by"] == ("async" if code % 2 else "sync")
+
+
+# -- a store that cannot delete ------------------------------------------------------------------
+
+
+class ReadOnly(InMemoryStore):
+    """A real store whose deletes fail once ``locked`` (a read-only replica, a user without
+    DELETE): dropping an expired entry fails; reads and writes work. Declared as doing I/O, so
+    that async callers read it through the batcher and drop on a worker."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.locked = False
+
+    @property
+    def does_io(self) -> bool:
+        return True
+
+    def delete(self, name: str, key: str) -> None:
+        if self.locked:
+            raise PermissionError("read-only")
+        super().delete(name, key)
+
+    def delete_many(self, name: str, keys: Any) -> None:
+        if self.locked:
+            raise PermissionError("read-only")
+        super().delete_many(name, keys)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_failing_drop_of_an_expired_slice_costs_the_caller_nothing(
+    kind: str, clock: FakeClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The drop is housekeeping done after the answer: when it fails, the slices found are
+    still served, an expired entry is still reported as expired, and the failure is logged."""
+    store = ReadOnly()
+    engine = Failover(store, clock=clock, metrics=False, async_writes=False, store_timeout=None)
+    try:
+        state = {"down": False}
+        countries = countries_of(kind, engine, f"edges.readonly.{kind}", state, ttl="1h")
+        codes = codes_of(kind, engine, f"edges.readonly.codes.{kind}", state, ttl="1h")
+        run(kind, countries, ["FR"])
+        run(kind, codes, "eu")
+        clock.advance(minutes=50)
+        t1 = clock()
+        run(kind, countries, ["DE"])
+        clock.advance(minutes=20)  # FR and "eu" expired
+        store.locked = True
+        state["down"] = True
+        with caplog.at_level(logging.WARNING, logger="failover"):
+            got = run(kind, countries.referential, ["FR", "DE"])
+            expired = outcome(kind, codes, "eu")
+        assert (got.payload, got.as_of) == ([Country("DE", "de")], t1)
+        assert isinstance(expired, Down)
+        assert note(expired).endswith(f"({EXPIRED})")
+        assert any(
+            "dropping" in r.getMessage() and r.exc_info is not None for r in caplog.records
+        ), [r.getMessage() for r in caplog.records]
+        assert codes.peek("eu") is None  # a peek neither serves it nor fails
+        store.locked = False
+        assert run(kind, countries, ["FR", "DE"]) == [Country("DE", "de")]
+        assert slices(engine, countries) == ["DE"]  # dropped, now that it can be
+    finally:
+        engine.close()

@@ -8,7 +8,8 @@ with the store's own async methods when it has them, else on a worker thread). T
 place where recovering differs between sync and async callers.
 
 Writes an answer calls for (an expired entry dropped, a key-type check) are chores
-(`Lookup.chore`): done at once in place, or on a worker thread after an async read.
+(`Lookup.chore`): done at once in place, or on a worker thread after an async read. A chore
+that fails costs the answer nothing (it is kept in `Lookup.chore_error`, for the core to log).
 """
 
 from __future__ import annotations
@@ -45,10 +46,12 @@ class Lookup:
         cause: what the upstream raised (``None`` for a peek).
         report: whether trouble is reported (a peek reports none: no partial-recovery warning).
         error: what the read raised, if it failed (`read`/`aread` then answer `Miss.ERROR`).
+        chore_error: what a chore raised, if one failed (the answer stands).
     """
 
     __slots__ = (
         "cause",
+        "chore_error",
         "chores",
         "ctx",
         "error",
@@ -74,6 +77,7 @@ class Lookup:
     report: bool
     chores: list[tuple[Callable[..., Any], tuple[Any, ...]]] | None
     error: Exception | None
+    chore_error: Exception | None
     plan: Any  # what the finishing layer keeps between its two steps
     start: float
 
@@ -137,13 +141,21 @@ class Lookup:
     def chore(self, fn: Callable[..., Any], *args: Any) -> None:
         """A write the answer calls for: done now, or (after an async read) on a worker."""
         if self.chores is None:
-            fn(*args)
+            self._done(fn, args)
         else:
             self.chores.append((fn, args))
 
     def _chores(self) -> None:
         for fn, args in self.chores or ():
+            self._done(fn, args)
+
+    def _done(self, fn: Callable[..., Any], args: tuple[Any, ...]) -> None:
+        """``fn(*args)``; a failure is kept, not raised: housekeeping never costs the answer
+        (a read-only store that cannot drop an expired slice still serves the others)."""
+        try:
             fn(*args)
+        except Exception as exc:
+            self.chore_error = exc
 
 
 def lookup_of(
@@ -169,6 +181,7 @@ def lookup_of(
     lookup.report = report
     lookup.chores = None
     lookup.error = None
+    lookup.chore_error = None
     lookup.plan = None
     return lookup
 
