@@ -811,3 +811,76 @@ def test_a_failing_drop_of_an_expired_slice_costs_the_caller_nothing(
         assert slices(engine, countries) == ["DE"]  # dropped, now that it can be
     finally:
         engine.close()
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_recover_all_reads_every_slice_drops_the_expired_and_merges_the_rest(
+    kind: str, engine: Failover, clock: FakeClock
+) -> None:
+    """``recover_all=True``: one ``find_all`` (on a worker for a task), expired slices dropped."""
+    state = {"down": False}
+    countries = countries_of(kind, engine, f"edges.all.{kind}", state, ttl="1h", recover_all=True)
+    run(kind, countries, ["FR"])
+    clock.advance(minutes=50)
+    t1 = clock()
+    run(kind, countries, ["IT", "DE"])
+    clock.advance(minutes=20)  # FR expired
+    state["down"] = True
+    got = run(kind, countries.referential, ["US"])
+    assert (got.payload, got.as_of, got.up_to_date) == (
+        [Country("DE", "de"), Country("IT", "it")],
+        t1,
+        False,
+    )
+    assert slices(engine, countries) == ["DE", "IT"]
+    clock.advance(hours=1)  # all expired now
+    with pytest.raises(Down) as raised:
+        run(kind, countries, ["US"])
+    assert note(raised.value).endswith(f"({EXPIRED})")
+    assert slices(engine, countries) == []
+
+
+async def test_entity_and_collection_failovers_of_one_domain_recover_in_one_turn(
+    engine: Failover, clock: FakeClock
+) -> None:
+    """A single-entity failover and a scatter/gather one share their entries (one ``domain``):
+    their recoveries of one loop turn read together (point reads and slices in one batch), and
+    each gets its own answer, FR expired for both, the others found."""
+    state = {"down": False}
+    many = countries_of("async", engine, "edges.c.many", state, ttl="1h", domain="edges.c")
+
+    @failover.failover("edges.c.one", domain="edges.c", ttl="1h", engine=engine)
+    async def one(code: str) -> Country:
+        if state["down"]:
+            raise Down(code)
+        return Country(code, code.lower())
+
+    await one("FR")
+    clock.advance(minutes=50)
+    t1 = clock()
+    await many(["DE", "IT"])
+    await one("US")
+    clock.advance(minutes=20)  # FR expired
+    state["down"] = True
+    got = await asyncio.wait_for(
+        asyncio.gather(
+            one.referential("DE"),
+            many.referential(["US", "FR", "DE"]),
+            one.referential("US"),
+            many.referential(["IT"]),
+            one.referential("ES"),
+            return_exceptions=True,
+        ),
+        GUARD,
+    )
+    de, merged, us, it, es = got
+    assert (de.payload, de.as_of) == (Country("DE", "de"), t1)
+    assert (merged.payload, merged.as_of) == ([Country("US", "us"), Country("DE", "de")], t1)
+    assert (us.payload, us.as_of) == (Country("US", "us"), t1)
+    assert (it.payload, it.as_of) == ([Country("IT", "it")], t1)
+    assert isinstance(es, Down)
+    assert note(es).endswith(f"({MISSING})")
+    assert slices(engine, many) == ["DE", "IT", "US"]  # FR dropped
+    with pytest.raises(Down) as raised:
+        await one("FR")
+    assert note(raised.value).endswith(f"({MISSING})")
