@@ -289,7 +289,7 @@ class Call(CallContext):
             if KIND_OF(type(value)) != PLAIN:  # as in `live`: most results carry no freshness
                 value = enrich(value, False, as_of)
             if hook is not None:  # the hook sees the entry as recovered (the store's is live)
-                value = self._hooked(hook, cause, stale(found), value)
+                value = self._hooked(hook, cause, stale(found, cause), value)
             f = found
             out = envelope(f.name, f.key, value, as_of, f.expire_on, False, cause, f.label)
             events.served(out)

@@ -187,6 +187,44 @@ def test_on_recovered_runs_on_a_hit(engine: Failover, upstream: Upstream) -> Non
     assert f("a")["stale_since"] == engine.clock()
 
 
+async def test_on_recovered_sees_the_entry_found_as_recovered_with_its_cause(
+    engine: Failover,
+) -> None:
+    """The hook's ``ctx.recovered`` is what the caller gets: stale, carrying the cause (as a
+    scatter/gather call's merged slices always did), sync and async alike."""
+    seen: list[RecoverContext[Any]] = []
+    down: list[Exception] = []
+
+    def hook(ctx: RecoverContext[Any], value: object) -> object:
+        seen.append(ctx)
+        return value
+
+    def upstream(x: str) -> str:
+        if down:
+            raise down[0]
+        return x
+
+    @failover.failover("hook-cause", engine=engine, on_recovered=hook)
+    def f(x: str) -> str:
+        return upstream(x)
+
+    @failover.failover("hook-cause-async", engine=engine, on_recovered=hook)
+    async def g(x: str) -> str:
+        return upstream(x)
+
+    f("a")
+    await g("a")
+    down.append(ConnectionError("refused"))
+    env = f.referential("a")
+    aenv = await g.referential("a")
+    assert [ctx.recovered for ctx in seen] == [env, aenv]
+    for ctx in seen:
+        assert ctx.recovered is not None
+        assert ctx.recovered.up_to_date is False
+        assert ctx.recovered.cause is down[0] is ctx.cause
+        assert ctx.recovered.as_of == engine.clock()
+
+
 def test_exceptions_predicate_on_the_instance(engine: Failover, upstream: Upstream) -> None:
     @failover.failover(
         "predicate",

@@ -201,10 +201,10 @@ class _Nothing:
         return Miss.ERROR
 
 
-def stale(found: Payload) -> Payload:
-    """``found`` as recovered: marked not up to date (an entry read as it was stored is
-    wrapped again; one a layer made stale already, with its cause, is left as it is)."""
+def stale(found: Payload, cause: BaseException | None = None) -> Payload:
+    """``found`` as recovered from ``cause``: marked not up to date (an entry read as it was
+    stored is wrapped again; one a layer made stale already, with its cause, is left as it is)."""
     f = found
     if not f.up_to_date:
         return f
-    return envelope(f.name, f.key, f.payload, f.as_of, f.expire_on, False, None, f.label)
+    return envelope(f.name, f.key, f.payload, f.as_of, f.expire_on, False, cause, f.label)
