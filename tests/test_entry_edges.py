@@ -1,0 +1,507 @@
+"""The entry path of a call where its settings meet: single flight with a bulkhead, a soft
+timeout or a breaker; a bulkhead wait that ends without a permit; ``fresh_for`` (whole or
+scatter/gather partial answers) in front of single flight and the guards; the bare fast path
+against the entered one. Threads and tasks; events, conditions and joins, no timed sleep; the
+fake clock for the store's time (the soft timeouts and permit waits are the library's own)."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import pybreaker
+import pytest
+
+import failover
+from failover import BulkheadFull, Failover
+from failover.errors import SoftTimeoutError
+from failover.flight import Flights
+
+from .conftest import FakeClock
+from .execution_support import WAIT, ABlocking, Blocking
+
+CircuitBreakerError = pybreaker.CircuitBreakerError
+
+
+class Watched(Flights):
+    """A failover's flights (the real ones), counting the calls that lead or follow one, for
+    the test to wait on: a condition for threads, an event for tasks."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.leads = 0
+        self.follows = 0
+        self.changed = threading.Condition()
+        self.achanged: asyncio.Event | None = None
+
+    def join(self, key: Any, loop: asyncio.AbstractEventLoop | None) -> Any:
+        flight, leads = super().join(key, loop)
+        with self.changed:
+            if leads:
+                self.leads += 1
+            else:
+                self.follows += 1
+            self.changed.notify_all()
+        if loop is not None and self.achanged is not None:
+            self.achanged.set()  # a task of the loop the test waits on
+        return flight, leads
+
+    def _reached(self, leads: int, follows: int) -> bool:
+        return self.leads >= leads and self.follows >= follows
+
+    def reach(self, leads: int = 0, follows: int = 0) -> None:
+        """Until that many calls (threads) led and followed a flight."""
+        with self.changed:
+            assert self.changed.wait_for(lambda: self._reached(leads, follows), WAIT), (
+                f"leads {self.leads}, follows {self.follows}; waited for {leads}, {follows}"
+            )
+
+    async def areach(self, leads: int = 0, follows: int = 0) -> None:
+        """`reach` for tasks of the running loop."""
+        if self.achanged is None:
+            self.achanged = asyncio.Event()
+        while not self._reached(leads, follows):
+            self.achanged.clear()
+            await asyncio.wait_for(self.achanged.wait(), WAIT)
+
+
+def watch(fn: Any) -> Watched:
+    """Count the joins of ``fn``'s flights from now on."""
+    rt = fn._failover_state.runtime()
+    rt.flights = watched = Watched()
+    return watched
+
+
+class Caller(threading.Thread):
+    """One call on a daemon thread, its outcome kept (a call that hangs never hangs the run)."""
+
+    def __init__(self, fn: Callable[..., Any], *args: Any) -> None:
+        super().__init__(daemon=True)
+        self.fn = fn
+        self.args = args
+        self.out: Any = None
+        self.error: BaseException | None = None
+        self.start()
+
+    def run(self) -> None:
+        try:
+            self.out = self.fn(*self.args)
+        except BaseException as exc:
+            self.error = exc
+
+    def result(self) -> Any:
+        self.join(WAIT)
+        assert not self.is_alive(), f"{self.fn} never returned"
+        if self.error is not None:
+            raise self.error
+        return self.out
+
+
+def fields(e: failover.ReferentialPayload[Any]) -> tuple[Any, ...]:
+    """What an envelope says of its value, the value aside."""
+    return (e.name, e.key, e.up_to_date, e.as_of, e.expire_on)
+
+
+# -- single flight, one permit, a soft timeout ----------------------------------------------------
+
+
+def test_followers_of_a_leader_holding_the_only_permit_get_its_result_sync(
+    clock: FakeClock,
+) -> None:
+    engine = Failover(clock=clock, metrics=False)
+    up = Blocking()
+
+    @failover.failover(
+        "edge.permit", engine=engine, single_flight=True, max_concurrency=1, timeout=2 * WAIT
+    )
+    def rates(code: int) -> object:
+        return up({"code": code})
+
+    flights = watch(rates)
+    bulkhead = engine.bulkhead(rates.definition)
+    leader = Caller(rates.referential, 7)
+    up.wait_entered()  # the leader holds the only permit, in its upstream
+    assert bulkhead.free == 0
+    followers = [Caller(rates.referential, 7) for _ in range(4)]
+    flights.reach(leads=1, follows=4)
+    up.release.set()
+    lead = leader.result()
+    got = [f.result() for f in followers]
+    assert up.calls == 1
+    assert lead.payload == {"code": 7}
+    assert lead.up_to_date
+    for g in got:
+        assert g.payload == lead.payload
+        assert g.payload is not lead.payload
+        assert fields(g) == fields(lead)
+    assert (bulkhead.free, bulkhead.waiting) == (1, 0)
+    assert rates.referential(8).up_to_date  # the permit is there for the next call
+    assert bulkhead.pool.rejected == {}
+    engine.close()
+
+
+async def test_followers_of_a_leader_holding_the_only_permit_get_its_result_async(
+    clock: FakeClock,
+) -> None:
+    engine = Failover(clock=clock, metrics=False)
+    up = ABlocking()
+
+    @failover.failover(
+        "edge.apermit", engine=engine, single_flight=True, max_concurrency=1, timeout=2 * WAIT
+    )
+    async def rates(code: int) -> object:
+        return await up({"code": code})
+
+    flights = watch(rates)
+    bulkhead = engine.bulkhead(rates.definition)
+    leader = asyncio.create_task(rates.referential(7))
+    await up.wait_entered()
+    assert bulkhead.free == 0
+    followers = [asyncio.create_task(rates.referential(7)) for _ in range(4)]
+    await flights.areach(leads=1, follows=4)
+    up.release.set()
+    lead = await leader
+    got = await asyncio.wait_for(asyncio.gather(*followers), WAIT)
+    assert up.calls == 1
+    for g in got:
+        assert g.payload == lead.payload == {"code": 7}
+        assert g.payload is not lead.payload
+        assert fields(g) == fields(lead)
+        assert g.up_to_date
+    assert (bulkhead.free, bulkhead.waiting) == (1, 0)
+    assert (await rates.referential(8)).up_to_date
+    await asyncio.to_thread(engine.close)
+
+
+def _waiting_pair(engine: Failover, timeout: float) -> tuple[Any, Blocking, Any, list[int]]:
+    """A pool of one permit; a holder failover on it (no timeout) and a single-flight failover
+    with ``timeout`` that waits for the permit without limit."""
+    engine.bulkhead_pool("edge.one", permits=1)
+    held = Blocking()
+    calls = [0]
+
+    @failover.failover("edge.holder", engine=engine, bulkhead="edge.one")
+    def holder(x: str) -> object:
+        return held(x)
+
+    @failover.failover(
+        "edge.waits",
+        engine=engine,
+        bulkhead="edge.one",
+        acquire_timeout=None,
+        single_flight=True,
+        timeout=timeout,
+    )
+    def rates(code: int) -> dict[str, int]:
+        calls[0] += 1
+        return {"code": code, "v": calls[0]}
+
+    return holder, held, rates, calls
+
+
+def test_a_followers_own_soft_timeout_recovers_the_stale_entry_while_its_leader_waits(
+    clock: FakeClock,
+) -> None:
+    engine = Failover(clock=clock, metrics=False)
+    holder, held, rates, calls = _waiting_pair(engine, timeout=0.1)
+    pool = engine.bulkhead_pool("edge.one", permits=1)
+    stored = rates.referential(7)
+    clock.advance(minutes=1)
+    flights = watch(rates)
+    holding = Caller(holder, "x")
+    held.wait_entered()  # the only permit is taken
+    leader = Caller(rates.referential, 7)
+    flights.reach(leads=1)  # it waits for the permit
+    got = rates.referential(7)  # follows it, and stops at its own soft timeout
+    assert flights.follows == 1
+    assert got.payload == {"code": 7, "v": 1}
+    assert not got.up_to_date
+    assert got.as_of == stored.as_of
+    assert isinstance(got.cause, SoftTimeoutError)
+    assert "the shared call of this key did not answer" in str(got.cause)
+    held.release.set()
+    assert holding.result() == "x"
+    assert leader.result().payload["code"] == 7  # the leader went on: permit, upstream
+    assert (pool.free, pool.waiting) == (1, 0)
+    assert holder("y") == "y"
+    assert calls == [2]
+    engine.close()
+
+
+async def test_an_async_followers_own_soft_timeout_recovers_while_its_leader_waits(
+    clock: FakeClock,
+) -> None:
+    engine = Failover(clock=clock, metrics=False)
+    pool = engine.bulkhead_pool("edge.aone", permits=1)
+    held = ABlocking()
+    calls = 0
+
+    @failover.failover("edge.aholder", engine=engine, bulkhead="edge.aone")
+    async def holder(x: str) -> object:
+        return await held(x)
+
+    @failover.failover(
+        "edge.awaits",
+        engine=engine,
+        bulkhead="edge.aone",
+        acquire_timeout=None,
+        single_flight=True,
+        timeout=0.1,
+    )
+    async def rates(code: int) -> dict[str, int]:
+        nonlocal calls
+        calls += 1
+        return {"code": code, "v": calls}
+
+    stored = await rates.referential(7)
+    clock.advance(minutes=1)
+    flights = watch(rates)
+    holding = asyncio.create_task(holder("x"))
+    await held.wait_entered()
+    leader = asyncio.create_task(rates.referential(7))
+    await flights.areach(leads=1)
+    assert pool.waiting == 1
+    got = await rates.referential(7)
+    assert flights.follows == 1
+    assert (got.payload, got.up_to_date, got.as_of) == ({"code": 7, "v": 1}, False, stored.as_of)
+    assert isinstance(got.cause, SoftTimeoutError)
+    assert "the shared call of this key did not answer" in str(got.cause)
+    held.release.set()
+    assert await holding == "x"
+    assert (await asyncio.wait_for(leader, WAIT)).payload["code"] == 7
+    assert (pool.free, pool.waiting) == (1, 0)
+    assert await holder("y") == "y"
+    assert calls == 2
+    await asyncio.to_thread(engine.close)
+
+
+# -- single flight and a breaker ------------------------------------------------------------------
+
+
+def test_the_breaker_counts_one_failure_per_leader_call_not_per_follower(
+    clock: FakeClock,
+) -> None:
+    engine = Failover(clock=clock, metrics=False, breaker_defaults={"fail_max": 3})
+    up = Blocking()
+
+    @failover.failover(
+        "edge.count", engine=engine, single_flight=True, breaker=True, max_concurrency=1
+    )
+    def rates(code: int) -> object:
+        return up({"code": code})
+
+    cb = engine.breaker(rates.definition)
+    up.release.set()
+    rates(7)
+    up.wait_entered()
+    flights = watch(rates)
+    up.error = ConnectionError("rates down")
+    for flight in range(1, 4):
+        up.release.clear()
+        leader = Caller(rates.referential, 7)
+        up.wait_entered()
+        followers = [Caller(rates.referential, 7) for _ in range(4)]
+        flights.reach(leads=flight, follows=4 * flight)
+        up.release.set()
+        got = [leader.result(), *(f.result() for f in followers)]
+        assert all(g.cause is up.error and g.payload == {"code": 7} for g in got)
+        assert cb.fail_counter == flight  # one failure per upstream call, not five
+    assert up.calls == 4
+    health = engine.health().failovers["edge.count"]
+    assert health.breaker == "open"
+    assert health.counts["recovered"] == 15
+    assert isinstance(rates.referential(7).cause, CircuitBreakerError)
+    assert up.calls == 4
+    engine.close()
+
+
+async def test_the_breaker_counts_one_failure_per_async_leader_call(clock: FakeClock) -> None:
+    engine = Failover(clock=clock, metrics=False, breaker_defaults={"fail_max": 2})
+    up = ABlocking()
+
+    @failover.failover("edge.acount", engine=engine, single_flight=True, breaker=True)
+    async def rates(code: int) -> object:
+        return await up({"code": code})
+
+    cb = engine.breaker(rates.definition)
+    up.release.set()
+    await rates(7)
+    await up.wait_entered()
+    up.error = ConnectionError("rates down")
+    for flight in range(1, 3):
+        up.release.clear()
+        pending = asyncio.gather(*(rates.referential(7) for _ in range(5)))
+        await up.wait_entered()
+        up.release.set()
+        got = await asyncio.wait_for(pending, WAIT)
+        assert all(g.cause is up.error and not g.up_to_date for g in got)
+        assert cb.fail_counter == flight
+    assert up.calls == 3
+    assert engine.health().failovers["edge.acount"].breaker == "open"
+    await asyncio.to_thread(engine.close)
+
+
+# -- a bulkhead wait that ends without a permit ---------------------------------------------------
+
+
+async def test_a_task_cancelled_waiting_for_a_permit_is_no_breaker_call(clock: FakeClock) -> None:
+    """Bulkhead, breaker and soft timeout: a task cancelled in the bulkhead's queue passed no
+    guard inside it; the permit and the breaker are as they were."""
+    engine = Failover(clock=clock, metrics=False)
+    up = ABlocking()
+
+    @failover.failover(
+        "edge.chain",
+        engine=engine,
+        max_concurrency=1,
+        acquire_timeout=None,
+        breaker=True,
+        timeout=2 * WAIT,
+    )
+    async def rates(code: int) -> object:
+        return await up({"code": code})
+
+    cb = engine.breaker(rates.definition)
+    bulkhead = engine.bulkhead(rates.definition)
+    holder = asyncio.create_task(rates(1))
+    await up.wait_entered()
+    waiter = asyncio.create_task(rates(2))
+    await asyncio.sleep(0)  # its first step runs into the permit queue
+    assert bulkhead.waiting == 1
+    waiter.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await waiter
+    assert (bulkhead.free, bulkhead.waiting) == (0, 0)
+    up.release.set()
+    assert await holder == {"code": 1}
+    assert (bulkhead.free, cb.current_state, cb.fail_counter) == (1, "closed", 0)
+    assert await rates(3) == {"code": 3}
+    assert up.calls == 2
+    await asyncio.to_thread(engine.close)
+
+
+# -- fresh_for in front of single flight and the bulkhead -----------------------------------------
+
+
+def test_a_fresh_answer_takes_no_permit_and_joins_no_flight(clock: FakeClock) -> None:
+    engine = Failover(clock=clock, metrics=False)
+    up = Blocking()
+
+    @failover.failover(
+        "edge.fresh", engine=engine, fresh_for="5m", single_flight=True, max_concurrency=1
+    )
+    def rates(code: int) -> object:
+        return up({"code": code})
+
+    up.release.set()
+    rates(1)
+    clock.advance(minutes=10)
+    two = rates.referential(2)
+    up.wait_entered(2)
+    up.release.clear()
+    flights = watch(rates)
+    bulkhead = engine.bulkhead(rates.definition)
+    leader = Caller(rates.referential, 1)  # past fresh_for: the upstream, the only permit
+    up.wait_entered()
+    got = [rates.referential(2) for _ in range(3)]  # fresh: no permit needed, no flight
+    for g in got:
+        assert (g.payload, g.up_to_date, g.as_of, g.key) == ({"code": 2}, True, two.as_of, two.key)
+    assert (flights.leads, flights.follows) == (1, 0)
+    assert bulkhead.free == 0
+    assert bulkhead.pool.rejected == {}
+    with pytest.raises(BulkheadFull):  # a call that is not fresh does need the permit
+        rates(3)
+    up.release.set()
+    assert leader.result().up_to_date
+    assert bulkhead.free == 1
+    assert engine.health().failovers["edge.fresh"].counts["fresh"] == 3
+    engine.close()
+
+
+async def test_an_async_fresh_answer_takes_no_permit_and_joins_no_flight(clock: FakeClock) -> None:
+    engine = Failover(clock=clock, metrics=False)
+    up = ABlocking()
+
+    @failover.failover(
+        "edge.afresh", engine=engine, fresh_for="5m", single_flight=True, max_concurrency=1
+    )
+    async def rates(code: int) -> object:
+        return await up({"code": code})
+
+    up.release.set()
+    await rates(1)
+    clock.advance(minutes=10)
+    two = await rates.referential(2)
+    up.release.clear()
+    flights = watch(rates)
+    bulkhead = engine.bulkhead(rates.definition)
+    leader = asyncio.create_task(rates.referential(1))
+    await up.wait_entered(3)
+    got = await asyncio.gather(*(rates.referential(2) for _ in range(3)))
+    for g in got:
+        assert (g.payload, g.up_to_date, g.as_of) == ({"code": 2}, True, two.as_of)
+    assert (flights.leads, flights.follows) == (1, 0)
+    assert bulkhead.free == 0
+    assert bulkhead.pool.rejected == {}
+    up.release.set()
+    assert (await leader).up_to_date
+    assert bulkhead.free == 1
+    await asyncio.to_thread(engine.close)
+
+
+# -- the bare path and the entered one ------------------------------------------------------------
+
+VARIANTS: dict[str, dict[str, Any]] = {
+    "bare": {},
+    "bulkhead": {"max_concurrency": 2},
+    "breaker": {"breaker": True},
+    "timeout": {"timeout": 2 * WAIT},
+    "single_flight": {"single_flight": True},
+    "all": {"max_concurrency": 2, "breaker": True, "timeout": 2 * WAIT, "single_flight": True},
+}
+
+
+@pytest.mark.parametrize("kind", ["sync", "async"])
+async def test_the_bare_path_and_the_entered_paths_give_the_same_envelopes(
+    kind: str, clock: FakeClock
+) -> None:
+    failing: list[Exception] = []
+
+    def upstream(code: int, *, scale: float = 1.0) -> dict[str, Any]:
+        if failing:
+            raise failing[0]
+        return {"code": code, "rate": scale}
+
+    async def aupstream(code: int, *, scale: float = 1.0) -> dict[str, Any]:
+        return upstream(code, scale=scale)
+
+    fn = upstream if kind == "sync" else aupstream
+    engines = [Failover(clock=clock, metrics=False) for _ in VARIANTS]
+    decorated: dict[str, Any] = {
+        variant: failover.failover("edge.same", engine=engine, ttl="1h", **options)(fn)
+        for engine, (variant, options) in zip(engines, VARIANTS.items(), strict=True)
+    }
+    bare = {v: f._failover_state.runtime().bare for v, f in decorated.items()}
+    assert bare == {v: v == "bare" for v in VARIANTS}
+
+    async def call(f: Any) -> Any:
+        out = f.referential(7, scale=2.0)
+        return await out if kind == "async" else out
+
+    live = {v: await call(f) for v, f in decorated.items()}
+    clock.advance(minutes=5)
+    failing.append(ConnectionError("down"))
+    stale = {v: await call(f) for v, f in decorated.items()}
+    for variant in VARIANTS:
+        got, want = live[variant], live["bare"]
+        assert (fields(got), got.payload, got.cause) == (fields(want), want.payload, None)
+        assert got.up_to_date
+        got, want = stale[variant], stale["bare"]
+        assert (fields(got), got.payload) == (fields(want), want.payload)
+        assert got.cause is failing[0]
+        assert not got.up_to_date
+        assert got.as_of == live[variant].as_of
+    for engine in engines:
+        await asyncio.to_thread(engine.close)
