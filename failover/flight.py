@@ -102,14 +102,22 @@ class FlownCall(Call):
     def __enter__(self) -> FlownCall:
         self._join(None)
         if self.leads:
-            return cast(FlownCall, super().__enter__())
+            try:
+                return cast(FlownCall, super().__enter__())
+            except BaseException as exc:  # refused, or stopped waiting: no __exit__ lands it
+                self._refused(exc)
+                raise
         self.start = perf_counter()
         return self
 
     async def __aenter__(self) -> FlownCall:
         self._join(asyncio.get_running_loop())
         if self.leads:
-            return cast(FlownCall, await super().__aenter__())
+            try:
+                return cast(FlownCall, await super().__aenter__())
+            except BaseException as exc:
+                self._refused(exc)
+                raise
         self.start = perf_counter()
         return self
 
@@ -165,8 +173,9 @@ class FlownCall(Call):
         return await super().arun(fn, args, kwargs)
 
     def _refused(self, exc: BaseException) -> None:
-        """A follower that came to lead was refused by a guard: its followers hear it, and
-        it leaves the guards it never entered alone."""
+        """A leader (or a follower that came to lead) was refused by a guard, or stopped while
+        it waited for one: its followers hear it, and it leaves the guards it never entered
+        alone."""
         self._land(error=exc)
         self.leads = False
 

@@ -280,6 +280,110 @@ async def test_an_async_followers_own_soft_timeout_recovers_while_its_leader_wai
 # -- single flight and a breaker ------------------------------------------------------------------
 
 
+def test_an_open_breaker_refuses_the_leader_and_its_followers_recover_sync(
+    clock: FakeClock,
+) -> None:
+    """The leader waits for a permit (so its followers join), then the open breaker refuses it:
+    the followers recover from that refusal, and the key is left with no flight in the air."""
+    engine = Failover(clock=clock, metrics=False)
+    holder, held, _, _ = _waiting_pair(engine, timeout=WAIT)
+    pool = engine.bulkhead_pool("edge.one", permits=1)
+    cb = pybreaker.CircuitBreaker(fail_max=5, reset_timeout=3600)
+    calls = 0
+
+    @failover.failover(
+        "edge.breaker",
+        engine=engine,
+        single_flight=True,
+        breaker=cb,
+        bulkhead="edge.one",
+        acquire_timeout=None,
+    )
+    def rates(code: int) -> dict[str, int]:
+        nonlocal calls
+        calls += 1
+        return {"code": code, "v": calls}
+
+    rates(7)
+    cb.open()
+    flights = watch(rates)
+    holding = Caller(holder, "x")
+    held.wait_entered()
+    leader = Caller(rates.referential, 7)
+    flights.reach(leads=1)
+    followers = [Caller(rates.referential, 7) for _ in range(3)]
+    flights.reach(follows=3)
+    held.release.set()
+    holding.result()
+    lead = leader.result()
+    got = [f.result() for f in followers]
+    for g in [lead, *got]:
+        assert (g.payload, g.up_to_date) == ({"code": 7, "v": 1}, False)
+        assert isinstance(g.cause, CircuitBreakerError)
+    assert all(g.cause is lead.cause for g in got)  # the leader's refusal
+    assert calls == 1
+    assert (pool.free, pool.waiting) == (1, 0)
+    again = Caller(rates.referential, 7)  # no dead flight to wait for: refused at once
+    assert isinstance(again.result().cause, CircuitBreakerError)
+    assert flights.follows == 3
+    health = engine.health().failovers["edge.breaker"]
+    assert (health.breaker, health.counts["recovered"]) == ("open", 5)
+    cb.close()
+    assert rates.referential(7).up_to_date
+    assert calls == 2
+    engine.close()
+
+
+async def test_an_open_breaker_refuses_the_leader_and_its_followers_recover_async(
+    clock: FakeClock,
+) -> None:
+    engine = Failover(clock=clock, metrics=False)
+    bulkhead_pool = engine.bulkhead_pool("edge.abr", permits=1)
+    held = ABlocking()
+    cb = pybreaker.CircuitBreaker(fail_max=5, reset_timeout=3600)
+    calls = 0
+
+    @failover.failover("edge.abr.holder", engine=engine, bulkhead="edge.abr")
+    async def holder(x: str) -> object:
+        return await held(x)
+
+    @failover.failover(
+        "edge.abreaker",
+        engine=engine,
+        single_flight=True,
+        breaker=cb,
+        bulkhead="edge.abr",
+        acquire_timeout=None,
+    )
+    async def rates(code: int) -> dict[str, int]:
+        nonlocal calls
+        calls += 1
+        return {"code": code, "v": calls}
+
+    await rates(7)
+    cb.open()
+    flights = watch(rates)
+    holding = asyncio.create_task(holder("x"))
+    await held.wait_entered()
+    leader = asyncio.create_task(rates.referential(7))
+    followers = [asyncio.create_task(rates.referential(7)) for _ in range(3)]
+    await flights.areach(leads=1, follows=3)
+    held.release.set()
+    await holding
+    got = await asyncio.wait_for(asyncio.gather(leader, *followers), WAIT)
+    for g in got:
+        assert (g.payload, g.up_to_date) == ({"code": 7, "v": 1}, False)
+        assert isinstance(g.cause, CircuitBreakerError)
+        assert g.cause is got[0].cause
+    assert (bulkhead_pool.free, bulkhead_pool.waiting) == (1, 0)
+    again = await asyncio.wait_for(rates.referential(7), WAIT)
+    assert isinstance(again.cause, CircuitBreakerError)
+    cb.close()
+    assert (await rates.referential(7)).up_to_date
+    assert calls == 2
+    await asyncio.to_thread(engine.close)
+
+
 def test_the_breaker_counts_one_failure_per_leader_call_not_per_follower(
     clock: FakeClock,
 ) -> None:
@@ -346,6 +450,40 @@ async def test_the_breaker_counts_one_failure_per_async_leader_call(clock: FakeC
 # -- a bulkhead wait that ends without a permit ---------------------------------------------------
 
 
+async def test_a_leader_cancelled_while_waiting_for_a_permit_leaves_its_followers_to_call(
+    clock: FakeClock,
+) -> None:
+    engine = Failover(clock=clock, metrics=False)
+    up = ABlocking()
+
+    @failover.failover(
+        "edge.cancel", engine=engine, single_flight=True, max_concurrency=1, acquire_timeout=None
+    )
+    async def rates(code: int) -> object:
+        return await up({"code": code})
+
+    flights = watch(rates)
+    bulkhead = engine.bulkhead(rates.definition)
+    holder = asyncio.create_task(rates(1))
+    await up.wait_entered()  # key 1 holds the only permit
+    leader = asyncio.create_task(rates(7))
+    followers = [asyncio.create_task(rates(7)) for _ in range(3)]
+    await flights.areach(leads=2, follows=3)
+    assert bulkhead.waiting == 1  # the leader; its followers wait for it, not for a permit
+    leader.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await leader
+    await flights.areach(leads=3, follows=5)  # they fly again: one leads, two follow it
+    assert (bulkhead.free, bulkhead.waiting) == (0, 1)
+    up.release.set()
+    assert await holder == {"code": 1}
+    assert await asyncio.wait_for(asyncio.gather(*followers), WAIT) == [{"code": 7}] * 3
+    assert up.calls == 2
+    assert (bulkhead.free, bulkhead.waiting) == (1, 0)
+    assert await rates(8) == {"code": 8}
+    await asyncio.to_thread(engine.close)
+
+
 async def test_a_task_cancelled_waiting_for_a_permit_is_no_breaker_call(clock: FakeClock) -> None:
     """Bulkhead, breaker and soft timeout: a task cancelled in the bulkhead's queue passed no
     guard inside it; the permit and the breaker are as they were."""
@@ -380,6 +518,50 @@ async def test_a_task_cancelled_waiting_for_a_permit_is_no_breaker_call(clock: F
     assert await rates(3) == {"code": 3}
     assert up.calls == 2
     await asyncio.to_thread(engine.close)
+
+
+def test_a_leader_thread_that_waits_in_vain_for_a_permit_hands_its_refusal_on(
+    clock: FakeClock,
+) -> None:
+    engine = Failover(clock=clock, metrics=False)
+    up = Blocking()
+
+    @failover.failover(
+        "edge.vain",
+        engine=engine,
+        single_flight=True,
+        max_concurrency=1,
+        acquire_timeout="500ms",
+    )
+    def rates(code: int) -> object:
+        return up({"code": code})
+
+    up.release.set()
+    stored = rates.referential(7)
+    up.wait_entered()
+    up.release.clear()
+    clock.advance(minutes=1)
+    flights = watch(rates)
+    bulkhead = engine.bulkhead(rates.definition)
+    holder = Caller(rates, 1)
+    up.wait_entered()
+    leader = Caller(rates.referential, 7)
+    flights.reach(leads=2)
+    followers = [Caller(rates.referential, 7) for _ in range(3)]
+    flights.reach(follows=3)
+    got = [leader.result(), *(f.result() for f in followers)]  # refused at its deadline
+    for g in got:
+        assert (g.payload, g.up_to_date, g.as_of) == ({"code": 7}, False, stored.as_of)
+        assert isinstance(g.cause, BulkheadFull)
+        assert g.cause is got[0].cause
+    assert bulkhead.pool.rejected == {"edge.vain": 1}  # one wait, one refusal
+    assert (bulkhead.free, bulkhead.waiting) == (0, 0)
+    up.release.set()
+    assert holder.result() == {"code": 1}
+    assert bulkhead.free == 1
+    assert Caller(rates.referential, 7).result().up_to_date  # no dead flight on the key
+    assert up.calls == 3
+    engine.close()
 
 
 # -- fresh_for in front of single flight and the bulkhead -----------------------------------------
