@@ -22,8 +22,9 @@ from types import TracebackType
 from typing import Any, cast
 
 from .call import Call
+from .context import CallContext
 from .errors import SoftTimeoutError
-from .handlers import key_of
+from .handlers import Partial, key_of
 from .stores.copying import deep_copy
 
 __all__ = ["Flights", "FlownCall"]
@@ -96,8 +97,19 @@ class FlownCall(Call):
 
     def _join(self, loop: asyncio.AbstractEventLoop | None) -> None:
         flights = cast(Flights, self.rt.flights)  # set: single_flight is on
-        self.flight_key = key = _key(self)
+        key = getattr(self, "flight_key", None)  # set by `narrowed`, or by an earlier join
+        if key is None:
+            self.flight_key = key = _key(self)
         self.flight, self.leads = flights.join(key, loop)
+
+    def narrowed(
+        self, part: Partial, args: tuple[Any, ...]
+    ) -> tuple[tuple[Any, ...], dict[str, Any]]:
+        """`Call.narrowed`: the call flies under the key of the call it makes (the slices not
+        fresh), so that it shares only with calls of those slices, never with a call of all
+        the slices (whose result it is not)."""
+        self.flight_key = _narrowed_key(self, part)
+        return super().narrowed(part, args)
 
     def __enter__(self) -> FlownCall:
         self._join(None)
@@ -210,6 +222,14 @@ def _key(call: Call) -> Any:
     try:
         return key_of(call)
     except Exception:  # no key, no sharing: this call flies alone (its store shows the error)
+        return object()
+
+
+def _narrowed_key(call: Call, part: Partial) -> Any:
+    try:
+        values = call.binder.values(part.args, part.kwargs)
+        return key_of(CallContext(call.definition, call.binder, part.args, part.kwargs, values))
+    except Exception:  # as `_key`: this call flies alone
         return object()
 
 

@@ -15,7 +15,7 @@ import pybreaker
 import pytest
 
 import failover
-from failover import BulkheadFull, Failover
+from failover import BulkheadFull, Failover, ListSplitter
 from failover.errors import SoftTimeoutError
 from failover.flight import Flights
 
@@ -630,6 +630,99 @@ async def test_an_async_fresh_answer_takes_no_permit_and_joins_no_flight(clock: 
     up.release.set()
     assert (await leader).up_to_date
     assert bulkhead.free == 1
+    await asyncio.to_thread(engine.close)
+
+
+class Countries:
+    """A batch upstream that, once ``gate`` is closed, waits for it; records each call."""
+
+    def __init__(self) -> None:
+        self.calls: list[list[int]] = []
+        self.gate = threading.Event()
+        self.gate.set()
+        self.entered = threading.Semaphore(0)
+        self._lock = threading.Lock()
+
+    def __call__(self, ids: list[int]) -> list[dict[str, int]]:
+        with self._lock:
+            self.calls.append(list(ids))
+        self.entered.release()
+        assert self.gate.wait(WAIT)
+        return [{"id": i} for i in ids]
+
+    def wait_entered(self) -> None:
+        assert self.entered.acquire(timeout=WAIT)
+
+
+def test_a_narrowed_scatter_call_shares_its_flight_only_with_calls_of_the_same_slices(
+    clock: FakeClock,
+) -> None:
+    """Some slices fresh: the upstream is asked for the others; a call of those same slices
+    shares that call, and a call of all of them (none fresh any more) does not get a part."""
+    engine = Failover(clock=clock, metrics=False)
+    upstream = Countries()
+    countries = failover.failover(
+        "edge.countries",
+        splitter=ListSplitter("id"),
+        fresh_for="5m",
+        single_flight=True,
+        engine=engine,
+    )(upstream)
+    countries([1])
+    upstream.wait_entered()
+    clock.advance(minutes=4)
+    flights = watch(countries)
+    upstream.gate.clear()
+    narrowed = Caller(countries.referential, [1, 2])  # 1 fresh: asks for [2]
+    upstream.wait_entered()
+    plain = Caller(countries, [2])  # the same slices: shares that call
+    flights.reach(leads=1, follows=1)
+    clock.advance(minutes=2)  # 1 is six minutes old
+    whole = Caller(countries, [1, 2])  # nothing fresh: its own call
+    flights.reach(leads=2)
+    upstream.wait_entered()
+    upstream.gate.set()
+    assert [c["id"] for c in narrowed.result().payload] == [1, 2]
+    assert plain.result() == [{"id": 2}]
+    assert whole.result() == [{"id": 1}, {"id": 2}]
+    assert upstream.calls == [[1], [2], [1, 2]]
+    engine.close()
+
+
+async def test_an_async_narrowed_scatter_call_shares_only_with_the_same_slices(
+    clock: FakeClock,
+) -> None:
+    engine = Failover(clock=clock, metrics=False)
+    calls: list[list[int]] = []
+    release = asyncio.Event()
+    release.set()
+
+    @failover.failover(
+        "edge.acountries",
+        splitter=ListSplitter("id"),
+        fresh_for="5m",
+        single_flight=True,
+        engine=engine,
+    )
+    async def countries(ids: list[int]) -> list[dict[str, int]]:
+        calls.append(list(ids))
+        await release.wait()
+        return [{"id": i} for i in ids]
+
+    await countries([1])
+    clock.advance(minutes=4)
+    flights = watch(countries)
+    release.clear()
+    narrowed = asyncio.create_task(countries([1, 2]))
+    plain = asyncio.create_task(countries([2]))
+    await flights.areach(leads=1, follows=1)
+    clock.advance(minutes=2)
+    whole = asyncio.create_task(countries([1, 2]))
+    await flights.areach(leads=2)
+    release.set()
+    got = await asyncio.wait_for(asyncio.gather(narrowed, plain, whole), WAIT)
+    assert got == [[{"id": 1}, {"id": 2}], [{"id": 2}], [{"id": 1}, {"id": 2}]]
+    assert calls == [[1], [2], [1, 2]]
     await asyncio.to_thread(engine.close)
 
 
