@@ -14,7 +14,9 @@ recovers with a `SoftTimeoutError`). A leader stopped by something other than an
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
+from asyncio import _get_running_loop as _running_loop  # C, no exception without a loop
 from collections.abc import Callable
 from datetime import datetime
 from time import perf_counter
@@ -79,8 +81,19 @@ class Flights:
                 del self._flights[key]
         flight.result, flight.error, flight.now = result, error, now
         flight.ended.set()
-        if flight.future is not None and not flight.future.done():
-            flight.future.set_result(None)  # the leader is a task of the flight's loop
+        future, loop = flight.future, flight.loop
+        if future is None or loop is None:
+            return
+        if _running_loop() is loop:
+            _wake(future)
+        else:  # the leader stored its result on a worker thread (`Runtime.off_loop`)
+            with contextlib.suppress(RuntimeError):  # a closed loop: nobody waits on it
+                loop.call_soon_threadsafe(_wake, future)
+
+
+def _wake(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)
 
 
 class FlownCall(Call):

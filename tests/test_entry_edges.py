@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pybreaker
@@ -723,6 +724,41 @@ async def test_an_async_narrowed_scatter_call_shares_only_with_the_same_slices(
     got = await asyncio.wait_for(asyncio.gather(narrowed, plain, whole), WAIT)
     assert got == [[{"id": 1}, {"id": 2}], [{"id": 2}], [{"id": 1}, {"id": 2}]]
     assert calls == [[1], [2], [1, 2]]
+    await asyncio.to_thread(engine.close)
+
+
+# -- the leader stores off the loop ---------------------------------------------------------------
+
+
+async def test_async_followers_are_woken_on_their_loop_when_the_leader_stores_off_it(
+    clock: FakeClock, tmp_path: Path
+) -> None:
+    """A SQLite store without async writes: the leader stores its result on a worker thread
+    (`Runtime.off_loop`), and hands it to its followers from there; their loop (in debug
+    mode, which refuses a future set from another thread) wakes them."""
+    asyncio.get_running_loop().set_debug(True)
+    engine = Failover(
+        f"sqlite:///{tmp_path / 'f.db'}", async_writes=False, clock=clock, metrics=False
+    )
+    release = asyncio.Event()
+    calls = 0
+
+    @failover.failover("edge.offloop", engine=engine, single_flight=True)
+    async def rates(code: int) -> dict[str, int]:
+        nonlocal calls
+        calls += 1
+        await release.wait()
+        return {"code": code}
+
+    assert rates._failover_state.runtime().offloads()
+    flights = watch(rates)
+    pending = asyncio.gather(*(rates.referential(7) for _ in range(4)))
+    await flights.areach(leads=1, follows=3)
+    release.set()
+    got = await asyncio.wait_for(pending, WAIT)
+    assert calls == 1
+    assert all(g.payload == {"code": 7} and fields(g) == fields(got[0]) for g in got)
+    assert got[0].up_to_date
     await asyncio.to_thread(engine.close)
 
 
