@@ -12,6 +12,8 @@ from typing import Any
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
+from failover.flight import Flights
+
 WAIT = 5.0  # the most a test waits for something that must happen
 
 
@@ -108,3 +110,52 @@ def metric(registry: CollectorRegistry, name: str, /, **labels: str) -> float | 
             if sample.name == name and sample.labels == labels:
                 return float(sample.value)
     return None
+
+
+class Watched(Flights):
+    """A failover's flights (the real ones), counting the calls that lead or follow one, for
+    the test to wait on: a condition for threads, an event for tasks."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.leads = 0
+        self.follows = 0
+        self.changed = threading.Condition()
+        self.achanged: asyncio.Event | None = None
+
+    def join(self, key: Any, loop: asyncio.AbstractEventLoop | None) -> Any:
+        flight, leads = super().join(key, loop)
+        with self.changed:
+            if leads:
+                self.leads += 1
+            else:
+                self.follows += 1
+            self.changed.notify_all()
+        if loop is not None and self.achanged is not None:
+            self.achanged.set()  # a task of the loop the test waits on
+        return flight, leads
+
+    def _reached(self, leads: int, follows: int) -> bool:
+        return self.leads >= leads and self.follows >= follows
+
+    def reach(self, leads: int = 0, follows: int = 0) -> None:
+        """Until that many calls (threads) led and followed a flight."""
+        with self.changed:
+            assert self.changed.wait_for(lambda: self._reached(leads, follows), WAIT), (
+                f"leads {self.leads}, follows {self.follows}; waited for {leads}, {follows}"
+            )
+
+    async def areach(self, leads: int = 0, follows: int = 0) -> None:
+        """`reach` for tasks of the running loop."""
+        if self.achanged is None:
+            self.achanged = asyncio.Event()
+        while not self._reached(leads, follows):
+            self.achanged.clear()
+            await asyncio.wait_for(self.achanged.wait(), WAIT)
+
+
+def watch(fn: Any) -> Watched:
+    """Count the joins of ``fn``'s flights from now on."""
+    rt = fn._failover_state.runtime()
+    rt.flights = watched = Watched()
+    return watched

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import threading
-import time
 from typing import Any
 
 import pytest
@@ -15,6 +14,7 @@ import failover
 from failover.errors import ConfigurationError, SoftTimeoutError
 
 from .conftest import FakeClock
+from .execution_support import Watched, watch
 
 CALLERS = 100
 
@@ -53,10 +53,10 @@ def followers(fn: Any) -> int:
 
 
 def wait_for_followers(fn: Any, count: int) -> None:
-    """Until ``count`` callers wait for ``fn``'s flight (bounded: the threads are started)."""
-    deadline = time.monotonic() + 10
-    while followers(fn) < count and time.monotonic() < deadline:
-        time.sleep(0.001)
+    """Until ``count`` callers wait for ``fn``'s flight (its flights watched before the calls)."""
+    flights = fn._failover_state.runtime().flights
+    assert isinstance(flights, Watched), "watch(fn) before the calls"
+    flights.reach(follows=count)
     assert followers(fn) == count
 
 
@@ -77,6 +77,7 @@ def test_sync_callers_of_one_key_share_one_upstream_call_and_one_write(clock: Fa
         gate.release.wait(10)
         return gate.answer(code)
 
+    watch(rates)
     got: list[Any] = [None] * CALLERS
     leader = threading.Thread(target=lambda: got.__setitem__(0, rates(7)))
     leader.start()
@@ -150,6 +151,7 @@ async def test_the_shared_exception_reaches_every_callers_recovery(
     upstream = upstream_sync if kind == "sync" else upstream_async
     rates: Any = failover.failover("sf.error", engine=engine, single_flight=True)(upstream)
     if kind == "sync":
+        watch(rates)
         rates(7)
         fail.set()
         got: list[Any] = [None] * 20
@@ -279,6 +281,7 @@ async def test_followers_take_no_bulkhead_permit(kind: str, clock: FakeClock) ->
             assert gate.release.wait(10)
             return gate.answer(code)
 
+        watch(rates)
         got: list[Any] = []
         threads = [threading.Thread(target=lambda: got.append(rates(7))) for _ in range(5)]
         threads[0].start()
