@@ -110,6 +110,52 @@ def test_fast_envelopes_are_ordinary_frozen_payloads() -> None:
     assert dataclasses.replace(fast, up_to_date=False).up_to_date is False
 
 
+def test_every_fast_envelope_builder_sets_every_field(clock: FakeClock) -> None:
+    """The hot paths build envelopes slot by slot (`payload.envelope`, `copying.copied`, the
+    default handler's stored entry): each sets every field, so a field added to
+    `ReferentialPayload` and forgotten by one of them fails here, not in a caller's hands."""
+    import dataclasses
+
+    from failover.payload import Building, envelope
+    from failover.stores.copying import copied
+
+    fields = [f.name for f in dataclasses.fields(failover.ReferentialPayload)]
+    assert sorted(Building.__slots__) == sorted(fields)
+
+    class Kept(failover.InMemoryStore):
+        isolating = True  # no copying layer in front: this sees the handler's own envelope
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.given: list[failover.ReferentialPayload[object]] = []
+
+        def store(self, payload: failover.ReferentialPayload[object]) -> None:
+            self.given.append(payload)
+            super().store(payload)
+
+    kept = Kept()
+    engine = Failover(kept, clock=clock, metrics=False)
+
+    @failover.failover("fields", engine=engine, label=True, ttl="1h")
+    def f(code: str) -> dict[str, str]:
+        return {"code": code}
+
+    f("FR")
+    (stored,) = kept.given
+    built = [
+        stored,
+        envelope("n", "k", {"a": 1}, clock(), None, False, ValueError("x"), "label"),
+        copied(stored),
+    ]
+    for payload in built:
+        assert type(payload) is failover.ReferentialPayload
+        values = {name: getattr(payload, name) for name in fields}  # none unset
+        assert payload == failover.ReferentialPayload(**values)
+    assert stored.label == "f(code='FR')"
+    assert copied(stored) == stored
+    engine.close()
+
+
 def test_the_first_instance_of_a_type_does_not_decide_for_the_others(
     engine: Failover, clock: FakeClock
 ) -> None:
