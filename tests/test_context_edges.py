@@ -660,3 +660,36 @@ async def test_an_off_loop_write_never_blocks_the_loop(clock: FakeClock) -> None
     store.hold = False
     assert engine.store.find("ctx.slow_write", got.key) is not None
     await asyncio.to_thread(engine.close)
+
+
+@pytest.mark.parametrize("store_timeout", DEADLINES, ids=["no-deadline", "deadline"])
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_stores_own_methods_see_the_callers_context_variables(
+    kind: str, store_timeout: float | None, clock: FakeClock
+) -> None:
+    """The caller's context (a request id of its own, the tenant) reaches the store's ``store``
+    and ``find``, on whichever thread the library runs them: a worker of the event loop's, or
+    the store deadline's."""
+    engine, store = watching_engine(clock, store_timeout)
+    down: list[bool] = []
+
+    def upstream(code: str) -> dict[str, str]:
+        if down:
+            raise Down(code)
+        return {"code": code}
+
+    get = decorate(kind, upstream, "ctx.seen", engine=engine)
+
+    async def scenario() -> None:
+        for rid in ("r1", "r2"):
+            request_id.set(rid)
+            with failover.tenant("acme"):  # shared on purpose: ignore_tenant
+                assert await value(kind, get("FR")) == {"code": "FR"}
+                down.append(True)
+                assert await value(kind, get("FR")) == {"code": "FR"}  # recovered
+                down.clear()
+
+    drive(kind, scenario())
+    assert [seen[:2] for seen in store.writes] == [("r1", "acme"), ("r2", "acme")]
+    assert [seen[:2] for seen in store.reads] == [("r1", "acme"), ("r2", "acme")]
+    engine.close()

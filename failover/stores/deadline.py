@@ -14,6 +14,7 @@ store cannot encode) costs the caller no wait, and says nothing about the next o
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import functools
 import os
 import threading
@@ -212,7 +213,9 @@ class DeadlineStore(HealthRowsLayer, BrowsingLayer, Layer):
             self.errors[(operation, "timeout")] += 1
             raise StoreTimeout(f"store {operation}: every worker is held by an earlier operation")
         flag = threading.Event()
-        future = pool.submit(_flagged, flag, fn, *args)
+        # In a copy of the caller's context: a store of your own reads its context variables
+        # (a request id, the tenant) on the worker as on the caller's thread.
+        future = pool.submit(contextvars.copy_context().run, _flagged, flag, fn, *args)
         future.add_done_callback(self._release)
         return future, flag
 
