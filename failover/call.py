@@ -34,6 +34,7 @@ from .handlers import Partial, envelope_key
 from .handlers.lookup import Lookup, failed_lookup, stale
 from .payload import KIND_OF, PLAIN, ReferentialPayload, enrich, envelope
 from .policy import ExceptionPolicy, default_for
+from .stores.batching import pinned_call
 from .tenant import read_tenant
 
 if TYPE_CHECKING:
@@ -124,8 +125,15 @@ class Call(CallContext):
 
     def run(self, fn: Callable[..., Any], args: Any, kwargs: Any) -> Any:
         """Call the upstream, within the soft timeout if there is one (inside the guards)."""
-        timeout = self.rt.timeout
-        return fn(*args, **kwargs) if timeout is None else timeout.call(self, fn, args, kwargs)
+        rt = self.rt
+        timeout = rt.timeout
+        if timeout is None:
+            return fn(*args, **kwargs)
+        if rt.router is None:
+            return timeout.call(self, fn, args, kwargs)
+        # The upstream runs on the engine's pool, and a late result is stored there: the tenant
+        # is resolved here, on the caller's thread, and pinned for the pool (its context copy).
+        return pinned_call(rt.tenant_here(), timeout.call, self, fn, args, kwargs)
 
     async def arun(self, fn: Callable[..., Any], args: Any, kwargs: Any) -> Any:
         """`run` for an ``async def`` upstream: the soft timeout is the one real fork."""

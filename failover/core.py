@@ -201,6 +201,22 @@ class Runtime:
         finally:
             pinned.reset(token)
 
+    def tenant_here(self) -> str | None:
+        """The caller's tenant, resolved on its own thread before work moves to the engine's
+        pool (the one pinned already, if any), for the work to pin there (`pinned_call`); ``None``
+        without routing, or when it cannot be resolved (the work then meets the same error where
+        its store guard handles it)."""
+        router = self.router
+        if router is None:
+            return None
+        tenant = pinned.get()
+        if tenant is not None:
+            return tenant
+        try:
+            return router.resolve()
+        except StoreError:
+            return None
+
     def offloads(self) -> bool:
         """Whether an async caller stores on a worker thread: the store chain writes with
         blocking I/O, or the current tenant's store is still to be made (its first use may

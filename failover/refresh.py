@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 from .call import Call, call_of
 from .execution import Refreshes
 from .handlers import key_of
+from .stores.batching import pinned_call
 
 if TYPE_CHECKING:
     from .core import Runtime
@@ -61,8 +62,9 @@ class RefreshAhead:
         try:
             if self.runtime.definition.is_async:
                 self.refreshes.spawn(self._arefresh(key, fn, args, kwargs))
-            else:
-                self.refreshes.submit(self._refresh, key, fn, args, kwargs)
+            else:  # on the pool: the tenant resolved here, on the caller's thread, and pinned
+                tenant = self.runtime.tenant_here()
+                self.refreshes.submit(pinned_call, tenant, self._refresh, key, fn, args, kwargs)
         except RuntimeError:  # the engine is closed: nothing runs in the background any more
             self._done(key)
 

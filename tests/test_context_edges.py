@@ -242,6 +242,71 @@ def test_a_refresh_ahead_of_one_tenant_writes_to_its_store_only(
     engine.close()
 
 
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_refresh_ahead_keeps_the_tenant_a_thread_local_resolver_gave_its_caller(
+    kind: str, clock: FakeClock
+) -> None:
+    """A resolver that reads state only the calling thread has (as in test_tenant's hand-off
+    test), and a default tenant: the refresh of acme's entry must land in acme's store, never
+    in the default tenant's, wherever the refresh runs."""
+    local = threading.local()
+    router = MultiTenantStore(
+        lambda tenant: InMemoryStore(),
+        resolver=lambda: getattr(local, "tenant", None),
+        default_tenant="shared",
+    )
+    engine = Failover(router, clock=clock, metrics=False)
+    calls: list[str] = []
+
+    def upstream(code: str) -> dict[str, Any]:
+        calls.append(code)
+        return {"code": code, "n": len(calls)}
+
+    get = decorate(kind, upstream, "ctx.local_tenant", engine=engine, **FRESH)
+
+    async def scenario() -> None:
+        local.tenant = "acme"
+        await value(kind, get("FR"))
+        clock.advance(25)
+        assert (await value(kind, get("FR")))["n"] == 1  # fresh; refreshed behind
+        await settled(kind, engine)
+
+    drive(kind, scenario())
+    assert calls == ["FR", "FR"]
+    assert set(router.stores) == {"acme"}  # nothing written for the default tenant
+    local.tenant = "acme"
+    refreshed = get.peek("FR")
+    assert refreshed is not None
+    assert (refreshed.payload["n"], refreshed.as_of) == (2, clock.now)
+    engine.close()
+
+
+def test_a_late_result_keeps_the_tenant_a_thread_local_resolver_gave_its_caller_thread(
+    clock: FakeClock,
+) -> None:
+    """The same resolver, a sync soft timeout: the caller gives up, the upstream answers on the
+    engine's pool later, and its late result is stored in the caller's tenant's store."""
+    local = threading.local()
+    router = MultiTenantStore(
+        lambda tenant: InMemoryStore(),
+        resolver=lambda: getattr(local, "tenant", None),
+        default_tenant="shared",
+    )
+    engine = Failover(router, clock=clock, metrics=False)
+    up = Blocking()
+    get = failover.failover("ctx.late_tenant", engine=engine, timeout=0.05)(up)
+    local.tenant = "acme"
+    with pytest.raises(SoftTimeoutError):  # nothing stored yet: the caller gets the timeout
+        get("FR")
+    up.release.set()
+    assert engine.refreshes.wait(WAIT)
+    assert set(router.stores) == {"acme"}  # the recovery's read, then the late write
+    late = get.peek("FR")
+    assert late is not None
+    assert late.payload == "FR"
+    engine.close()
+
+
 async def test_an_async_late_result_keeps_the_tenant_a_thread_local_resolver_gave(
     clock: FakeClock,
 ) -> None:
