@@ -12,7 +12,7 @@ import contextvars
 import threading
 from collections.abc import Callable, Coroutine
 from concurrent.futures import ThreadPoolExecutor
-from datetime import datetime, timedelta
+from datetime import timedelta
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -30,17 +30,12 @@ from .execution_support import WAIT, ABlocking, Blocking
 KINDS = ["sync", "async"]
 STORES = ["memory", "sqlite", "sqlite-direct"]  # sqlite-direct: no async writes, stores off-loop
 T = TypeVar("T")
-T0 = datetime(2026, 1, 1, tzinfo=FakeClock().now.tzinfo)
+T0 = FakeClock().now  # the fake clock's start: when the first entries are stored
 FRESH = {"ttl": "1h", "fresh_for": "40s", "refresh_ahead": "20s"}  # all within health's minute
 
 
 class Down(Exception):
     """The upstream's error."""
-
-
-def run(kind: str, fn: Callable[..., Any], *args: Any) -> Any:
-    """``fn(*args)``: called, or (``async``) awaited on a loop of its own."""
-    return fn(*args) if kind == "sync" else asyncio.run(fn(*args))
 
 
 def decorate(kind: str, upstream: Callable[..., Any], name: str, **options: Any) -> Any:
