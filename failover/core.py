@@ -187,15 +187,11 @@ class Runtime:
         """``fn(*args)`` on a worker thread, so that store I/O never blocks the event loop.
 
         The context is copied into the thread (``asyncio.to_thread``), and the tenant is resolved
-        here, on the calling thread, and pinned for the worker.
+        here, on the calling thread, and pinned for the worker (`tenant_here`).
         """
         if self.router is None:
             return await asyncio.to_thread(fn, *args)
-        try:
-            tenant = self.router.resolve()
-        except StoreError:
-            tenant = None  # the worker meets the same error, where the caller's guard handles it
-        token = pinned.set(tenant)
+        token = pinned.set(self.tenant_here())
         try:
             return await asyncio.to_thread(fn, *args)
         finally:
