@@ -121,10 +121,7 @@ def _policy(value: Any, owner: str, setting: str) -> Any:
 
 
 def _flag(value: Any, owner: str, setting: str) -> bool:
-    return bool(value)
-
-
-def _strict_flag(value: Any, owner: str, setting: str) -> bool:
+    # Only a bool: read for its truth, "no" or "false" would turn a flag on.
     if not isinstance(value, bool):
         raise ConfigurationError(f"{owner}: {setting}= must be True or False, got {value!r}")
     return value
@@ -256,7 +253,7 @@ class Options(TypedDict, total=False):
     acquire_timeout: Annotated[timedelta | float | str | None, Setting(0.0, _wait)]
     timeout: Annotated[timedelta | float | str | None, Setting(None, _timeout)]
     store_interval: Annotated[timedelta | float | str | None, Setting(None, _interval)]
-    single_flight: Annotated[bool, Setting(False, _strict_flag)]
+    single_flight: Annotated[bool, Setting(False, _flag)]
     fresh_for: Annotated[timedelta | float | str | None, Setting(None, _fresh_for)]
     refresh_ahead: Annotated[float | timedelta | str | None, Setting(None, _refresh_ahead)]
     label: Annotated[bool | Callable[..., object] | None, Setting(False, check_label)]

@@ -1,0 +1,158 @@
+"""Configuration at its edges: every setting of ``@failover(...)``, of ``Failover(...)`` and of
+``Failover.from_env`` refuses what cannot work when the failover is decorated or the engine
+built (never at the first call), with a `ConfigurationError` that names the failover and the
+setting (or the environment variable); every duration setting reads the same spellings.
+
+The tables below are checked against the settings the code declares (`Options`, the
+signature of `Failover`, the variables `from_env` reads): a setting added later without bad
+values here fails `test_*_cover_every_*`."""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+import typing
+from datetime import timedelta
+from typing import Any
+
+import pytest
+
+import failover
+from failover import ConfigurationError, Failover
+from failover.scatter import ListSplitter
+from failover.settings import Options
+
+NAN, INF = math.nan, math.inf
+PAST_A_CENTURY = 1e10  # seconds: past the century durations are bounded by (~317 years)
+
+
+class Nothing:
+    """A value of no kind any setting takes."""
+
+    def __repr__(self) -> str:
+        return "Nothing()"
+
+
+class Splitter(ListSplitter[dict[str, Any]]):
+    def __init__(self) -> None:
+        super().__init__("id")
+
+
+def refused(text: str, owner: str, setting: str) -> None:
+    """``text`` names ``owner`` and ``setting`` (as a word: ``ttl`` is not ``ttl_seconds``)."""
+    assert owner in text, text
+    assert re.search(rf"(?<![A-Za-z_]){re.escape(setting)}(?![A-Za-z_])", text), (setting, text)
+
+
+# -- helpers ------------------------------------------------------------------------------
+
+# Settings a setting needs to be looked at at all (a weight needs a bulkhead).
+NEEDS: dict[str, dict[str, Any]] = {
+    "weight": {"max_concurrency": 5},
+    "acquire_timeout": {"max_concurrency": 5},
+    "refresh_ahead": {"fresh_for": "10m"},
+}
+
+
+def _decorate(name: str, on: Failover | None, **settings: Any) -> Any:
+    if on is not None and "engine" not in settings:
+        settings["engine"] = on
+
+    def upstream() -> list[dict[str, Any]]:
+        return []
+
+    return failover.failover(name, **settings)(upstream)
+
+
+def _takes_durations(hint: Any) -> bool:
+    return timedelta in typing.get_args(typing.get_args(hint)[0])
+
+
+DURATIONS = [name for name, hint in Options.__annotations__.items() if _takes_durations(hint)]
+NINETY = ["90s", "1m30s", "1.5m", "90000ms", " 90s ", timedelta(seconds=90), 90, 90.0]
+ZEROS = [0, 0.0, "0s", "0ms", "0m0s", timedelta(0)]
+
+
+def _seconds(value: Any) -> float | None:
+    return value.total_seconds() if isinstance(value, timedelta) else value
+
+
+ENGINE_DURATIONS = {
+    "store_interval": lambda e: e.store_interval,
+    "store_timeout": lambda e: e.store_timeout,
+    "store_breaker_reset": lambda e: e.store_breaker_reset,
+}
+
+
+def _engine(setting: str, value: Any) -> Failover:
+    if setting == "reset_timeout":
+        return Failover(metrics=False, breaker_defaults={"reset_timeout": value})
+    return Failover(**{"metrics": False, setting: value})
+
+
+def _engine_seconds(engine: Failover, setting: str) -> float | None:
+    if setting == "reset_timeout":
+        return typing.cast(float, engine.breaker_defaults["reset_timeout"])
+    got = getattr(engine, setting)
+    return got.total_seconds() if isinstance(got, timedelta) else got
+
+
+class Recording(dict[str, str]):
+    """An environment that records which variables were read."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.read: set[str] = set()
+
+    def get(self, key: str, default: Any = None) -> Any:
+        self.read.add(key)
+        return super().get(key, default)
+
+    def __getitem__(self, key: str) -> str:
+        self.read.add(key)
+        return super().__getitem__(key)
+
+
+BAD_ENV: dict[str, list[str]] = {
+    "STORE": ["nonsense", "memroy://", "memory://?max_entries=lots"],
+    "ASYNC_WRITES": ["maybe", "2"],
+    "ENABLED": ["maybe", "2", "enabled"],
+    "METRICS": ["maybe", "-1"],
+    "POLICY": ["nope", "RETHROW", "never-throw"],
+    "STORE_TIMEOUT": ["soon", "0s", "-1s", "nan", "36501d"],
+    "STORE_BREAKER_RESET": ["soon", "0s", "-1s"],
+    "PUBLISH_HEALTH": ["soon", "0s", "maybe"],
+}
+GOOD_ENV: dict[str, str] = {
+    "STORE": "memory://",
+    "ASYNC_WRITES": "false",
+    "ENABLED": "true",
+    "METRICS": "false",
+    "POLICY": "never_throw",
+    "STORE_TIMEOUT": "250ms",
+    "STORE_BREAKER_RESET": "30s",
+    "PUBLISH_HEALTH": "false",
+}
+
+
+@pytest.fixture
+def environment(monkeypatch: pytest.MonkeyPatch) -> pytest.MonkeyPatch:
+    """``os.environ`` without the machine's own ``FAILOVER_*`` variables."""
+    for variable in list(os.environ):
+        if variable.startswith("FAILOVER_"):
+            monkeypatch.delenv(variable)
+    return monkeypatch
+
+
+# -- flags --------------------------------------------------------------------------------
+
+
+def test_flags_take_booleans_only(engine: Failover) -> None:
+    # "no" is truthy: read as a flag it turned recover_all on.
+    with pytest.raises(ConfigurationError) as caught:
+        _decorate("flags", engine, splitter=Splitter(), recover_all="no")
+    refused(str(caught.value), "'flags'", "recover_all")
+    for flag in (True, False):
+        d = _decorate(f"flags-{flag}", engine, splitter=Splitter(), recover_all=flag).definition
+        assert d.recover_all is flag
