@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     from .definition import FailoverDefinition
     from .payload import ReferentialPayload
 
-__all__ = ["ExpiryPolicy", "FixedTtl", "parse_ttl"]
+__all__ = ["LONGEST", "ExpiryPolicy", "FixedTtl", "parse_ttl"]
 
 # Largest first: a compound duration names its units in this order, each at most once.
 _UNITS = {"w": 604800, "d": 86400, "h": 3600, "m": 60, "s": 1, "ms": 0.001}
@@ -41,7 +41,9 @@ def _duration(text: str) -> float | None:
     return seconds
 
 
-_LONGEST = timedelta(days=36_500)  # a century: any later expiry overflows somewhere (datetime)
+LONGEST = timedelta(days=36_500)
+"""The longest duration any setting takes: a century; any later expiry overflows somewhere
+(datetime), and a longer wait overflows a lock's (``threading.TIMEOUT_MAX``, ~292 years)."""
 
 
 def _seconds(seconds: float, value: object, what: str) -> timedelta:
@@ -91,7 +93,7 @@ def parse_ttl(
         raise ConfigurationError(f"{what} must be a duration, got {type(value).__name__}")
     if ttl <= timedelta(0):
         raise ConfigurationError(f"{what} must be positive, got {value!r}")
-    if ttl > _LONGEST:
+    if ttl > LONGEST:
         raise ConfigurationError(f"{what} must be at most a century (36500d), got {value!r}")
     return ttl
 

@@ -20,7 +20,7 @@ from .definition import ExpiryPolicy, FailoverDefinition
 from .engine import Failover
 from .engine import default as default_engine
 from .errors import ConfigurationError
-from .expiry import FixedTtl, parse_ttl
+from .expiry import LONGEST, FixedTtl, parse_ttl
 from .labels import check_label
 from .policy import resolve_policy
 from .scatter import check_splitter
@@ -64,6 +64,10 @@ def _finite_seconds(value: Any, owner: str, setting: str, zero_ok: bool) -> floa
         bound = ">= 0" if zero_ok else "> 0"
         raise ConfigurationError(
             f"{owner}: {setting}= must be a finite number of seconds {bound}, got {value!r}"
+        )
+    if value > LONGEST.total_seconds():  # as in text: a longer wait overflows a lock's
+        raise ConfigurationError(
+            f"{owner}: {setting}= must be at most a century (36500d), got {value!r}"
         )
     return float(value)
 

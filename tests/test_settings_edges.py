@@ -16,6 +16,7 @@ import typing
 from datetime import timedelta
 from typing import Any
 
+import pybreaker
 import pytest
 
 import failover
@@ -156,3 +157,35 @@ def test_flags_take_booleans_only(engine: Failover) -> None:
     for flag in (True, False):
         d = _decorate(f"flags-{flag}", engine, splitter=Splitter(), recover_all=flag).definition
         assert d.recover_all is flag
+
+
+# -- durations past a century -------------------------------------------------------------
+
+
+def test_a_duration_past_a_century_is_refused_as_a_number_too(engine: Failover) -> None:
+    """Text and timedeltas past a century were refused, numbers taken: a 1e10 s timeout then
+    failed its first slow call (OverflowError out of the lock's wait) and such an
+    acquire_timeout refused every contended call."""
+    for setting in DURATIONS:
+        if setting == "refresh_ahead":
+            continue
+        with pytest.raises(ConfigurationError) as caught:
+            _decorate("long", engine, **NEEDS.get(setting, {}), **{setting: PAST_A_CENTURY})
+        refused(str(caught.value), "'long'", setting)
+
+
+def test_a_breaker_reset_past_a_century_fails_at_construction_not_when_it_opens(
+    engine: Failover,
+) -> None:
+    with pytest.raises(ConfigurationError, match=r"breaker_defaults\['reset_timeout'\]"):
+        Failover(metrics=False, breaker_defaults={"fail_max": 1, "reset_timeout": PAST_A_CENTURY})
+    # The longest it takes still opens and recovers.
+    with Failover(metrics=False, breaker_defaults={"fail_max": 1, "reset_timeout": 3e9}) as eng:
+
+        @failover.failover("open", engine=eng, breaker=True, policy="never_throw")
+        def down() -> int:
+            raise ValueError("down")
+
+        assert down() is None
+        assert down() is None  # the breaker is open now
+        assert isinstance(down.referential().cause, pybreaker.CircuitBreakerError)

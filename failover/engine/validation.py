@@ -8,7 +8,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from ..errors import ConfigurationError
-from ..expiry import parse_ttl
+from ..expiry import LONGEST, parse_ttl
 
 __all__ = [
     "breaker_defaults",
@@ -85,10 +85,13 @@ def breaker_defaults(value: Mapping[str, Any] | None) -> dict[str, Any]:
             # A duration like every other ("30s", a timedelta); pybreaker takes seconds.
             reset = parse_ttl(item, "Failover", "breaker_defaults['reset_timeout']")
             settings[key] = reset.total_seconds()
-        elif key == "reset_timeout" and not (number and math.isfinite(item) and item >= 0):
+        elif key == "reset_timeout" and not (
+            number and math.isfinite(item) and 0 <= item <= LONGEST.total_seconds()
+        ):  # past a century, an open breaker's reset time overflows a datetime on a call
             raise ConfigurationError(
                 f"Failover: breaker_defaults['reset_timeout'] must be a finite number of "
-                f"seconds >= 0 or a duration ('30s', a timedelta), got {item!r}"
+                f"seconds >= 0, at most a century, or a duration ('30s', a timedelta), "
+                f"got {item!r}"
             )
     exclude = settings.get("exclude")
     if exclude is not None:
