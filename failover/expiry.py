@@ -57,7 +57,11 @@ def _seconds(seconds: float, value: object, what: str) -> timedelta:
 
 
 def parse_ttl(
-    value: timedelta | float | str, owner: str = "failover", setting: str = "ttl"
+    value: timedelta | float | str,
+    owner: str = "failover",
+    setting: str = "ttl",
+    *,
+    zero_ok: bool = False,
 ) -> timedelta:
     """Turn ``timedelta``, seconds, or a text duration into a timedelta.
 
@@ -69,10 +73,12 @@ def parse_ttl(
         value: the duration.
         owner: who is being configured, for the message (``"failover 'rates'"``).
         setting: the setting's name, for the message.
+        zero_ok: zero is a value of the setting (``store_interval``: coalesce nothing), in
+            every spelling: ``0``, ``"0s"``, ``timedelta(0)``.
 
     Raises:
-        ConfigurationError: zero, negative, longer than a century, or unparsable; the message
-            names ``owner`` and ``setting``.
+        ConfigurationError: zero (unless ``zero_ok``), negative, longer than a century, or
+            unparsable; the message names ``owner`` and ``setting``.
     """
     what = f"{owner}: {setting}"
     if isinstance(value, timedelta):
@@ -91,8 +97,9 @@ def parse_ttl(
         ttl = _seconds(seconds, value, what)
     else:
         raise ConfigurationError(f"{what} must be a duration, got {type(value).__name__}")
-    if ttl <= timedelta(0):
-        raise ConfigurationError(f"{what} must be positive, got {value!r}")
+    if ttl < timedelta(0) or (ttl == timedelta(0) and not zero_ok):
+        bound = "must not be negative" if zero_ok else "must be positive"
+        raise ConfigurationError(f"{what} {bound}, got {value!r}")
     if ttl > LONGEST:
         raise ConfigurationError(f"{what} must be at most a century (36500d), got {value!r}")
     return ttl

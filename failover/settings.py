@@ -54,7 +54,7 @@ def seconds(value: Any, owner: str, setting: str, zero_ok: bool) -> float:
         ConfigurationError: not a duration, negative, or zero where ``zero_ok`` is false.
     """
     if isinstance(value, timedelta | str):
-        return parse_ttl(value, owner, setting).total_seconds()
+        return parse_ttl(value, owner, setting, zero_ok=zero_ok).total_seconds()
     return _finite_seconds(value, owner, setting, zero_ok)
 
 
@@ -168,9 +168,8 @@ def _timeout(value: Any, owner: str, setting: str) -> float | None:
 
 
 def _interval(value: Any, owner: str, setting: str) -> timedelta | None:
-    if isinstance(value, int | float) and not isinstance(value, bool) and value == 0:
-        return timedelta(0)  # off for this failover, whatever the engine's
-    return None if value is None else parse_ttl(value, owner, setting)
+    # Zero, however spelled, is off for this failover, whatever the engine's.
+    return None if value is None else parse_ttl(value, owner, setting, zero_ok=True)
 
 
 def _fresh_for(value: Any, owner: str, setting: str) -> timedelta | None:

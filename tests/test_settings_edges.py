@@ -189,3 +189,38 @@ def test_a_breaker_reset_past_a_century_fails_at_construction_not_when_it_opens(
         assert down() is None
         assert down() is None  # the breaker is open now
         assert isinstance(down.referential().cause, pybreaker.CircuitBreakerError)
+
+
+# -- zero -----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("setting", DURATIONS)
+def test_zero_is_read_alike_in_every_spelling(engine: Failover, setting: str) -> None:
+    """Zero means something (fail fast, do not coalesce) or is refused: whatever its spelling."""
+    outcomes: dict[str, object] = {}
+    for zero in ZEROS:
+        try:
+            d = _decorate("zero", engine, **NEEDS.get(setting, {}), **{setting: zero}).definition
+        except ConfigurationError as exc:
+            refused(str(exc), "'zero'", setting)
+            outcomes[repr(zero)] = "refused"
+        else:
+            outcomes[repr(zero)] = _seconds(getattr(d, setting))
+    assert len(set(outcomes.values())) == 1, outcomes
+    if setting in ("acquire_timeout", "store_interval"):  # 0 = fail fast / coalesce nothing
+        assert set(outcomes.values()) == {0.0}, outcomes
+
+
+@pytest.mark.parametrize("setting", [*ENGINE_DURATIONS, "reset_timeout"])
+def test_zero_is_read_alike_in_every_spelling_by_the_engine(setting: str) -> None:
+    outcomes: dict[str, object] = {}
+    for zero in ZEROS:
+        try:
+            engine = _engine(setting, zero)
+        except ConfigurationError as exc:
+            refused(str(exc), "Failover", setting)
+            outcomes[repr(zero)] = "refused"
+        else:
+            outcomes[repr(zero)] = _engine_seconds(engine, setting)
+            engine.close()
+    assert len(set(outcomes.values())) == 1, outcomes

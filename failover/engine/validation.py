@@ -41,10 +41,10 @@ def check_engine(
 
 
 def store_interval(value: timedelta | float | str | None) -> timedelta | None:
-    """The engine's ``store_interval``: ``None`` or ``0`` store every success."""
-    if value is None or value == 0:
+    """The engine's ``store_interval``: ``None`` or zero (``0``, ``"0s"``) store every success."""
+    if value is None:
         return None
-    return parse_ttl(value, "Failover", "store_interval")
+    return parse_ttl(value, "Failover", "store_interval", zero_ok=True) or None
 
 
 def store_timeout(value: timedelta | float | str | None) -> float | None:
@@ -83,7 +83,7 @@ def breaker_defaults(value: Mapping[str, Any] | None) -> dict[str, Any]:
             )
         if key == "reset_timeout" and isinstance(item, str | timedelta):
             # A duration like every other ("30s", a timedelta); pybreaker takes seconds.
-            reset = parse_ttl(item, "Failover", "breaker_defaults['reset_timeout']")
+            reset = parse_ttl(item, "Failover", "breaker_defaults['reset_timeout']", zero_ok=True)
             settings[key] = reset.total_seconds()
         elif key == "reset_timeout" and not (
             number and math.isfinite(item) and 0 <= item <= LONGEST.total_seconds()
