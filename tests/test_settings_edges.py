@@ -224,3 +224,37 @@ def test_zero_is_read_alike_in_every_spelling_by_the_engine(setting: str) -> Non
             outcomes[repr(zero)] = _engine_seconds(engine, setting)
             engine.close()
     assert len(set(outcomes.values())) == 1, outcomes
+
+
+# -- engine flags ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("setting", ["enabled", "ignore_tenant"])
+@pytest.mark.parametrize("value", ["false", "no", 0, 1, None])
+def test_engine_flags_refuse_what_is_not_a_bool(setting: str, value: Any) -> None:
+    """Read for its truth, ``enabled="false"`` (from a config file) turned the engine on."""
+    with pytest.raises(ConfigurationError) as caught:
+        Failover(**{"metrics": False, setting: value})
+    refused(str(caught.value), "Failover", setting)
+
+
+@pytest.mark.parametrize("value", ["yes", "false", 0, 1])
+def test_async_writes_refuses_what_is_not_a_bool_or_none(value: Any) -> None:
+    """``0 in (None, True, False)`` held: ``async_writes=0`` passed, then read as off by a
+    plain engine and as on (``is not False``) by a routed one."""
+    with pytest.raises(ConfigurationError) as caught:
+        Failover(metrics=False, async_writes=value)
+    refused(str(caught.value), "Failover", "async_writes")
+
+
+@pytest.mark.parametrize("setting", ["enabled", "ignore_tenant"])
+def test_engine_flags_take_booleans(setting: str) -> None:
+    for flag in (True, False):
+        with Failover(**{"metrics": False, setting: flag}) as engine:
+            assert getattr(engine, setting) is flag
+
+
+def test_async_writes_takes_true_false_or_none() -> None:
+    for flag in (True, False, None):
+        with Failover(metrics=False, async_writes=flag) as engine:
+            assert engine.async_writes is flag

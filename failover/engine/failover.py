@@ -98,10 +98,15 @@ class Failover(Guards, Lifecycle):
         publish_health: bool | timedelta | float | str = False,
         store_breaker_reset: timedelta | float | str = 5.0,
     ) -> None:
-        validation.check_engine(clock, async_writes, timeout_workers)
+        validation.check_engine(
+            clock,
+            async_writes,
+            timeout_workers,
+            {"enabled": enabled, "ignore_tenant": ignore_tenant},
+        )
         publish_every = publish_interval(publish_health, "Failover")
         self.clock = clock
-        self.enabled = bool(enabled)
+        self.enabled = enabled
         self.policy = resolve_policy(policy, "Failover")
         self.breaker_defaults = validation.breaker_defaults(breaker_defaults)
         self.metrics: Metrics = resolve_metrics(metrics)
@@ -145,7 +150,7 @@ class Failover(Guards, Lifecycle):
             self.metrics,
             resolve_opentelemetry(opentelemetry),
         )
-        self.ignore_tenant = bool(ignore_tenant)
+        self.ignore_tenant = ignore_tenant
         if not self.ignore_tenant and not isinstance(self.store, MultiTenantStore):
             self.wiring.unrouted = f"engine {self!r} does not route by tenant"
         self.maintenance = Maintenance(self.store, clock, self.metrics, self.refreshes, self.pools)

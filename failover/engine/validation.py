@@ -23,15 +23,23 @@ BREAKER_SETTINGS = ("fail_max", "reset_timeout", "success_threshold", "exclude",
 
 
 def check_engine(
-    clock: Callable[[], datetime], async_writes: bool | None, timeout_workers: int
+    clock: Callable[[], datetime],
+    async_writes: bool | None,
+    timeout_workers: int,
+    flags: Mapping[str, bool],
 ) -> None:
-    """Refuse a clock, ``async_writes`` or ``timeout_workers`` that cannot work."""
+    """Refuse a clock, ``async_writes``, ``timeout_workers`` or a flag (``enabled``,
+    ``ignore_tenant``: by name) that cannot work."""
     if not callable(clock):
         raise ConfigurationError(f"Failover: clock must be callable, got {clock!r}")
-    if async_writes not in (None, True, False):
+    # Not `in (None, True, False)`: 0 == False, and a routed engine reads `is not False`.
+    if async_writes is not None and not isinstance(async_writes, bool):
         raise ConfigurationError(
             f"Failover: async_writes must be True, False or None, got {async_writes!r}"
         )
+    for name, flag in flags.items():
+        if not isinstance(flag, bool):  # read for its truth, "false" would be on
+            raise ConfigurationError(f"Failover: {name} must be True or False, got {flag!r}")
     if isinstance(timeout_workers, bool) or not isinstance(timeout_workers, int):
         raise ConfigurationError(
             f"Failover: timeout_workers must be an int, got {timeout_workers!r}"
