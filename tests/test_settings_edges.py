@@ -258,3 +258,55 @@ def test_async_writes_takes_true_false_or_none() -> None:
     for flag in (True, False, None):
         with Failover(metrics=False, async_writes=flag) as engine:
             assert engine.async_writes is flag
+
+
+# -- Failover.from_env ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("variable", "raw"), [(name, raw) for name, values in BAD_ENV.items() for raw in values]
+)
+def test_a_bad_environment_variable_is_refused_naming_it(
+    environment: pytest.MonkeyPatch, variable: str, raw: str
+) -> None:
+    environment.setenv(f"FAILOVER_{variable}", raw)
+    with pytest.raises(ConfigurationError) as caught:
+        Failover.from_env(metrics=False)
+    refused(str(caught.value), "", f"FAILOVER_{variable}")
+
+
+def test_a_bad_variable_under_another_prefix_is_named_with_it(
+    environment: pytest.MonkeyPatch,
+) -> None:
+    for variable, raw in (("POLICY", "nope"), ("STORE_TIMEOUT", "soon"), ("STORE", "x")):
+        environment.setenv(f"APP_{variable}", raw)
+        with pytest.raises(ConfigurationError) as caught:
+            Failover.from_env("APP_", metrics=False)
+        refused(str(caught.value), "", f"APP_{variable}")
+        environment.delenv(f"APP_{variable}")
+
+
+@pytest.mark.parametrize("variable", list(BAD_ENV))
+@pytest.mark.parametrize("blank", ["", "   "])
+def test_a_blank_variable_is_unset(
+    environment: pytest.MonkeyPatch, variable: str, blank: str
+) -> None:
+    environment.setenv(f"FAILOVER_{variable}", blank)
+    with Failover.from_env(metrics=False) as engine:
+        assert engine.policy is failover.ExceptionPolicy.RETHROW
+        assert (engine.enabled, engine.store_timeout) == (True, 0.5)
+
+
+@pytest.mark.parametrize("variable", list(GOOD_ENV))
+def test_a_good_value_is_read_with_the_blanks_around_it(
+    environment: pytest.MonkeyPatch, variable: str
+) -> None:
+    environment.setenv(f"FAILOVER_{variable}", f"  {GOOD_ENV[variable]}\t")
+    with Failover.from_env() as engine:
+        got = {
+            "POLICY": engine.policy is failover.ExceptionPolicy.NEVER_THROW,
+            "STORE_TIMEOUT": engine.store_timeout == 0.25,
+            "STORE_BREAKER_RESET": engine.store_breaker_reset == 30.0,
+            "ENABLED": engine.enabled is True,
+        }
+        assert got.get(variable, True)

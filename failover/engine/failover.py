@@ -11,6 +11,7 @@ from ..chain import handler_chain, store_chain
 from ..context import PolicyLike
 from ..core import Decorated, Runtime
 from ..definition import FailoverDefinition
+from ..errors import ConfigurationError
 from ..execution import Pools, Refreshes
 from ..handlers import Handler
 from ..health import DOWN_MIN, DOWN_RATIO, HealthReport, down_thresholds
@@ -227,8 +228,18 @@ class Failover(Guards, Lifecycle):
         (``true``/``false``/``1``/``0``), ``{prefix}POLICY``, ``{prefix}METRICS``, the durations
         ``{prefix}STORE_TIMEOUT`` and ``{prefix}STORE_BREAKER_RESET`` (``"500ms"``), and
         ``{prefix}PUBLISH_HEALTH`` (true/false or an interval, ``"30s"``). Keyword arguments
-        override the environment.
+        override the environment. A blank variable is unset.
+
+        Raises:
+            ConfigurationError: a bad value, naming its variable.
         """
-        kwargs = validation.env_settings(prefix, os.environ if environ is None else environ)
-        kwargs.update(overrides)
-        return cls(**kwargs)
+        read = validation.env_settings(prefix, os.environ if environ is None else environ)
+        try:
+            return cls(**{**read, **overrides})
+        except ConfigurationError as exc:
+            # The store (made here) or settings together: name the variables in force, not
+            # their values (a store URL may hold a password).
+            used = [f"{prefix}{name.upper()}" for name in read if name not in overrides]
+            if not used:
+                raise
+            raise ConfigurationError(f"Failover.from_env (with {', '.join(used)}): {exc}") from exc

@@ -9,6 +9,8 @@ from typing import Any
 
 from ..errors import ConfigurationError
 from ..expiry import LONGEST, parse_ttl
+from ..policy import resolve_policy
+from ..publish import publish_interval
 
 __all__ = [
     "breaker_defaults",
@@ -123,24 +125,44 @@ def breaker_defaults(value: Mapping[str, Any] | None) -> dict[str, Any]:
 
 
 def env_settings(prefix: str, environ: Mapping[str, str]) -> dict[str, Any]:
-    """`Failover.from_env`'s arguments read from ``environ``."""
+    """`Failover.from_env`'s arguments read from ``environ``: each but the store checked here
+    as the engine checks it, so that a bad value is refused naming its variable (the store is
+    made, and its URL checked, by the engine). Blank means unset; blanks around are dropped.
+
+    Raises:
+        ConfigurationError: a bad value, naming its variable.
+    """
     kwargs: dict[str, Any] = {}
-    store = environ.get(f"{prefix}STORE", "").strip()
-    if store:  # blank means unset, as for the other variables
-        kwargs["store"] = store
-    for name in ("ASYNC_WRITES", "ENABLED", "METRICS"):
-        raw = environ.get(f"{prefix}{name}")
-        if raw is not None and raw.strip():
-            kwargs[name.lower()] = _env_bool(f"{prefix}{name}", raw)
-    if environ.get(f"{prefix}POLICY"):
-        kwargs["policy"] = environ[f"{prefix}POLICY"]
-    # Durations as text ("500ms", "30s"): the engine parses them and names a bad one.
-    for name in ("STORE_TIMEOUT", "STORE_BREAKER_RESET", "PUBLISH_HEALTH"):
+    for name in ("STORE", "ASYNC_WRITES", "ENABLED", "METRICS", "POLICY", *_DURATIONS):
         raw = environ.get(f"{prefix}{name}", "").strip()
-        if raw:
-            on_off = name == "PUBLISH_HEALTH" and raw.lower() in _BOOLS
-            kwargs[name.lower()] = _env_bool(f"{prefix}{name}", raw) if on_off else raw
+        if not raw:
+            continue
+        variable = f"{prefix}{name}"
+        if name in ("ASYNC_WRITES", "ENABLED", "METRICS") or (
+            name == "PUBLISH_HEALTH" and raw.lower() in _BOOLS
+        ):
+            kwargs[name.lower()] = _env_bool(variable, raw)
+            continue
+        if name != "STORE":  # durations as text ("500ms"): checked, passed on as text
+            _named(variable, raw, _CHECKS[name])
+        kwargs[name.lower()] = raw
     return kwargs
+
+
+_DURATIONS = ("STORE_TIMEOUT", "STORE_BREAKER_RESET", "PUBLISH_HEALTH")
+_CHECKS: dict[str, Callable[[str], object]] = {
+    "POLICY": lambda raw: resolve_policy(raw, "Failover"),
+    "STORE_TIMEOUT": store_timeout,
+    "STORE_BREAKER_RESET": store_breaker_reset,
+    "PUBLISH_HEALTH": lambda raw: publish_interval(raw, "Failover"),
+}
+
+
+def _named(variable: str, raw: str, check: Callable[[str], object]) -> None:
+    try:
+        check(raw)
+    except ConfigurationError as exc:
+        raise ConfigurationError(f"{variable}={raw!r}: {exc}") from None
 
 
 _BOOLS = ("1", "true", "yes", "on", "0", "false", "no", "off")
