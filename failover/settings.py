@@ -307,6 +307,7 @@ def resolve(
     values["splitter"] = check_splitter(values["splitter"], values["recover_all"], owner)
     _bulkhead(values, owner)
     _freshness(values, owner)
+    _coalescing(values, owner)
     return FailoverDefinition(
         breaker_defaults=_breaker_defaults(given["engine"]),
         name=name,
@@ -383,4 +384,17 @@ def _freshness(values: dict[str, Any], owner: str) -> None:
         raise ConfigurationError(
             f"{owner}: refresh_ahead={ahead} is not shorter than fresh_for={fresh_for}: "
             "no entry would be refreshed ahead of its end of freshness"
+        )
+
+
+def _coalescing(values: dict[str, Any], owner: str) -> None:
+    """A ``store_interval`` longer than a fixed ttl: the entry expires before its key may be
+    stored again, and until the interval ends the successes are not stored, so an outage then
+    finds nothing to recover (an engine-wide interval is the engine's to know)."""
+    interval, expiry = values["store_interval"], values["expiry"]
+    if interval and isinstance(expiry, FixedTtl) and interval > expiry.ttl:
+        raise ConfigurationError(
+            f"{owner}: store_interval={interval} is longer than ttl={expiry.ttl}: an entry "
+            "expires before its key may be stored again, and an outage until then finds "
+            "nothing to recover; make store_interval well below the ttl"
         )

@@ -13,7 +13,7 @@ import math
 import os
 import re
 import typing
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 import pybreaker
@@ -21,6 +21,7 @@ import pytest
 
 import failover
 from failover import ConfigurationError, Failover
+from failover.expiry import FixedTtl
 from failover.scatter import ListSplitter
 from failover.settings import Options
 
@@ -38,6 +39,16 @@ class Nothing:
 class Splitter(ListSplitter[dict[str, Any]]):
     def __init__(self) -> None:
         super().__init__("id")
+
+
+class Sliding:
+    """An expiry policy of one's own: no ttl to compare a setting with."""
+
+    def compute_expiry(self, definition: Any, now: datetime) -> datetime:
+        return now + timedelta(minutes=1)
+
+    def is_expired(self, payload: Any, now: datetime) -> bool:
+        return payload.expire_on is not None and now >= payload.expire_on
 
 
 def refused(text: str, owner: str, setting: str) -> None:
@@ -310,3 +321,33 @@ def test_a_good_value_is_read_with_the_blanks_around_it(
             "ENABLED": engine.enabled is True,
         }
         assert got.get(variable, True)
+
+
+# -- settings that cannot work together --------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("settings", "named"),
+    [
+        ({"ttl": "1m", "store_interval": "10m"}, ("store_interval", "ttl")),
+        ({"ttl": 60, "store_interval": 61}, ("store_interval", "ttl")),
+    ],
+)
+def test_settings_that_cannot_work_together_fail_at_decoration(
+    engine: Failover, settings: dict[str, Any], named: tuple[str, ...]
+) -> None:
+    with pytest.raises(ConfigurationError) as caught:
+        _decorate("together", engine, **settings)
+    for setting in named:
+        refused(str(caught.value), "'together'", setting)
+
+
+def test_a_store_interval_up_to_the_ttl_is_taken(engine: Failover) -> None:
+    d = _decorate("interval-ttl", engine, ttl="1m", store_interval="1m").definition
+    assert d.store_interval == d.ttl == timedelta(minutes=1)
+    minute = FixedTtl(timedelta(minutes=1))
+    with pytest.raises(ConfigurationError, match="'interval-fixed': store_interval=0:10:00"):
+        _decorate("interval-fixed", engine, expiry=minute, store_interval="10m")
+    # A policy of one's own decides expiry: the interval cannot be compared with it.
+    d = _decorate("interval-expiry", engine, expiry=Sliding(), store_interval="10m").definition
+    assert d.store_interval == timedelta(minutes=10)
