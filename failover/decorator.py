@@ -232,6 +232,7 @@ def _build(fn: Any, name: str | None, options: dict[str, Any]) -> Any:
         name = _default_name(fn, function)
     if not isinstance(name, str) or not name:
         raise ConfigurationError(f"failover {function}: name must be a non-empty string")
+    _check(options, repr(name))
     engine = options.get("engine")
     signature = inspect.signature(fn)
     is_method = kind is classmethod or (kind is None and _is_method(fn, signature))
@@ -266,6 +267,14 @@ def _build(fn: Any, name: str | None, options: dict[str, Any]) -> Any:
     if is_method:
         return Method(wrapper, bind_class=kind is classmethod)
     return wrapper
+
+
+def _check(settings: dict[str, Any], owner: str) -> None:
+    """Refuse unknown settings and an ``engine=`` that is not one, naming ``owner``."""
+    check_names(settings, owner)
+    engine = settings.get("engine")
+    if engine is not None and not isinstance(engine, Failover):
+        raise ConfigurationError(f"failover {owner}: engine= must be a Failover, got {engine!r}")
 
 
 class _Decorator:
@@ -312,11 +321,8 @@ def failover(name: Any = None, /, **options: Unpack[Options]) -> Any:
     settings = dict(options)
     if "name" in settings:  # failover(name="...") reads as well as failover("...")
         name = settings.pop("name")
-    owner = repr(name) if isinstance(name, str) else ""
-    check_names(settings, owner)
-    engine = settings.get("engine")
-    if engine is not None and not isinstance(engine, Failover):
-        raise ConfigurationError(f"failover {owner}: engine= must be a Failover, got {engine!r}")
+    if isinstance(name, str):  # else `_build` checks, once the function names the failover
+        _check(settings, repr(name))
     if callable(name) and not isinstance(name, str):
         return _build(name, None, settings)
     return _Decorator(name, settings)

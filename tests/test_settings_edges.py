@@ -351,3 +351,27 @@ def test_a_store_interval_up_to_the_ttl_is_taken(engine: Failover) -> None:
     # A policy of one's own decides expiry: the interval cannot be compared with it.
     d = _decorate("interval-expiry", engine, expiry=Sliding(), store_interval="10m").definition
     assert d.store_interval == timedelta(minutes=10)
+
+
+# -- unknown settings -----------------------------------------------------------------------
+
+
+def test_an_unknown_setting_suggests_the_nearest_known_one() -> None:
+    with pytest.raises(ConfigurationError, match=r"'named': unknown setting tll=; did you mean"):
+        failover.failover("named", tll="1h")
+    with pytest.raises(ConfigurationError, match=r"unknown setting timout=; did you mean timeout="):
+        failover.failover("named", timout=2)
+    with pytest.raises(ConfigurationError) as caught:
+        failover.failover("named", color="red")
+    assert "did you mean" not in str(caught.value)
+
+
+def test_an_unknown_setting_of_an_unnamed_failover_names_the_function() -> None:
+    def rates() -> float:
+        return 1.0
+
+    with pytest.raises(ConfigurationError) as caught:
+        failover.failover(tll="1h")(rates)
+    refused(str(caught.value), f"'{__name__}.", "tll")
+    assert "rates" in str(caught.value)
+    assert "did you mean ttl=" in str(caught.value)
