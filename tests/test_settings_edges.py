@@ -14,6 +14,7 @@ import os
 import re
 import typing
 from datetime import datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import pybreaker
@@ -375,3 +376,16 @@ def test_an_unknown_setting_of_an_unnamed_failover_names_the_function() -> None:
     refused(str(caught.value), f"'{__name__}.", "tll")
     assert "rates" in str(caught.value)
     assert "did you mean ttl=" in str(caught.value)
+
+
+# -- a refused engine -----------------------------------------------------------------------
+
+
+def test_a_refused_engine_leaves_no_store_behind(tmp_path: Path) -> None:
+    """Every setting is checked before the store is made: a refused engine has not created
+    (and left open) a database file or a connection."""
+    db = tmp_path / "refused.db"
+    for bad in ({"store_interval": "soon"}, {"opentelemetry": "yes"}):
+        with pytest.raises(ConfigurationError):
+            Failover(f"sqlite:///{db}", metrics=False, **bad)
+        assert not db.exists(), bad

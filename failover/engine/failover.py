@@ -115,6 +115,9 @@ class Failover(Guards, Lifecycle):
         self.tenant_resolver = tenant_resolver
         self.store_timeout = validation.store_timeout(store_timeout)
         self.store_breaker_reset = validation.store_breaker_reset(store_breaker_reset)
+        # Every setting is checked before the store is made: a refused engine leaves none open.
+        self.store_interval = interval = validation.store_interval(store_interval)
+        otel = resolve_opentelemetry(opentelemetry)
         self.raw_store, self.store = store_chain(
             store,
             tenant_resolver,
@@ -128,7 +131,6 @@ class Failover(Guards, Lifecycle):
             StoreMetrics.for_registry(self.metrics.registry).track(self.store)
         if isinstance(self.store, MultiTenantStore):
             self.tenant_resolver = self.store.resolver
-        self.store_interval = interval = validation.store_interval(store_interval)
         self.handler: Handler = handler_chain(
             self.store, self.metrics, clock, store_interval=interval
         )
@@ -149,7 +151,7 @@ class Failover(Guards, Lifecycle):
             self.pools,
             self.breaker_defaults,
             self.metrics,
-            resolve_opentelemetry(opentelemetry),
+            otel,
         )
         self.ignore_tenant = ignore_tenant
         if not self.ignore_tenant and not isinstance(self.store, MultiTenantStore):
