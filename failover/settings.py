@@ -373,9 +373,10 @@ def _freshness(values: dict[str, Any], owner: str) -> None:
         )
     # Off whatever the engine's: an engine-wide interval must not drop the renewing stores.
     values["store_interval"] = timedelta(0)
-    if isinstance(values["expiry"], FixedTtl) and fresh_for > values["ttl"]:
+    expiry = values["expiry"]  # `ttl=`'s FixedTtl, or one given as expiry=
+    if isinstance(expiry, FixedTtl) and fresh_for > expiry.ttl:
         raise ConfigurationError(
-            f"{owner}: fresh_for={fresh_for} is longer than ttl={values['ttl']}: an entry "
+            f"{owner}: fresh_for={fresh_for} is longer than ttl={expiry.ttl}: an entry "
             "is expired before it stops being fresh; make fresh_for at most the ttl"
         )
     if isinstance(ahead, float):

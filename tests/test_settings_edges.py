@@ -353,6 +353,18 @@ def test_a_store_interval_up_to_the_ttl_is_taken(engine: Failover) -> None:
     assert d.store_interval == timedelta(minutes=10)
 
 
+def test_fresh_for_is_compared_with_a_fixed_ttl_given_as_expiry(engine: Failover) -> None:
+    """`fresh_for=` longer than the ttl is refused; a `FixedTtl` given as `expiry=` has the ttl
+    that counts, not the default ``ttl="1h"`` it was compared with."""
+    minute = FixedTtl(timedelta(minutes=1))
+    with pytest.raises(ConfigurationError) as caught:
+        _decorate("fresh-fixed", engine, expiry=minute, fresh_for="10m")
+    refused(str(caught.value), "'fresh-fixed'", "fresh_for")
+    assert "ttl=0:01:00" in str(caught.value)
+    d = _decorate("fresh-own", engine, expiry=Sliding(), fresh_for="10m").definition
+    assert d.fresh_for == timedelta(minutes=10)
+
+
 # -- unknown settings -----------------------------------------------------------------------
 
 
