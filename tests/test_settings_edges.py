@@ -9,6 +9,7 @@ values here fails `test_*_cover_every_*`."""
 
 from __future__ import annotations
 
+import inspect
 import math
 import os
 import re
@@ -400,3 +401,190 @@ def test_a_refused_engine_leaves_no_store_behind(tmp_path: Path) -> None:
         with pytest.raises(ConfigurationError):
             Failover(f"sqlite:///{db}", metrics=False, **bad)
         assert not db.exists(), bad
+
+
+# -- every setting, every duration, every variable -------------------------------------------
+
+DURATION_BAD: list[Any] = [
+    None,
+    True,
+    False,
+    -1,
+    NAN,
+    INF,
+    -INF,
+    PAST_A_CENTURY,
+    "",
+    "   ",
+    "soon",
+    "90",
+    "90 seconds",
+    "1h1h",
+    "30m1h",
+    "-90s",
+    "36501d",
+    timedelta(seconds=-1),
+    timedelta(days=36_501),
+    [],
+]
+
+BAD_OPTIONS: dict[str, list[Any]] = {
+    "ttl": [*DURATION_BAD, 0, "0s", timedelta(0)],
+    "domain": ["", 0, True, b"shared"],
+    "key": ["id", 1, True],
+    "expiry": ["1h", 3600, timedelta(hours=1), True],
+    "exceptions": [
+        None,
+        "ValueError",
+        1,
+        True,
+        [ValueError],
+        (ValueError, "KeyError"),
+        ValueError("an instance"),
+        KeyboardInterrupt,
+        (Exception, SystemExit),
+    ],
+    "exclude": [None, "ValueError", [ValueError], ValueError("an instance"), 1],
+    "store_if": [1, "truthy", True],
+    "policy": ["", "rethrowing", "RETHROW", 1, True],
+    "on_recovered": [1, "log", True],
+    "splitter": [1, "id", True, lambda ctx: []],
+    "recover_all": ["no", "false", 1, 0, None],
+    "breaker": [1, 0, "true", timedelta(seconds=30)],
+    "max_concurrency": [0, -1, True, False, 1.5, "2", NAN, INF],
+    "bulkhead": ["", 1, True],
+    "weight": [0, -1, True, 1.5, "1", NAN, INF],
+    "acquire_timeout": [v for v in DURATION_BAD if v is not None],  # None: wait without limit
+    "timeout": [v for v in DURATION_BAD if v is not None] + [0, "0s", timedelta(0)],
+    "store_interval": [v for v in DURATION_BAD if v is not None],  # None: the engine's
+    "single_flight": [1, 0, "yes", None],
+    "fresh_for": [v for v in DURATION_BAD if v is not None] + [0, "0s", timedelta(0)],
+    "refresh_ahead": [
+        *(v for v in DURATION_BAD if v is not None),
+        0,
+        1,
+        1.5,
+        -0.5,
+        "0s",
+        "10m",
+        "20m",
+    ],
+    "label": ["yes", 1, int],
+    "engine": ["memory://", True, 1],
+}
+
+
+def test_the_bad_values_cover_every_decorator_setting() -> None:
+    assert set(BAD_OPTIONS) == set(Options.__annotations__)
+
+
+@pytest.mark.parametrize(
+    ("setting", "value"),
+    [(setting, value) for setting, values in BAD_OPTIONS.items() for value in values],
+)
+def test_a_bad_decorator_setting_fails_at_decoration_naming_it(
+    engine: Failover, setting: str, value: Any
+) -> None:
+    with pytest.raises(ConfigurationError) as caught:
+        _decorate("edgy", engine, **NEEDS.get(setting, {}), **{setting: value})
+    refused(str(caught.value), "'edgy'", setting)
+    assert engine.definitions() == []
+
+
+@pytest.mark.parametrize("setting", list(Options.__annotations__))
+def test_every_decorator_setting_refuses_a_value_of_no_kind_it_takes(
+    engine: Failover, setting: str
+) -> None:
+    with pytest.raises(ConfigurationError) as caught:
+        _decorate("edgy", engine, **NEEDS.get(setting, {}), **{setting: Nothing()})
+    refused(str(caught.value), "'edgy'", setting)
+
+
+def test_the_duration_settings_are_found() -> None:
+    assert {"ttl", "timeout", "acquire_timeout", "store_interval", "fresh_for"} <= set(DURATIONS)
+
+
+@pytest.mark.parametrize("setting", DURATIONS)
+@pytest.mark.parametrize("spelling", NINETY)
+def test_every_duration_setting_reads_every_spelling_alike(
+    engine: Failover, setting: str, spelling: Any
+) -> None:
+    if setting == "refresh_ahead" and isinstance(spelling, int | float):
+        pytest.skip("a number is refresh_ahead's fraction of fresh_for, not seconds")
+    d = _decorate("ninety", engine, **NEEDS.get(setting, {}), **{setting: spelling}).definition
+    assert _seconds(getattr(d, setting)) == 90.0
+
+
+ENGINE_DURATION_BAD = [v for v in DURATION_BAD if v is not None]
+
+BAD_ENGINE: dict[str, list[Any]] = {
+    "store": [None, 1, "", "nonsense", "memroy://", "memory://?max_entries=lots", Nothing()],
+    "async_writes": ["yes", "false", 1, 0],
+    "tenant_resolver": ["acme", 1, True],
+    "metrics": ["yes", 1],
+    "policy": [None, "", "rethrowing", 1],
+    "breaker_defaults": [
+        "fail_max=3",
+        {"fail_maxx": 3},
+        {"fail_max": 0},
+        {"fail_max": True},
+        {"fail_max": 2.5},
+        {"success_threshold": 0},
+        {"reset_timeout": -1},
+        {"reset_timeout": NAN},
+        {"reset_timeout": INF},
+        {"reset_timeout": True},
+        {"reset_timeout": PAST_A_CENTURY},
+        {"reset_timeout": "soon"},
+        {"exclude": "ValueError"},
+        {"state_storage": 1},
+    ],
+    "clock": [None, "now", 1],
+    "enabled": ["false", "no", 0, 1, None],
+    "timeout_workers": [0, -1, True, 1.5, "4"],
+    "store_interval": ENGINE_DURATION_BAD,
+    "opentelemetry": ["yes", 1],
+    "store_timeout": [*ENGINE_DURATION_BAD, 0, "0s", timedelta(0)],
+    "ignore_tenant": ["false", 1, 0, None],
+    "publish_health": [*(v for v in ENGINE_DURATION_BAD if v is not False), 0, "0s"],
+    "store_breaker_reset": [None, *ENGINE_DURATION_BAD, 0, "0s", timedelta(0)],
+}
+ENGINE_SETTINGS = [p for p in inspect.signature(Failover).parameters if p != "self"]
+
+
+def test_the_bad_values_cover_every_engine_setting() -> None:
+    assert set(BAD_ENGINE) == set(ENGINE_SETTINGS)
+
+
+@pytest.mark.parametrize(
+    ("setting", "value"),
+    [(setting, value) for setting, values in BAD_ENGINE.items() for value in values],
+)
+def test_a_bad_engine_setting_fails_at_construction_naming_it(setting: str, value: Any) -> None:
+    with pytest.raises(ConfigurationError) as caught:
+        Failover(**{"metrics": False, setting: value})
+    refused(str(caught.value), "", setting)
+
+
+@pytest.mark.parametrize("setting", [*ENGINE_DURATIONS, "reset_timeout"])
+@pytest.mark.parametrize("spelling", NINETY)
+def test_every_engine_duration_reads_every_spelling_alike(setting: str, spelling: Any) -> None:
+    with _engine(setting, spelling) as engine:
+        assert _engine_seconds(engine, setting) == 90.0
+
+
+@pytest.mark.parametrize("setting", [*ENGINE_DURATIONS, "reset_timeout", "publish_health"])
+@pytest.mark.parametrize("spelling", ENGINE_DURATION_BAD)
+def test_every_engine_duration_refuses_the_same_spellings(setting: str, spelling: Any) -> None:
+    if setting == "publish_health" and spelling is False:
+        pytest.skip("publish_health=False is off")
+    with pytest.raises(ConfigurationError) as caught:
+        _engine(setting, spelling)
+    refused(str(caught.value), "Failover", setting)
+
+
+def test_the_bad_values_cover_every_variable_from_env_reads() -> None:
+    environ = Recording()
+    Failover.from_env(environ=environ).close()
+    assert environ.read == {f"FAILOVER_{name}" for name in BAD_ENV}
+    assert set(GOOD_ENV) == set(BAD_ENV)
