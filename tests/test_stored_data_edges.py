@@ -814,3 +814,48 @@ def test_the_hostile_rows_are_well_formed_for_their_purpose(tmp_path: Path) -> N
     signed = PickleCodec(PICKLE_KEY).encode(["x"], entry_binding("geo", key("IT")))[0]
     pickling = Serializer(codec=PickleCodec(PICKLE_KEY))
     assert pickling.load("geo", key("IT"), "pickle:" + signed, "builtins.list") == ["x"]
+
+
+# -- text that is not UTF-8 in a SQLite row -------------------------------------------------------
+
+
+@pytest.mark.parametrize("column", ["payload", "payload_type", "label"])
+@pytest.mark.parametrize("kind", KINDS)
+def test_sqlite_text_that_is_not_utf8_is_a_miss_for_its_entry_only(
+    kind: str,
+    column: str,
+    tmp_path: Path,
+    clock: FakeClock,
+    registry: CollectorRegistry,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """SQLite keeps TEXT as the bytes it was given: a row written by another program may hold
+    bytes that are not UTF-8, which the driver refuses to read at all. That row is corrupt (a
+    `SerializationError`, as a binary payload is), never a failure of the whole read: the other
+    slices of the call recover, and the store is still listed."""
+    from failover.errors import SerializationError
+
+    backend = SqliteBackend(tmp_path / "store.db", clock)
+    svc = Service(backend, clock, registry)
+    try:
+        svc.seed()
+        honest = backend.payload("geo", key("IT")).encode()
+        data = {"payload": honest + b"\xff", "payload_type": b"\xc3\x28", "label": b"\xff"}
+        backend.put_text_bytes("geo", key("IT"), column, data[column])
+        if column == "label":  # never decoded: the entry is served, without its label
+            assert point_call(svc, kind, "IT") == Country("IT", "Italy")
+            assert recovered_codes(svc, kind, CODES) == CODES
+        else:
+            with pytest.raises(SerializationError, match="cannot be decoded"):
+                backend.store.find("geo", key("IT"))
+            assert_policy_answer(point_call(svc, kind, "IT"))
+            assert svc.errors("country" if kind == "sync" else "acountry") == 1
+            assert recovered_codes(svc, kind, CODES) == ["FR", "DE", "ES", "US"]
+            found = backend.store.find_all("geo")
+            assert sorted(p.payload.code for p in found) == ["DE", "ES", "FR", "US"]
+        assert main(["inspect", "--store", backend.url, "--name", "geo"]) == 0
+        assert capsys.readouterr().out.splitlines()[-1].startswith("5 entries, ")
+        assert dashboard_statuses(backend.store, clock, "geo") == [200] * 4
+    finally:
+        svc.close()
+        backend.close()

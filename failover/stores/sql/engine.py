@@ -52,7 +52,20 @@ def is_memory(url: sa.URL) -> bool:
     return url.database in (None, "", ":memory:") or url.query.get("mode") == "memory"
 
 
+def _sqlite_text(data: bytes) -> str | bytes:
+    """A TEXT value read from SQLite: its text, or its bytes when they are not UTF-8."""
+    try:
+        return data.decode()
+    except UnicodeDecodeError:
+        return data
+
+
 def _sqlite_pragmas(dbapi_connection: Any, connection_record: Any) -> None:
+    # SQLite keeps TEXT as the bytes it was given: a row another program wrote may hold bytes
+    # that are not UTF-8, which the driver's own decoding refuses with an error that fails the
+    # whole statement (every slice of a find_many, a whole listing). Read as bytes instead, such
+    # a value is one corrupt row, as a BLOB is.
+    dbapi_connection.text_factory = _sqlite_text
     # Several processes share one file: readers never wait for the writer (WAL), and a writer
     # waits for another one instead of failing at once (busy timeout). synchronous=NORMAL is
     # safe with WAL (a crash loses at most the last commits, never the file).
