@@ -859,3 +859,45 @@ def test_sqlite_text_that_is_not_utf8_is_a_miss_for_its_entry_only(
     finally:
         svc.close()
         backend.close()
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_sqlite_names_and_keys_that_are_not_text_are_listed_and_harm_no_call(
+    kind: str,
+    tmp_path: Path,
+    clock: FakeClock,
+    registry: CollectorRegistry,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Rows another program wrote with a BLOB or non-UTF-8 name or key: the calls recover
+    their own entries, and ``failover inspect`` and the dashboard list the table."""
+    backend = SqliteBackend(tmp_path / "store.db", clock)
+    svc = Service(backend, clock, registry)
+    try:
+        svc.seed()
+        now = micros(clock())
+        honest = backend.payload("geo", key("IT"))
+        insert = (
+            "INSERT INTO failover_store (name, key, as_of, expire_on, payload, payload_type) "
+            "VALUES ({name}, {key}, ?, ?, ?, ?)"
+        )
+        for name, key_sql in [
+            ("'geo'", "X'FF00'"),  # a BLOB key
+            ("'geo'", "CAST(X'6BFF' AS TEXT)"),  # a key that is not UTF-8
+            ("X'FF'", "'k'"),  # a BLOB name
+            ("CAST(X'67FF' AS TEXT)", "'k'"),  # a name that is not UTF-8
+        ]:
+            sql = insert.format(name=name, key=key_sql)
+            backend.execute(sql, now, now + HOUR_US, honest, COUNTRY)
+        assert point_call(svc, kind, "IT") == Country("IT", "Italy")
+        assert recovered_codes(svc, kind, CODES) == CODES
+        assert main(["inspect", "--store", backend.url]) == 0
+        out = capsys.readouterr().out
+        # The rows under a name that is not text are not found by the name shown for it.
+        assert out.splitlines()[-1].startswith("7 entries, ")
+        assert main(["inspect", "--store", backend.url, "--name", "geo"]) == 0
+        assert capsys.readouterr().out.splitlines()[-1].startswith("7 entries, ")
+        assert dashboard_statuses(backend.store, clock, "geo") == [200] * 4
+    finally:
+        svc.close()
+        backend.close()

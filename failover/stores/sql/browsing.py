@@ -2,8 +2,9 @@
 
 A page is one select on the primary key ``(name, key)``: ``WHERE name = :n AND key > :after
 ORDER BY key LIMIT :limit``, an index range read of the page's rows whatever the page's position.
-Rows written by hand (times out of range or not numbers, a binary or NULL payload) are listed as
-they are, never an error: listing is what one does on a suspect table.
+Rows written by hand (times out of range or not numbers, a binary or NULL payload, a name or key
+that is not text) are listed as they are, never an error: listing is what one does on a suspect
+table.
 """
 
 from __future__ import annotations
@@ -56,7 +57,7 @@ class SqlBrowsing:
     def names(self) -> list[str]:
         """Every name that has rows, sorted."""
         with self.engine.connect() as conn:
-            return list(conn.execute(self._names).scalars())
+            return [_text(name) for name in conn.execute(self._names).scalars()]
 
     def page_query(self, after: str | None, limit: int) -> sa.Select[Any]:
         """The select of a page (for its plan: ``EXPLAIN QUERY PLAN`` in the tests)."""
@@ -93,13 +94,19 @@ class SqlBrowsing:
         )
 
 
+def _text(value: Any) -> Any:
+    """A name or key as text: one written by hand as bytes (a BLOB, or text that is not
+    UTF-8) is shown with replacement characters, not listed as bytes."""
+    return value.decode(errors="replace") if isinstance(value, bytes) else value
+
+
 def _entry(name: str, row: Any) -> StoredEntry:
     key, as_of, expire_on, size, payload_type, payload, *label = row
     if isinstance(payload, bytes):  # written by hand: shown, not decoded
         payload = payload.decode(errors="replace")
     return StoredEntry(
         name,
-        key,
+        _text(key),
         time_or_none(as_of),
         time_or_none(expire_on),
         size if isinstance(size, int) else 0,
