@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     from .context import CallContext
     from .definition import FailoverDefinition
 
-__all__ = ["LABEL_MAX", "call_label", "check_label", "printable", "slice_label"]
+__all__ = ["LABEL_MAX", "call_label", "check_label", "escaped", "printable", "slice_label"]
 
 log = logging.getLogger(__name__)
 
@@ -108,10 +108,16 @@ def _function(definition: FailoverDefinition) -> str:
     return name
 
 
+def escaped(text: str) -> str:
+    """``text`` on one line: control characters escaped (``\\x1b``), nothing cut."""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+
+
 def printable(text: str) -> str:
     """``text`` on one line, bounded: control characters escaped, cut at `LABEL_MAX`."""
-    if not text.isprintable():
-        text = "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+    text = escaped(text)
     return text if len(text) <= LABEL_MAX else f"{text[: LABEL_MAX - 1]}…"
 
 

@@ -901,3 +901,33 @@ def test_sqlite_names_and_keys_that_are_not_text_are_listed_and_harm_no_call(
     finally:
         svc.close()
         backend.close()
+
+
+# -- what failover inspect prints -----------------------------------------------------------------
+
+
+def test_inspect_never_prints_control_characters_a_row_holds(
+    backend: str, tmp_path: Path, clock: FakeClock, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A name, key or type written by hand with terminal escapes (clear the screen, set the
+    window's title) is printed escaped, as a label already is: a listing of a suspect store
+    must not drive the terminal that reads it."""
+    made = backend_of(backend, tmp_path, clock)
+    try:
+        name, key_ = "geo\x1b[2J", "k\x1b]0;owned\x07"
+        payload_type = "builtins.int\x1b[31m"
+        if isinstance(made, RedisBackend):
+            now = micros(clock())
+            header = f"{now} {now + HOUR_US} {payload_type}\n".encode()
+            made.put_value(name, key_, header + b"json:1")
+        else:
+            made.put(name, key_, "json:1", payload_type)
+        assert main(["inspect", "--store", made.url]) == 0
+        out = capsys.readouterr().out
+        assert "\x1b" not in out
+        assert "\x07" not in out
+        assert "geo\\x1b[2J" in out
+        assert "k\\x1b]0;owned\\x07" in out
+        assert "builtins.int\\x1b[31m" in out
+    finally:
+        made.close()

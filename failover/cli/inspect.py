@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 from typing import Any, cast
 
 from ..engine import utcnow
-from ..labels import printable
+from ..labels import escaped, printable
 from ..stores.base import FailoverStore
 from ..stores.browsing import Browsable
 from .common import (
@@ -58,10 +58,11 @@ def run(args: argparse.Namespace) -> int:
     rows = []
     for name, key, as_of, expires, size, payload_type, label in found:
         status = "expired" if expires is not None and expires <= now else "live"
+        # As stored, maybe written by hand: escaped, so that no row drives the terminal.
         rows.append(
-            [name, key]
-            + ([printable(label or "")] if labels else [])  # as stored: maybe written by hand
-            + [time_text(as_of), time_text(expires), str(size), payload_type, status]
+            [escaped(name), escaped(key)]
+            + ([printable(label or "")] if labels else [])
+            + [time_text(as_of), time_text(expires), str(size), escaped(payload_type), status]
         )
     headers = ["name", "key"] + (["label"] if labels else [])
     headers += ["as_of", "expire_on", "size", "type", "status"]
