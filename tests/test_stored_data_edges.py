@@ -931,3 +931,31 @@ def test_inspect_never_prints_control_characters_a_row_holds(
         assert "builtins.int\\x1b[31m" in out
     finally:
         made.close()
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_redis_index_members_that_are_not_utf8_harm_no_read_nor_listing(
+    kind: str, clock: FakeClock, registry: CollectorRegistry, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A key in a name's indexes, and a name in the set of names, written by hand as bytes that
+    are not UTF-8: reading every entry of the name (`find_all`), ``failover inspect``, the
+    dashboard and ``failover clean`` go on with the entries they can read."""
+    backend = RedisBackend(clock)
+    svc = Service(backend, clock, registry)
+    try:
+        svc.seed()
+        now = micros(clock())
+        header = f"{now} {now + HOUR_US} {COUNTRY}\n".encode()
+        backend.put_value("geo", b"\xff\xfe", header + b"json:1")
+        backend.raw.sadd(backend.keys.names, b"\xc3\x28")
+        assert point_call(svc, kind, "IT") == Country("IT", "Italy")
+        assert recovered_codes(svc, kind, CODES) == CODES
+        assert sorted(p.payload.code for p in backend.store.find_all("geo")) == sorted(CODES)
+        assert main(["inspect", "--store", backend.url]) == 0
+        # The key that is not UTF-8 names no entry once read as text: not listed.
+        assert capsys.readouterr().out.splitlines()[-1].startswith("5 entries, ")
+        assert dashboard_statuses(backend.store, clock, "geo") == [200] * 4
+        assert main(["clean", "--store", backend.url]) == 0
+    finally:
+        svc.close()
+        backend.close()

@@ -39,7 +39,9 @@ return removed
 
 
 def _text(member: bytes | str) -> str:
-    return member.decode() if isinstance(member, bytes) else member
+    # A member written by hand may not be UTF-8: with replacement characters it names no entry
+    # (a miss, as a key whose entry is gone), where decoding strictly failed the whole read.
+    return member.decode(errors="replace") if isinstance(member, bytes) else member
 
 
 class RedisBrowsing:
@@ -142,7 +144,7 @@ class RedisBrowsing:
         members = self.redis.pipelined(
             "find_all", [("ZREMRANGEBYSCORE", index, "-inf", now), ("ZRANGE", index, 0, -1)]
         )[1]
-        return sorted(m.decode() if isinstance(m, bytes) else m for m in members)
+        return sorted(_text(m) for m in members)
 
     def values(self, name: str, keys: list[str]) -> list[Any]:
         """The stored values of ``keys`` (``None`` where gone), in chunks of one pipeline."""
