@@ -24,6 +24,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import pydantic
 import pytest
 from prometheus_client import CollectorRegistry
 
@@ -290,17 +291,18 @@ def backend(request: pytest.FixtureRequest) -> str:
     return str(request.param)
 
 
-def run(svc: Service, kind: str, fn: Any, *args: Any) -> Any:
+def run(svc: Service | Backend, kind: str, fn: Any, *args: Any) -> Any:
     """``fn(*args)``: called, or (``async``) awaited on a loop of its own, whose Redis
     connections are closed before it ends."""
     if kind == "sync":
         return fn(*args)
+    backend = svc.backend if isinstance(svc, Service) else svc
 
     async def closing() -> Any:
         try:
             return await fn(*args)
         finally:
-            await svc.backend.store.aclose()
+            await backend.store.aclose()
 
     return asyncio.run(closing())
 
@@ -958,4 +960,54 @@ def test_redis_index_members_that_are_not_utf8_harm_no_read_nor_listing(
         assert main(["clean", "--store", backend.url]) == 0
     finally:
         svc.close()
+        backend.close()
+
+
+# -- pydantic models rebuilt from a row -----------------------------------------------------------
+
+
+class Quote(pydantic.BaseModel):
+    """A stored pydantic model (allowed through the annotation below)."""
+
+    ccy: str
+    rate: float
+
+
+@pytest.mark.parametrize("fields_set", ["ccy", ["ccy"], None, {"__t": "set", "v": ["nope"]}])
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_row_cannot_set_a_models_private_state(
+    kind: str, fields_set: Any, tmp_path: Path, clock: FakeClock, registry: CollectorRegistry
+) -> None:
+    """`model_construct` takes the set of fields given as its ``_fields_set`` argument: a row
+    naming it among the model's fields set pydantic's private state to whatever it held (text, a
+    list, a set of fields the model has not), and the caller got a model whose
+    ``model_dump(exclude_unset=True)`` or ``model_copy(update=...)`` raised, outside any
+    failover. Such a row is corrupt: a miss."""
+    backend = SqliteBackend(tmp_path / "store.db", clock)
+    engine = Failover(backend.store, clock=clock, async_writes=False, metrics=registry)
+    down = False
+
+    @failover.failover("quote", engine=engine)
+    def quote(ccy: str) -> Quote:
+        if down:
+            raise Down(ccy)
+        return Quote(ccy=ccy, rate=1.5)
+
+    @failover.failover("aquote", domain="quote", engine=engine)
+    async def aquote(ccy: str) -> Quote:
+        raise Down(ccy)
+
+    try:
+        assert quote("EUR") == Quote(ccy="EUR", rate=1.5)
+        down = True
+        fields = {"ccy": "EUR", "rate": 1.5, "_fields_set": fields_set}
+        row = tagged(type_name(Quote), fields)
+        backend.put("quote", make_key("quote", ("EUR",)), row, type_name(Quote))
+        try:
+            got = run(backend, kind, quote if kind == "sync" else aquote, "EUR")
+        except Down as exc:
+            got = exc
+        assert_policy_answer(got)
+    finally:
+        engine.close()
         backend.close()

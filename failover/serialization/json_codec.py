@@ -310,6 +310,10 @@ def _construct_model(tp: Any, values: dict[str, Any]) -> Any:
     ]
     if missing:
         raise TypeError(f"missing required fields {missing}")
+    if "_fields_set" in values:
+        # model_construct's own argument, never a field (a field cannot start with "_"): a row
+        # naming it would set the model's private state to whatever it holds.
+        raise TypeError("'_fields_set' is not a field")
     return tp.model_construct(**values)
 
 
