@@ -692,6 +692,34 @@ def test_a_table_of_a_later_version_is_read_and_its_write_failures_never_break_a
         backend.close()
 
 
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_table_whose_columns_a_later_version_renamed_is_store_trouble_never_a_failed_call(
+    kind: str, tmp_path: Path, clock: FakeClock, registry: CollectorRegistry
+) -> None:
+    """Neither reads nor writes work on it: the live answer still comes back, and a failing
+    call gets the policy's answer for the upstream's own exception."""
+    path = tmp_path / "store.db"
+    conn = sqlite3.connect(path)
+    with conn:
+        conn.execute(
+            "CREATE TABLE failover_store (name VARCHAR(255), key VARCHAR(255), as_of BIGINT, "
+            "expire_on BIGINT, body TEXT, kind VARCHAR(255), PRIMARY KEY (name, key))"
+        )
+    conn.close()
+    backend = SqliteBackend(path, clock)
+    svc = Service(backend, clock, registry)
+    try:
+        assert point_call(svc, kind, "FR") == Country("FR", "France")
+        assert recovered_codes(svc, kind, CODES) == CODES  # live
+        svc.upstream.down = True
+        assert_policy_answer(point_call(svc, kind, "FR"))
+        got = point_call(svc, kind, "DE")
+        assert_policy_answer(got)
+    finally:
+        svc.close()
+        backend.close()
+
+
 # -- Redis values of another shape ----------------------------------------------------------------
 
 REDIS_VALUES: dict[str, bytes] = {
