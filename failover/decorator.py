@@ -85,7 +85,8 @@ class State:
         return ReferentialPayload(d.effective_name, envelope_key(ctx), result, now, None, True)
 
     def peek(self, *args: Any, **kwargs: Any) -> ReferentialPayload[Any] | None:
-        """The stored, unexpired entry for the call."""
+        """The stored, unexpired entry for the call (stale), or ``None``; what the store
+        raised (``SerializationError`` for an entry that cannot be read back) is raised."""
         rt = self.runtime()
         return (
             None if rt is None else rt.handler.lookup(call_of(rt, args, kwargs), None, False).peek()

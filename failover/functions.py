@@ -33,7 +33,12 @@ class FailoverFunction(Protocol[P, R]):
         ...
 
     def peek(self, *args: P.args, **kwargs: P.kwargs) -> ReferentialPayload[R] | None:
-        """The stored, unexpired entry for these arguments; the upstream is not called."""
+        """The stored, unexpired entry for these arguments; the upstream is not called.
+
+        Raises:
+            StoreError: the store failed (a call would recover as from a miss).
+            SerializationError: the entry cannot be read back.
+        """
         ...
 
     def invalidate(self, *args: P.args, **kwargs: P.kwargs) -> None:
@@ -64,7 +69,12 @@ class AsyncFailoverFunction(Protocol[P, R]):
         ...
 
     def peek(self, *args: P.args, **kwargs: P.kwargs) -> ReferentialPayload[R] | None:
-        """The stored, unexpired entry for these arguments; the upstream is not called."""
+        """The stored, unexpired entry for these arguments; the upstream is not called.
+
+        Raises:
+            StoreError: the store failed (a call would recover as from a miss).
+            SerializationError: the entry cannot be read back.
+        """
         ...
 
     def invalidate(self, *args: P.args, **kwargs: P.kwargs) -> None:

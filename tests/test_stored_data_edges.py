@@ -525,6 +525,17 @@ def test_ciphertext_that_does_not_decrypt_is_a_miss(service: Service, kind: str,
 
 
 @pytest.mark.parametrize("options", [ROTATED], ids=["new+old keys"])
+def test_peek_raises_for_an_entry_that_cannot_be_read_back(service: Service) -> None:
+    """A call recovers from such an entry as from a miss; `peek`, the operator's look at the
+    store, says what is wrong with it (docs/how-it-works.md)."""
+    service.seed()
+    service.backend.put("geo", key("IT"), *cipher_rows()[CIPHER_ROWS[0]])
+    with pytest.raises(failover.SerializationError):
+        service.point["sync"].peek("IT")
+    assert service.point["sync"].peek("FR") is not None
+
+
+@pytest.mark.parametrize("options", [ROTATED], ids=["new+old keys"])
 @pytest.mark.parametrize("kind", KINDS)
 def test_after_rotation_rows_of_the_old_key_read_while_it_is_listed(
     service: Service, kind: str
