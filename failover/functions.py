@@ -4,6 +4,7 @@ failovers, and the descriptor that binds a decorated method to its instance."""
 from __future__ import annotations
 
 import functools
+import inspect
 from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING, Any, Generic, ParamSpec, Protocol, TypeVar, overload
 
@@ -89,6 +90,9 @@ class AsyncFailoverFunction(Protocol[P, R]):
     ) -> AsyncFailoverFunction[..., R]: ...
 
 
+_FORWARDED = frozenset({"__name__", "__qualname__", "__wrapped__"})
+
+
 class Bound(functools.partial[Any]):
     """A decorated method bound to its instance (or class): the failover attributes bind too."""
 
@@ -100,7 +104,22 @@ class Bound(functools.partial[Any]):
     def __new__(cls, func: Any, target: object) -> Self:
         self = super().__new__(cls, func, target)
         self.definition = func.definition
+        # What a bound method shows of its function (the class has its own of these two).
+        self.__doc__ = func.__doc__
+        self.__module__ = func.__module__
         return self
+
+    def __getattr__(self, name: str) -> Any:
+        # As a bound method: the function's name, qualified name and ``__wrapped__``
+        # (`functools.update_wrapper`'s), which a partial has none of. Only reached on a miss.
+        if name in _FORWARDED:
+            return getattr(self.func, name)
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+
+    @property
+    def __signature__(self) -> inspect.Signature:
+        # Read before ``__wrapped__``: the signature of the bound call, without self or cls.
+        return inspect.signature(functools.partial(self.func, *self.args))
 
     def referential(self, *args: Any, **kwargs: Any) -> Any:
         """The same call, returning the envelope."""

@@ -702,6 +702,103 @@ def test_callable_objects_and_partials_need_a_name_then_work_as_functions(
 # -- what a decorated callable shows of the original ----------------------------------------------
 
 
+def _twins(engine: Failover) -> tuple[type, type]:
+    """The same class twice: plain, and with every method a failover."""
+
+    class Plain:
+        def method(self, code: str, lang: str = "en") -> str:
+            """Method doc."""
+            return code
+
+        async def amethod(self, code: str, *, lang: str = "en") -> str:
+            """Async method doc."""
+            return code
+
+        @classmethod
+        def klass(cls, code: str, /, lang: str = "en") -> str:
+            """Class method doc."""
+            return code
+
+        @classmethod
+        async def aklass(cls, code: str, *rest: str) -> str:
+            """Async class method doc."""
+            return code
+
+        @staticmethod
+        def static(code: str, **extra: Any) -> str:
+            """Static method doc."""
+            return code
+
+        @staticmethod
+        async def astatic(code: str) -> str:
+            """Async static method doc."""
+            return code
+
+    class Decorated:
+        @failover.failover("twin.method", engine=engine)
+        def method(self, code: str, lang: str = "en") -> str:
+            """Method doc."""
+            return code
+
+        @failover.failover("twin.amethod", engine=engine)
+        async def amethod(self, code: str, *, lang: str = "en") -> str:
+            """Async method doc."""
+            return code
+
+        @failover.failover("twin.klass", engine=engine)
+        @classmethod
+        def klass(cls, code: str, /, lang: str = "en") -> str:
+            """Class method doc."""
+            return code
+
+        @failover.failover("twin.aklass", engine=engine)
+        @classmethod
+        async def aklass(cls, code: str, *rest: str) -> str:
+            """Async class method doc."""
+            return code
+
+        @failover.failover("twin.static", engine=engine)
+        @staticmethod
+        def static(code: str, **extra: Any) -> str:
+            """Static method doc."""
+            return code
+
+        @failover.failover("twin.astatic", engine=engine)
+        @staticmethod
+        async def astatic(code: str) -> str:
+            """Async static method doc."""
+            return code
+
+    return Plain, Decorated
+
+
+@pytest.mark.parametrize("attribute", METHODS)
+@pytest.mark.parametrize("through", ["instance", "class"])
+def test_a_decorated_method_shows_what_the_plain_method_shows(
+    attribute: str, through: str, engine: Failover
+) -> None:
+    """Reached through an instance or through the class, a decorated method has the plain
+    method's signature, name, qualified name (but for the class), doc, module and
+    coroutine-ness, a ``__wrapped__`` leading to the original function, and the failover's
+    attributes, sync and async alike."""
+    plain_class, decorated_class = _twins(engine)
+    plain = getattr(plain_class() if through == "instance" else plain_class, attribute)
+    decorated = getattr(decorated_class() if through == "instance" else decorated_class, attribute)
+    assert inspect.signature(decorated) == inspect.signature(plain)
+    assert decorated.__name__ == plain.__name__ == attribute
+    assert decorated.__qualname__ == f"{decorated_class.__qualname__}.{attribute}"
+    assert decorated.__doc__ == plain.__doc__
+    assert decorated.__module__ == plain.__module__ == __name__
+    assert inspect.iscoroutinefunction(decorated) == inspect.iscoroutinefunction(plain)
+    original = inspect.unwrap(decorated)
+    assert original.__qualname__ == decorated.__qualname__
+    assert original is not decorated
+    assert not hasattr(original, "definition")  # the function as written, not a failover
+    for name in ("referential", "peek", "invalidate", "definition"):
+        assert hasattr(decorated, name), name
+    assert decorated.definition.name == f"twin.{attribute}"
+
+
 @pytest.mark.parametrize("kind", KINDS)
 def test_a_decorated_function_shows_what_the_original_shows(kind: str, engine: Failover) -> None:
     """Every parameter shape at once; sync and async; the failover's attributes are callables
