@@ -3,18 +3,21 @@
 Closing an engine while calls run on other threads and tasks (their live results returned and
 stored), the queued writes on disk once `close`/`aclose` returns (a new engine on the same
 SQLite file recovers every key), calls after close, `failover.configure()` again while calls
-run; then each kind of callable the decorator takes (methods, class and static methods,
-``async def`` ones, callable objects, partials), the spellings of one call that share one
-entry, and what a decorated callable shows of the original (signature, name, doc,
-``__wrapped__``, the failover's attributes). Sync and async; real SQLite files; a fake clock;
-events and joins, no timed sleep."""
+run, a forked child of a process with a queued-writes engine; then each kind of callable the
+decorator takes (methods, class and static methods, ``async def`` ones, callable objects,
+partials), the spellings of one call that share one entry, and what a decorated callable shows
+of the original (signature, name, doc, ``__wrapped__``, the failover's attributes). Sync and
+async; real SQLite files; a fake clock; events and joins, no timed sleep."""
 
 from __future__ import annotations
 
 import asyncio
 import functools
 import inspect
+import json
 import os
+import select
+import signal
 import threading
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -431,6 +434,97 @@ async def test_configure_again_while_tasks_run(tmp_path: Path, clock: FakeClock)
     codes = [f"c{i}" for i in range(4)]
     found = await asyncio.to_thread(recovered, sqlite(tmp_path, "5.db"), clock, "aswitching", codes)
     assert found == {c: {"code": c} for c in codes}
+
+
+# -- os.fork --------------------------------------------------------------------------------------
+
+
+def _in_child(work: Callable[[], Any]) -> Any:
+    """Fork; run ``work`` in the child and return what it returned (or the repr of what it
+    raised), read back through a pipe; the child never returns into pytest, and one that has
+    not answered within three times `WAIT` is killed (the test fails instead of hanging)."""
+    reading, writing = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            try:
+                said: Any = ["ok", work()]
+            except BaseException as exc:
+                said = ["raised", repr(exc)]
+            os.write(writing, json.dumps(said).encode())
+        finally:
+            os._exit(0)
+    os.close(writing)
+    try:
+        ready, _, _ = select.select([reading], [], [], 3 * WAIT)
+        if not ready:
+            os.kill(pid, signal.SIGKILL)
+        with os.fdopen(reading) as pipe:
+            text = pipe.read()
+    finally:
+        os.waitpid(pid, 0)
+    assert ready, "the child never answered"
+    return json.loads(text)
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="POSIX only")
+def test_a_forked_child_writes_through_a_queue_of_its_own(tmp_path: Path, clock: FakeClock) -> None:
+    """A preforking server's worker forked after the parent's queue started its worker thread:
+    that thread did not come along, and the child's writes are still written (its flush ends,
+    a new engine on the file recovers them)."""
+    url = sqlite(tmp_path)
+    engine = Failover(url, clock=clock, metrics=False)
+
+    @failover.failover("forked", engine=engine, ttl="1d")
+    def get(code: str) -> Any:
+        return {"code": code}
+
+    get("parent")
+    assert engine.flush(WAIT)
+
+    def child() -> Any:
+        answer = get("child")
+        return [answer, engine.flush(WAIT)]
+
+    assert _in_child(child) == ["ok", [{"code": "child"}, True]]
+    get("parent-after")
+    engine.close()
+    assert recovered(url, clock, "forked", ["parent", "child", "parent-after"]) == {
+        c: {"code": c} for c in ["parent", "child", "parent-after"]
+    }
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="POSIX only")
+def test_a_child_forked_while_the_parent_writes_a_batch_writes_its_own(
+    tmp_path: Path, clock: FakeClock
+) -> None:
+    """Forked while the parent's worker is inside a batch (its I/O lock held) and more writes
+    wait in its queue: the child neither waits for that lock nor writes the parent's queued
+    writes (the parent does); its own write lands, and so do all of the parent's."""
+    url = sqlite(tmp_path)
+    store = HeldSqlStore(url)
+    engine = Failover(store, clock=clock, metrics=False)
+
+    @failover.failover("forked-busy", engine=engine, ttl="1d")
+    def get(code: str) -> Any:
+        return {"code": code}
+
+    get("held")
+    assert store.entered.wait(WAIT)  # the parent's worker is inside its first batch
+    queued = [f"q{i}" for i in range(20)]
+    for code in queued:
+        get(code)
+
+    def child() -> Any:
+        answer = get("child")
+        flushed = engine.flush(WAIT)
+        return [answer, flushed, queue_of(engine).queued]
+
+    assert _in_child(child) == ["ok", [{"code": "child"}, True, 0]]
+    store.gate.set()
+    engine.close()
+    codes = ["held", *queued, "child"]
+    assert recovered(url, clock, "forked-busy", codes) == {c: {"code": c} for c in codes}
 
 
 # -- what the decorator accepts: one entry per call, however it is spelled -------------------------

@@ -10,12 +10,13 @@ import atexit
 import contextvars
 import functools
 import logging
+import os
 import threading
 import time
 import weakref
 from collections import Counter, deque
 from collections.abc import Callable, Iterable
-from typing import Final
+from typing import ClassVar, Final
 
 from ..errors import SerializationError, StoreError
 from ..logs import LogLimiter
@@ -214,6 +215,7 @@ class WriteQueue:
             return False
         self.worker = worker
         atexit.register(self.exit_hook)
+        _track_forks(self)
         return True
 
     def run(self) -> None:
@@ -367,6 +369,22 @@ class WriteQueue:
             exc,
         )
 
+    def forked(self) -> None:
+        """In a forked child (a preforking server's worker): the worker thread did not come
+        along, and it may have held the locks at the fork. The writes queued then are the
+        parent's, which writes them: the child forgets them (a copy written later could
+        overwrite a newer value), and its next write starts a worker of its own."""
+        self.lock = threading.Lock()
+        self.has_work = threading.Condition(self.lock)
+        self.progress = threading.Condition(self.lock)
+        self.io_lock = threading.Lock()
+        self.queue.clear()
+        self.pending.clear()
+        self.queued = self.handled = 0
+        self.worker = None
+        self.idle = self.dropping = self.worker_done = False
+        atexit.unregister(self.exit_hook)  # the child's worker registers its own
+
     def flush(self, timeout: float | None) -> bool:
         with self.lock:
             target = self.queued
@@ -388,6 +406,29 @@ class WriteQueue:
             worker.join(timeout)
         atexit.unregister(self.exit_hook)
         return flushed
+
+
+class _Forks:
+    """The queues that started a worker, reset in a forked child (`WriteQueue.forked`); the
+    fork hook is registered by the first worker, not at import."""
+
+    queues: ClassVar[weakref.WeakSet[WriteQueue]] = weakref.WeakSet()
+    lock = threading.Lock()
+    hooked = False
+
+
+def _track_forks(queue: WriteQueue) -> None:
+    with _Forks.lock:
+        if not _Forks.hooked and hasattr(os, "register_at_fork"):  # POSIX only
+            os.register_at_fork(after_in_child=_forked_child)
+            _Forks.hooked = True
+        _Forks.queues.add(queue)
+
+
+def _forked_child() -> None:
+    _Forks.lock = threading.Lock()  # another thread may have held it at the fork
+    for queue in list(_Forks.queues):
+        queue.forked()
 
 
 def _flush_at_exit(ref: weakref.ref[WriteQueue]) -> None:
