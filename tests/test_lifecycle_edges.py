@@ -527,6 +527,27 @@ def test_a_child_forked_while_the_parent_writes_a_batch_writes_its_own(
     assert recovered(url, clock, "forked-busy", codes) == {c: {"code": c} for c in codes}
 
 
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="POSIX only")
+def test_a_forked_child_runs_soft_timeout_calls_on_threads_of_its_own(clock: FakeClock) -> None:
+    """A soft timeout's pool started in the parent: its threads did not come along, and a
+    child's call runs on threads of the child's instead of waiting out its timeout."""
+    engine = Failover(clock=clock, metrics=False)
+
+    @failover.failover("forked-timeout", engine=engine, timeout=WAIT)
+    def get(code: str) -> Any:
+        return code
+
+    assert get("parent") == "parent"  # the pool's first thread started here
+
+    def child() -> Any:
+        answer = get("child")
+        return [answer, engine.refreshes.wait(WAIT)]
+
+    assert _in_child(child) == ["ok", ["child", True]]
+    assert get("parent-after") == "parent-after"
+    engine.close()
+
+
 # -- what the decorator accepts: one entry per call, however it is spelled -------------------------
 
 

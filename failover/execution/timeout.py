@@ -17,6 +17,7 @@ import asyncio
 import concurrent.futures
 import contextvars
 import logging
+import os
 import threading
 import time
 from collections.abc import Awaitable, Callable, Coroutine
@@ -46,6 +47,7 @@ class Refreshes:
         self._futures: set[concurrent.futures.Future[Any]] = set()
         self._tasks: set[asyncio.Task[Any]] = set()
         self._closed = False
+        self._pid = os.getpid()  # the process the pool's threads run in
 
     def submit(
         self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any
@@ -59,6 +61,10 @@ class Refreshes:
         with self._lock:
             if self._closed:
                 raise RuntimeError("failover: the engine is closed")
+            if self._pid != os.getpid():
+                # A forked child (a preforking server's worker): the parent's threads did not
+                # come along, and its pool would take calls that no thread ever runs.
+                self._pool, self._futures, self._pid = None, set(), os.getpid()
             if self._pool is None:
                 self._pool = concurrent.futures.ThreadPoolExecutor(
                     self.max_workers, thread_name_prefix="failover-timeout"
