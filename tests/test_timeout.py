@@ -472,6 +472,45 @@ async def test_a_caller_waiting_when_close_cancels_the_call_recovers(clock: Fake
     assert isinstance(causes[-1], SoftTimeoutError)
 
 
+@pytest.mark.parametrize("kind", ["sync", "async"])
+async def test_after_close_the_upstream_is_called_in_place_and_its_result_kept(
+    kind: str, clock: FakeClock
+) -> None:
+    """A closed engine has no pool for the soft timeout: a call after close (a request still
+    served while the process shuts down, or one that got the engine `configure` replaced) calls
+    the upstream itself rather than fail, and its result is stored, as any call's after close."""
+    eng = Failover(clock=clock, metrics=False)
+    seen: list[str] = []
+    options: dict[str, Any] = {"engine": eng, "timeout": WAIT}
+
+    if kind == "sync":
+
+        @failover.failover("to-closed", **options)
+        def f(x: str) -> str:
+            seen.append(x)
+            return x.upper()
+
+        f("warm")  # the pool exists: close has something to shut
+        eng.close()
+        assert f("a") == "A"
+    else:
+
+        @failover.failover("to-aclosed", **options)
+        async def g(x: str) -> str:
+            seen.append(x)
+            return x.upper()
+
+        await g("warm")
+        eng.close()
+        assert await g("a") == "A"
+        f = g
+    assert seen == ["warm", "a"]
+    stored = f.peek("a")
+    assert stored is not None
+    assert stored.payload == "A"
+    assert timeout_of(eng, f).in_flight == 0
+
+
 def test_close_with_nothing_in_the_background_returns_at_once(clock: FakeClock) -> None:
     eng = Failover(clock=clock, metrics=False)
 

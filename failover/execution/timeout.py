@@ -216,6 +216,11 @@ class SoftTimeout:
         if start:
             try:
                 submitted = self.refreshes.submit(self._run, key, flight, ctx, fn, args, kwargs)
+            except RuntimeError:
+                # The engine is closed (shutting down): no pool, so the call runs here, without
+                # its timeout, rather than fail; the calls that joined it share its outcome.
+                self._run(key, flight, ctx, fn, args, kwargs)
+                return future.result()
             except BaseException as exc:
                 self._land(key, flight)
                 future.set_exception(exc)
@@ -269,6 +274,9 @@ class SoftTimeout:
         if start:
             try:
                 flight.task = self.refreshes.spawn(self._arun(key, flight, ctx, fn, args, kwargs))
+            except RuntimeError:  # the engine is closed: the call runs here, without its timeout
+                self._land(key, flight)
+                return await fn(*args, **kwargs)
             except BaseException:
                 self._land(key, flight)
                 raise
