@@ -22,13 +22,13 @@ import os
 import socket
 import threading
 import uuid
-import weakref
 from collections.abc import Callable
 from datetime import datetime, timedelta
-from typing import ClassVar, Self
+from typing import Self
 
 from .errors import ConfigurationError
 from .expiry import parse_ttl
+from .forks import AfterFork
 from .health import HealthReport
 from .logs import LogLimiter
 from .stores.health_rows import FailoverSummary, HealthRows, ProcessHealth, health_rows
@@ -191,7 +191,7 @@ class HealthPublisher:
                 target=self._loop, args=(stopping,), name="failover-publish", daemon=True
             )
             self._thread.start()
-        _restart_after_fork(self)
+        _FORKS.add(self)
         return self
 
     def stop(self, timeout: float | None = 5.0) -> bool:
@@ -204,7 +204,7 @@ class HealthPublisher:
         with self._lock:
             self._stopping.set()
             thread, self._thread = self._thread, None
-        _Forks.running.discard(self)
+        _FORKS.discard(self)
         if thread is not None and thread is not threading.current_thread():
             thread.join(timeout)
             if thread.is_alive():
@@ -236,24 +236,5 @@ class HealthPublisher:
         self.start()
 
 
-class _Forks:
-    """The publishers running now, restarted in a forked child (a preforking server's
-    workers); the fork hook is registered on the first start, not at import."""
-
-    running: ClassVar[weakref.WeakSet[HealthPublisher]] = weakref.WeakSet()
-    lock = threading.Lock()
-    hooked = False
-
-
-def _restart_after_fork(publisher: HealthPublisher) -> None:
-    with _Forks.lock:
-        if not _Forks.hooked and hasattr(os, "register_at_fork"):  # POSIX only
-            os.register_at_fork(after_in_child=_restart_in_child)
-            _Forks.hooked = True
-        _Forks.running.add(publisher)
-
-
-def _restart_in_child() -> None:
-    _Forks.lock = threading.Lock()  # another thread may have held it at the fork
-    for publisher in list(_Forks.running):
-        publisher._forked()
+# The publishers running now: restarted in a forked child, a process with a row of its own.
+_FORKS = AfterFork(HealthPublisher._forked)

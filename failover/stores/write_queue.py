@@ -10,15 +10,15 @@ import atexit
 import contextvars
 import functools
 import logging
-import os
 import threading
 import time
 import weakref
 from collections import Counter, deque
 from collections.abc import Callable, Iterable
-from typing import ClassVar, Final
+from typing import Final
 
 from ..errors import SerializationError, StoreError
+from ..forks import AfterFork
 from ..logs import LogLimiter
 from ..metrics import NULL_METRICS, Metrics
 from .base import FailoverStore, Payload, delete_many
@@ -215,7 +215,7 @@ class WriteQueue:
             return False
         self.worker = worker
         atexit.register(self.exit_hook)
-        _track_forks(self)
+        _FORKS.add(self)
         return True
 
     def run(self) -> None:
@@ -408,27 +408,8 @@ class WriteQueue:
         return flushed
 
 
-class _Forks:
-    """The queues that started a worker, reset in a forked child (`WriteQueue.forked`); the
-    fork hook is registered by the first worker, not at import."""
-
-    queues: ClassVar[weakref.WeakSet[WriteQueue]] = weakref.WeakSet()
-    lock = threading.Lock()
-    hooked = False
-
-
-def _track_forks(queue: WriteQueue) -> None:
-    with _Forks.lock:
-        if not _Forks.hooked and hasattr(os, "register_at_fork"):  # POSIX only
-            os.register_at_fork(after_in_child=_forked_child)
-            _Forks.hooked = True
-        _Forks.queues.add(queue)
-
-
-def _forked_child() -> None:
-    _Forks.lock = threading.Lock()  # another thread may have held it at the fork
-    for queue in list(_Forks.queues):
-        queue.forked()
+# The queues that started a worker: reset in a forked child (`WriteQueue.forked`).
+_FORKS = AfterFork(WriteQueue.forked)
 
 
 def _flush_at_exit(ref: weakref.ref[WriteQueue]) -> None:
