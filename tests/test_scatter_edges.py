@@ -170,6 +170,47 @@ def test_a_generator_request_reaches_the_upstream_whole(eng: Failover) -> None:
     assert ids_of(find([3, 1])) == [3, 1]
 
 
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_generator_request_with_fresh_for_reaches_the_upstream_whole(
+    kind: str, clock: FakeClock, tmp_path: Path
+) -> None:
+    """The fresh read must not consume a one-shot argument before the upstream sees it."""
+    eng = _engine(kind, clock, tmp_path)
+    up = Upstream()
+
+    @failover.failover("genf", splitter=ListSplitter("id"), fresh_for="5m", engine=eng)
+    def find(ids: Iterator[int]) -> list[dict[str, Any]]:
+        return up(ids)  # type: ignore[no-any-return]
+
+    with eng:
+        assert ids_of(find(i for i in [1, 2])) == [1, 2]
+        clock.advance(60)
+        assert ids_of(find(i for i in [1, 3])) == [1, 3]  # 1 fresh, but a generator: asked whole
+        assert up.calls == [[1, 2], [1, 3]]
+        assert set(stored(eng, "genf")) == {key("genf", i) for i in (1, 2, 3)}
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_an_async_generator_request_with_fresh_for_reaches_the_upstream_whole(
+    kind: str, clock: FakeClock, tmp_path: Path
+) -> None:
+    eng = _engine(kind, clock, tmp_path)
+    up = Upstream()
+
+    @failover.failover("agenf", splitter=ListSplitter("id"), fresh_for="5m", engine=eng)
+    async def find(ids: Iterator[int]) -> list[dict[str, Any]]:
+        return up(ids)  # type: ignore[no-any-return]
+
+    async def scenario() -> None:
+        assert ids_of(await find(i for i in [1, 2])) == [1, 2]
+        clock.advance(60)
+        assert ids_of(await find(i for i in [2, 4])) == [2, 4]
+        assert up.calls == [[1, 2], [2, 4]]
+
+    with eng:
+        asyncio.run(scenario())
+
+
 def test_10000_ids_live_and_recovered(eng: Failover) -> None:
     up = Upstream()
     ids = list(range(10_000))

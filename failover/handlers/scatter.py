@@ -12,7 +12,7 @@ expired ones dropped, and the rest merged (``merge``). A call that recovers ever
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from datetime import datetime
 from typing import Any
 
@@ -154,6 +154,8 @@ class ScatterGatherHandler:
             return self.inner.fresh(ctx, since)
         if _everything(ctx):
             return None  # "every slice there is": the store cannot say none is missing
+        if _one_shot(ctx):
+            return None  # reading its keys would consume what the upstream is to be given
         requested = self._requested(d, _whole(ctx, None))
         if not requested:
             return None
@@ -287,6 +289,12 @@ def _everything(ctx: CallContext) -> bool:
     """Whether the call recovers every slice: ``recover_all=True``, or a call without
     arguments."""
     return ctx.definition.recover_all or not (ctx.args or ctx.kwargs)
+
+
+def _one_shot(ctx: CallContext) -> bool:
+    """Whether an argument of the call is an iterator (a generator): it can be read once, and
+    that is the upstream's read."""
+    return any(isinstance(v, Iterator) for v in (*ctx.args, *ctx.kwargs.values()))
 
 
 def _whole(ctx: CallContext, cause: Exception | None) -> RecoverContext[Any]:
