@@ -482,6 +482,77 @@ def test_partly_fresh_requests_ask_only_for_the_missing_ids(
     assert len(up.calls) == 3
 
 
+@pytest.mark.parametrize(
+    "answer",
+    [
+        pytest.param(lambda ids: None, id="None"),
+        pytest.param(lambda ids: {"id": 4}, id="dict"),
+        pytest.param(lambda ids: [{"no id": 4}], id="an item without its key"),
+    ],
+)
+def test_a_narrowed_call_answered_with_what_cannot_be_split_keeps_its_live_result(
+    eng: Failover,
+    clock: FakeClock,
+    caplog: pytest.LogCaptureFixture,
+    answer: Callable[[list[int]], Any],
+) -> None:
+    """As any call: a splitter that raises never costs the caller the live result."""
+    up = Upstream()
+
+    @failover.failover("nb", splitter=ListSplitter("id"), fresh_for="5m", engine=eng)
+    def find(ids: list[int]) -> Any:
+        return up(ids)
+
+    find([1])
+    clock.advance(minutes=1)
+    up.answer = answer
+    caplog.set_level(logging.WARNING, "failover")
+    env = find.referential([1, 4])  # 1 fresh: the upstream is asked for 4 only
+    assert up.calls[-1] == [4]
+    assert env.payload == answer([4])  # the upstream's answer, as it came
+    assert env.up_to_date is True
+    assert "split_on_store of splitter ListSplitter" in caplog.text
+
+
+def test_a_narrowed_call_answered_with_a_generator_returns_it_unconsumed(
+    eng: Failover, clock: FakeClock
+) -> None:
+    up = Upstream()
+
+    @failover.failover("ng", splitter=ListSplitter("id"), fresh_for="5m", engine=eng)
+    def find(ids: list[int]) -> Any:
+        return up(ids)
+
+    find([1])
+    clock.advance(minutes=1)
+    up.answer = lambda ids: ({"id": i} for i in ids)
+    assert ids_of(find([1, 4])) == [4]
+
+
+def test_async_partly_fresh_requests(eng: Failover, clock: FakeClock) -> None:
+    up = Upstream()
+
+    @failover.failover("afr", splitter=ListSplitter("id"), fresh_for="5m", engine=eng)
+    async def find(codes: str) -> list[dict[str, Any]]:
+        return up(codes.split(","))  # type: ignore[no-any-return]
+
+    async def scenario() -> None:
+        await find("FR,DE")
+        clock.advance(minutes=2)
+        assert ids_of(await find("US,FR,IT,DE")) == ["US", "FR", "IT", "DE"]
+        assert up.calls[-1] == ["US", "IT"]  # narrowed as a comma-separated string
+        up.answer = lambda ids: None
+        assert await find("FR,ES") is None  # the live None, logged store trouble
+        up.answer = None
+        up.down = True
+        got = await find.referential("ES,DE,US")  # the narrowed call fails: recovered whole
+        assert up.calls[-1] == ["ES"]
+        assert ids_of(got.payload) == ["DE", "US"]
+        assert got.up_to_date is False
+
+    asyncio.run(scenario())
+
+
 def test_partly_fresh_dict_requests(eng: Failover, clock: FakeClock) -> None:
     up = Upstream()
     up.answer = lambda ids: {i: {"id": i, "n": len(up.calls)} for i in ids}

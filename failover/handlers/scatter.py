@@ -189,15 +189,16 @@ class ScatterGatherHandler:
         result: Any,
     ) -> Payload:
         """The caller's value of a `Partial` call: its fresh slices and the upstream's
-        ``result`` for the others, merged in request order."""
+        ``result`` for the others, merged in request order. A ``result`` the splitter cannot
+        split comes back as it is, as the live result of any call (its store logged why)."""
         d, now = ctx.definition, ctx.now
+        expires = None if now is None else expire_on(d, now)
         try:
             slices = d.splitter.split_on_store(
                 StoreContext(d, CallArguments(ctx.arguments, ctx.args, ctx.kwargs), result)
             )
-        except Exception as exc:
-            raise _failed(d, "split_on_store", exc) from exc
-        expires = None if now is None else expire_on(d, now)
+        except Exception:  # the store met the same error: logged and counted there
+            return envelope(d.effective_name, envelope_key(ctx), result, now, expires, True)
         found = dict(fresh)
         for s in slices:
             key = slice_key(d, s.arguments)
