@@ -529,6 +529,25 @@ def test_a_narrowed_call_answered_with_a_generator_returns_it_unconsumed(
     assert ids_of(find([1, 4])) == [4]
 
 
+def test_a_narrowed_call_merges_what_the_store_holds(eng: Failover, clock: FakeClock) -> None:
+    """Extra or duplicate items in a narrowed call's answer: the caller gets, for each key,
+    what was just stored (the last item of it), as a recovery would."""
+    up = Upstream()
+
+    @failover.failover("nm", splitter=ListSplitter("id"), fresh_for="5m", engine=eng)
+    def find(ids: list[int]) -> Any:
+        return up(ids)
+
+    find([1, 2])
+    clock.advance(minutes=1)
+    up.answer = lambda ids: [{"id": 4, "v": "a"}, {"id": 1, "v": "new"}, {"id": 4, "v": "b"}]
+    got = find([1, 4, 3])
+    assert up.calls[-1] == [4, 3]
+    entries = stored(eng, "nm")
+    assert got == [entries[key("nm", 1)], entries[key("nm", 4)]]
+    assert got == [{"id": 1, "v": "new"}, {"id": 4, "v": "b"}]
+
+
 def test_async_partly_fresh_requests(eng: Failover, clock: FakeClock) -> None:
     up = Upstream()
 

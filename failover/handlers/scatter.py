@@ -200,9 +200,9 @@ class ScatterGatherHandler:
         except Exception:  # the store met the same error: logged and counted there
             return envelope(d.effective_name, envelope_key(ctx), result, now, expires, True)
         found = dict(fresh)
-        for s in slices:
+        for s in slices:  # what was just stored: a live item over a fresh one, the last of a key
             key = slice_key(d, s.arguments)
-            found.setdefault(key, envelope(d.effective_name, key, s.payload, now, expires, True))
+            found[key] = envelope(d.effective_name, key, s.payload, now, expires, True)
         merged = self._merged(ctx, None, False, _whole(ctx, None), requested, found, False, True)
         if isinstance(merged, Miss):  # the upstream answered with none of them either
             return envelope(d.effective_name, envelope_key(ctx), result, now, expires, True)
