@@ -440,6 +440,60 @@ def test_recover_all_sees_every_failover_of_the_domain_and_drops_expired_slices(
     assert one("DE") == Country("DE", "de")
 
 
+def test_recover_all_with_a_none_stored_by_a_single_entity_failover(
+    eng: Failover, caplog: pytest.LogCaptureFixture
+) -> None:
+    """`Country | None` without a splitter matches `list[Country]` with one (the docs): a
+    ``None`` it stored for an unknown entity is no item of a recovered list."""
+    down = [False]
+
+    @failover.failover(
+        "all", domain="cn", splitter=ListSplitter("code"), recover_all=True, engine=eng
+    )
+    def countries(codes: str) -> list[Country]:
+        if down[0]:
+            raise ConnectionError("down")
+        return [Country(c, c.lower()) for c in codes.split(",")]
+
+    @failover.failover("one", domain="cn", engine=eng)
+    def country(code: str) -> Country | None:
+        if down[0]:
+            raise ConnectionError("down")
+        return None if code == "XX" else Country(code, code.lower())
+
+    countries("FR,DE")
+    assert country("XX") is None
+    down[0] = True
+    caplog.set_level(logging.WARNING, "failover")
+    assert [c.code for c in countries("whatever")] == ["DE", "FR"]
+    assert "split" not in caplog.text
+    assert "merge" not in caplog.text
+    assert country("XX") is None  # the single-entity failover still recovers its None
+
+
+def test_a_none_slice_is_no_item_of_a_requested_list(eng: Failover) -> None:
+    down = [False]
+
+    @failover.failover("some", domain="cx", splitter=ListSplitter("code"), engine=eng)
+    def countries(codes: str) -> list[Country]:
+        if down[0]:
+            raise ConnectionError("down")
+        return [Country(c, c.lower()) for c in codes.split(",")]
+
+    @failover.failover("one", domain="cx", engine=eng)
+    def country(code: str) -> Country | None:
+        if down[0]:
+            raise ConnectionError("down")
+        return None
+
+    countries("FR")
+    country("XX")
+    down[0] = True
+    assert countries("XX,FR") == [Country("FR", "fr")]
+    with pytest.raises(ConnectionError):
+        countries("XX")  # known not to exist: nothing to return, a miss
+
+
 def test_async_recover_all_with_expired_slices(eng: Failover, clock: FakeClock) -> None:
     up = Upstream()
 

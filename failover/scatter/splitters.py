@@ -214,6 +214,9 @@ class ListSplitter(EntitySplitter, Generic[T]):
         if found is None:
             return None
         pairs, everything = found
+        # A None is never an item a ListSplitter stored (it has no key): it is what a single-
+        # entity failover of the domain (`T | None`) stored for an entity that does not exist.
+        pairs = [(key, item) for key, item in pairs if item is not None]
         if everything:
             pairs = _sorted([(self.key_of(item), item) for _, item in pairs])
         return [item for _, item in pairs] or None
