@@ -121,7 +121,7 @@ class FailoverStats(Observer):
         self.name = name
         self.clock = clock
         self.metrics = metrics
-        self.lock = threading.Lock()  # only for state changes: the counts take no lock
+        self.lock = threading.Lock()  # state changes, the error kinds; other counts take none
         # Monotonic totals, for metrics collectors.
         self.calls = [0] * _K  # live, recovered, not_recovered, fresh
         self.upstream_ok = [0] * _N  # per histogram bucket, not cumulative
@@ -201,7 +201,8 @@ class FailoverStats(Observer):
         full bulkhead): the call is counted, the upstream's time and errors are not.
         `not_recovered` and `raised` are counted here too, as their ``outcome`` (one body, and
         no frame between the recovery path and it)."""
-        # Lock-free as `live` is (the same reasoning); only a state change takes the lock.
+        # Lock-free as `live` is (the same reasoning); only a state change and the count of
+        # the upstream's errors by kind (a read and a write apart) take the lock.
         try:
             now = self.clock()
             kind = cause.__class__.__name__  # an attribute: cheaper than calling type()
@@ -213,12 +214,15 @@ class FailoverStats(Observer):
                 fast = seconds <= _FIRST  # as in `live`
                 self.upstream_error[0 if fast else bisect_left(UPSTREAM_BUCKETS, seconds)] += 1
                 self.upstream_error_sum += seconds
-                errors = self.errors
-                n = errors.get(kind)
-                if n is None and len(errors) >= MAX_ERROR_KINDS:
-                    kind = OTHER
+                # Under the lock: `errors.get` is a call, where another thread may count the
+                # same kind between this read and the write below (a count lost).
+                with self.lock:
+                    errors = self.errors
                     n = errors.get(kind)
-                errors[kind] = 1 if n is None else n + 1
+                    if n is None and len(errors) >= MAX_ERROR_KINDS:
+                        kind = OTHER
+                        n = errors.get(kind)
+                    errors[kind] = 1 if n is None else n + 1
             if outcome == _LIVE:
                 return
             self._failure = (kind, now)
