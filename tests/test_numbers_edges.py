@@ -903,3 +903,38 @@ def test_opentelemetry_counts_the_same_calls_as_prometheus_and_health(
         seconds[name] += int(n)
     assert durations == dict(+seconds)
     eng.close()
+
+
+def test_threads_refused_at_once_are_each_counted(switchy: None, clock: FakeClock) -> None:
+    """The bulkhead's refusals, counted per failover by its pool and by Prometheus, add up when
+    threads are refused at the same moment (a read then a write of the count lost some)."""
+    registry = CollectorRegistry()
+    eng = Failover("memory://", clock=clock, metrics=registry)
+    up = Blocking()
+
+    @failover.failover(
+        "num.refused", engine=eng, max_concurrency=1, acquire_timeout=0, policy="never_throw"
+    )
+    def f(x: str) -> object:
+        return up(x) if x == "hold" else x
+
+    holder = threading.Thread(target=f, args=("hold",))
+    holder.start()
+    up.wait_entered()  # the one permit is held: every other call is refused at once
+    threads, calls = 16, 1_000
+
+    def refused() -> None:
+        for _ in range(calls):
+            assert f("x") is None
+
+    workers = [threading.Thread(target=refused) for _ in range(threads)]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join()
+    up.release.set()
+    holder.join()
+    labels = {"name": "num.refused", "pool": "num.refused"}
+    assert eng.bulkhead(f.definition).pool.rejected == {"num.refused": threads * calls}
+    assert registry.get_sample_value("failover_bulkhead_rejected_total", labels) == threads * calls
+    eng.close()

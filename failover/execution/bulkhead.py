@@ -38,6 +38,9 @@ _held: contextvars.ContextVar[tuple[Pool, ...]] = contextvars.ContextVar(
 )
 
 
+_COUNTING = threading.Lock()  # the refusal counts of every pool (refusals only: no hot path)
+
+
 class Pool:
     """Permits shared by the failovers that draw from it.
 
@@ -194,7 +197,8 @@ class Bulkhead(Guard):
 
     def _refuse(self, cause: Exception | None = None) -> BulkheadFull:
         pool = self.pool
-        pool.rejected[self.name] = pool.rejected.get(self.name, 0) + 1
+        with _COUNTING:  # a read then a write: threads refused at once would lose counts
+            pool.rejected[self.name] = pool.rejected.get(self.name, 0) + 1
         if self.on_reject is not None:
             try:  # noqa: SIM105  (metrics never break a call)
                 self.on_reject(pool.name)

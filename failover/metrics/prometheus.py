@@ -47,6 +47,7 @@ class PrometheusMetrics:
         self._names: dict[str, Tally] = {}
         self._other = Tally()
         self._names_lock = threading.Lock()
+        self._refusals_lock = threading.Lock()
         self._tracked: weakref.WeakKeyDictionary[FailoverStats, str] = weakref.WeakKeyDictionary()
         self._pools: weakref.WeakSet[PoolStats] = weakref.WeakSet()
         self._queue = 0
@@ -148,7 +149,8 @@ class PrometheusMetrics:
         after its failover)."""
         refused = self._tally(name).bulkhead
         pool = name if pool is None else pool
-        refused[pool] = refused.get(pool, 0) + 1
+        with self._refusals_lock:  # a read then a write: threads refused at once lost counts
+            refused[pool] = refused.get(pool, 0) + 1
 
     @safe
     def hook_failed(self, name: str) -> None:
