@@ -444,3 +444,24 @@ def test_a_loop_closed_with_a_batch_pending_leaves_the_other_loop_working(
     b.close()
     del tasks
     gc.collect()  # the doomed loop's leftovers warn here, not in a later test
+
+
+def test_loops_that_ended_leave_no_postgres_connection_behind(
+    pg_server: Any, clock: FakeClock
+) -> None:
+    b = Backend("postgresql", pg_server, clock, PATIENT)
+    try:
+        _run(b, b.stored)
+
+        async def recoveries() -> None:
+            assert await asyncio.gather(*(b.get(k) for k in range(KEYS))) == list(range(KEYS))
+
+        for _ in range(12):
+            asyncio.run(recoveries())  # each loop ends without closing its connections
+        # The ended loops' connections are closed once another loop connects: at most the
+        # last loop's are left open (12 loops would otherwise hold 12 server backends).
+        assert sum(len(idle) for idle in b.store._aio._idle.values()) <= 1
+        states = _pg_states(pg_server.url)
+        assert sum(states.values()) <= 4, states  # + the sync pool's and the proxy's own
+    finally:
+        b.close()

@@ -4,9 +4,10 @@ psycopg's ``AsyncConnection``, on the caller's event loop.
 psycopg's async connections belong to the loop that made them, so each event loop keeps a few
 idle connections of its own (no psycopg_pool: a batch of recoveries is one statement, so a loop
 rarely needs more than one connection at a time, and a handful kept idle per loop is all the
-pooling this needs). Connections are made on first use, in autocommit, with the same statements
-the sync path runs (prepared server-side); one cancelled mid-statement (an asyncio timeout) is
-discarded, never reused in an unknown state.
+pooling this needs; a loop that ended without ``aclose()`` has its idle connections closed when
+another loop next connects). Connections are made on first use, in autocommit, with the same
+statements the sync path runs (prepared server-side); one cancelled mid-statement (an asyncio
+timeout) is discarded, never reused in an unknown state.
 """
 
 from __future__ import annotations
@@ -47,6 +48,10 @@ class AsyncConnections:
             idle = self._idle.get(loop)
             if idle:
                 return idle.pop()
+            # A finished loop's connections are never taken again: closed, not kept open.
+            for ended in [lp for lp in self._idle if lp.is_closed()]:
+                for connection in self._idle.pop(ended):
+                    self._discard(connection)
         return await psycopg.AsyncConnection.connect(
             self.conninfo,
             autocommit=True,
