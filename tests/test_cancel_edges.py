@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import logging
 import os
 import signal
 import socket
@@ -350,15 +351,24 @@ def test_a_stopped_server_fails_an_async_recovery_at_the_store_deadline(
     backend_of: Callable[[float], Backend], clock: FakeClock
 ) -> None:
     b = backend_of(0.2)
+    # psycopg winds a cancelled statement down itself (asks the server to cancel it, then waits
+    # for the result): against a stopped server it gives up after seconds, and says so.
+    gave_up: list[logging.LogRecord] = []
+    psycopg_log = logging.getLogger("psycopg")
+    handler = logging.Handler(logging.WARNING)
+    handler.emit = gave_up.append  # type: ignore[method-assign]
+    psycopg_log.addHandler(handler)
 
     async def scenario() -> None:
         await b.stored()
         layer = b.deadline()
         with stopped(b.pids()):
             results = await asyncio.gather(*(b.get(k) for k in range(KEYS)), return_exceptions=True)
-            # The read gave up at the deadline: a store error, the upstream's own exception.
+            # The read gave up at the deadline: a store error, the upstream's own exception;
+            # the callers did not wait for the abandoned statement to wind down.
             assert all(isinstance(r, ConnectionError) for r in results), results
             assert layer.errors[("find_many", "timeout")] == 1
+            assert not gave_up, [r.getMessage() for r in gave_up]
         for stage in walk(b.engine.store):
             if isinstance(stage, DeadlineStore):
                 stage.timeout = PATIENT  # a server just resumed is not taken for a hung one
@@ -367,7 +377,10 @@ def test_a_stopped_server_fails_an_async_recovery_at_the_store_deadline(
         assert [await b.get(k) for k in range(KEYS)] == list(range(KEYS))
         await b.healthy()
 
-    _run(b, scenario)
+    try:
+        _run(b, scenario)
+    finally:
+        psycopg_log.removeHandler(handler)
 
 
 # -- many event loops -------------------------------------------------------------------------

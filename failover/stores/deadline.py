@@ -115,6 +115,7 @@ class DeadlineStore(HealthRowsLayer, BrowsingLayer, Layer):
         self._pid = os.getpid()  # the process the pool's workers run in
         self._open_until: datetime | None = None
         self._trial = False  # a trial operation is under way: others are still skipped
+        self._abandoned: set[asyncio.Future[Any]] = set()  # async operations given up, ending
         # Read once: a queued write passes straight through on the hot path.
         self._queued = writes_async(inner)
         if isinstance(inner, AsyncWriteStore):
@@ -230,17 +231,38 @@ class DeadlineStore(HealthRowsLayer, BrowsingLayer, Layer):
             if asyncio.iscoroutine(work):
                 work.close()
             raise
+        task = asyncio.ensure_future(work)
         try:
-            # Cancelled past the deadline: the async stores discard a connection cancelled
-            # mid-statement, so it is never reused.
-            result = await asyncio.wait_for(work, self.timeout)
-        except TimeoutError:
-            raise self._timed_out(operation) from None
+            done, _ = await asyncio.wait((task,), timeout=self.timeout)
+        except BaseException:  # the caller was cancelled: so is the operation, left to end
+            self._abandon(task)
+            raise
+        if not done:
+            # Cancelled past the deadline, and not awaited (asyncio.wait_for would be): a store
+            # may take seconds winding a cancelled statement down (psycopg asks the server to
+            # cancel it, and waits; a hung server never answers). The async stores discard a
+            # connection cancelled mid-statement when it ends, so it is never reused.
+            self._abandon(task)
+            raise self._timed_out(operation)
+        try:
+            result = task.result()
         except Exception:
             self.errors[(operation, "error")] += 1
             raise
         self._answered()
         return result
+
+    def _abandon(self, task: asyncio.Future[Any]) -> None:
+        """``task`` cancelled and left to end on its own (held until then: a task nobody
+        references may be collected mid-way)."""
+        task.cancel()
+        self._abandoned.add(task)
+        task.add_done_callback(self._ended)
+
+    def _ended(self, task: asyncio.Future[Any]) -> None:
+        self._abandoned.discard(task)
+        if not task.cancelled():
+            task.exception()  # retrieved: nobody waits for it any more
 
     # -- the operations -----------------------------------------------------------------------
 
