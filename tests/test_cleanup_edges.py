@@ -413,6 +413,30 @@ def test_invalidate_inside_the_interval_forgets_only_the_current_tenants_store(
         assert stores["globex"].written == ["1@0"]  # still within its interval
 
 
+def test_invalidating_a_slice_inside_the_interval_lets_the_next_success_store_it(
+    clock: FakeClock,
+) -> None:
+    """Coalescing of slices goes by the whole call: ``invalidate("1")`` deletes slice 1, and a
+    success of ``rows("1,2")`` within the interval must store it again, or slice 1 stays
+    unrecoverable for the rest of the interval."""
+    down = threading.Event()
+    with Failover(InMemoryStore(), clock=clock, metrics=False, store_interval="1h") as engine:
+
+        @failover.failover("inv-slices", ttl="2h", splitter=ListSplitter("id"), engine=engine)
+        def rows(ids: str) -> list[dict[str, str]]:
+            if down.is_set():
+                raise ConnectionError("down")
+            return [{"id": i} for i in ids.split(",")]
+
+        rows("1,2")
+        rows.invalidate("1")
+        clock.advance(1)
+        rows("1,2")  # within the interval of this call, but slice 1 was invalidated
+        down.set()
+        recovered = rows.referential("1,2")
+        assert sorted(r["id"] for r in recovered.payload) == ["1", "2"]
+
+
 class FailingWrites(Counting):
     """Writes fail while ``down`` is set (the write never reaches the entries)."""
 

@@ -203,3 +203,9 @@ class DefaultHandler:
         """Forget the last store time of ``(name, key)``: its next success is stored."""
         with self._last_lock:
             self._until.pop(self._slot(key), None)
+
+    def forget_all(self) -> None:
+        """Forget every key's last store: after slices were deleted, a call covering them is
+        coalesced by its own key, which the slices do not name, so every next success stores."""
+        with self._last_lock:
+            self._until.clear()

@@ -222,7 +222,9 @@ class ScatterGatherHandler:
         else:
             keys = [key for key, _ in self._requested(d, _whole(ctx, None))]
         delete_many(store, name, keys)  # one statement (round trip) for every slice
-        self.inner.forget(name, envelope_key(ctx))  # the call's next success is stored
+        # Coalescing goes by the whole call: any call covering these slices (not only this one)
+        # must store at its next success, or they stay unrecoverable for the interval.
+        self.inner.forget_all()
 
     def _requested(
         self, d: FailoverDefinition, whole: RecoverContext[Any]
