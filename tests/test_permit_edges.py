@@ -361,3 +361,65 @@ def test_a_stopped_redis_while_calls_wait_then_resumed_leaks_no_permits(
     assert whole is not None, "the whole pool is not free after Redis resumed"
     redis_source.release(whole)
     engine.close()
+
+
+@pytest.mark.parametrize("unavailable", ["refuse", "local"])
+def test_asks_left_unanswered_by_a_stopped_redis_take_no_permits_when_it_resumes(
+    own_server: RedisServer, unavailable: str
+) -> None:
+    """A call gives up on an ask that Redis, stopped, has not read yet; resumed, Redis runs it
+    all the same. The permits it grants then must not stay taken (for a whole lease: 30 s)."""
+    engine = failover.Failover(metrics=False)
+    source = RedisPermits(own_server.url, unavailable=unavailable, socket_timeout=0.2)
+    pool = engine.bulkhead_pool("paused", permits=2, source=source)
+
+    @failover.failover("paused.f", engine=engine, bulkhead="paused")
+    def f(i: int) -> str:
+        return "live"
+
+    assert f(0) == "live"
+    redis_source: Any = pool.source
+    assert own_server.process is not None
+    own_server.process.send_signal(signal.SIGSTOP)
+    try:
+        with ThreadPoolExecutor(2) as threads:  # both asks sent, neither answered
+            envs = list(threads.map(lambda _: f.referential(0), range(2)))
+    finally:
+        own_server.process.send_signal(signal.SIGCONT)
+    for env in envs:
+        assert env.up_to_date == (unavailable == "local"), env.cause
+    # Resumed, Redis ran the two asks nobody waits for any more: the next call is served.
+    assert f(1) == "live"
+    assert redis_source.in_use() == 0
+    whole = redis_source.acquire(2, 0.0)
+    assert whole is not None, "the pool is taken by asks their callers gave up"
+    redis_source.release(whole)
+    engine.close()
+
+
+async def test_asks_of_tasks_left_unanswered_by_a_stopped_redis_take_no_permits(
+    own_server: RedisServer,
+) -> None:
+    engine = failover.Failover(metrics=False)
+    source = RedisPermits(own_server.url, socket_timeout=0.2)
+    pool = engine.bulkhead_pool("apaused", permits=2, source=source)
+
+    @failover.failover("apaused.f", engine=engine, bulkhead="apaused")
+    async def f(i: int) -> str:
+        return "live"
+
+    assert await f(0) == "live"
+    redis_source: Any = pool.source
+    assert own_server.process is not None
+    own_server.process.send_signal(signal.SIGSTOP)
+    try:  # the asks run on worker threads: the loop goes on, the calls come back refused
+        envs = await asyncio.wait_for(asyncio.gather(*(f.referential(0) for _ in range(2))), WAIT)
+    finally:
+        own_server.process.send_signal(signal.SIGCONT)
+    assert [isinstance(env.cause, BulkheadFull) for env in envs] == [True, True]
+    assert await f(1) == "live"
+    assert await asyncio.to_thread(redis_source.in_use) == 0
+    whole = await asyncio.to_thread(redis_source.acquire, 2, 0.0)
+    assert whole is not None, "the pool is taken by asks their callers gave up"
+    redis_source.release(whole)
+    engine.close()

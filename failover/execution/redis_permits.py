@@ -43,6 +43,8 @@ log = logging.getLogger(__name__)
 _UNAVAILABLE = ("refuse", "local")
 _PLACE_MS = 1_000  # a waiter's place lapses this long after its last ask (or 3 polls)
 _LOG_EVERY = 60.0  # seconds between two warnings of an unreachable Redis
+_DOUBTS = 10_000  # asks given up on, kept to forget in Redis (older ones lapse there)
+_FORGET_BATCH = 1_000  # lease ids per round trip when forgetting them
 
 
 class RedisPermits:
@@ -110,6 +112,10 @@ class RedisPermits:
         self._local: LocalPermits | None = None
         self._lock = threading.Lock()
         self._held: dict[str, int] = {}  # lease id -> weight, renewed while held
+        # Asks given up on without an answer (and gives back that failed): Redis may have run
+        # them, or run them late (a stopped Redis reads them when it resumes). Forgotten in
+        # Redis at the next ask, for their permits not to stay taken for a whole lease.
+        self._doubtful: dict[str, None] = {}
         self._waiting = 0
         self._closed = threading.Event()
         self._renewer: threading.Thread | None = None
@@ -128,6 +134,7 @@ class RedisPermits:
         bound._local = LocalPermits(permits, fair)
         bound._lock = threading.Lock()
         bound._held = {}
+        bound._doubtful = {}
         bound._closed = threading.Event()
         bound._renewer = None
         return bound
@@ -137,7 +144,13 @@ class RedisPermits:
     def _ask(self, lease: str, weight: int, queue: bool) -> bool:
         lease_ms, fair = round(self.lease * 1000), int(self.fair)
         args = (self.permits, lease_ms, fair, int(queue), self._place_ms)
-        granted = self._redis.acquire(lease, weight, *args)
+        if self._doubtful:
+            self._forget(lease_ms)
+        try:
+            granted = self._redis.acquire(lease, weight, *args)
+        except Unreachable:
+            self._doubt(lease)
+            raise
         if granted:
             with self._lock:
                 self._held[lease] = weight
@@ -151,7 +164,25 @@ class RedisPermits:
         try:
             self._redis.release(lease)
         except Unreachable as exc:
+            self._doubt(lease)
             self._warn("giving permits back", exc)
+
+    def _doubt(self, lease: str) -> None:
+        """``lease``'s ask or give-back went unanswered: forget it in Redis at the next ask."""
+        with self._lock:
+            self._doubtful[lease] = None
+            if len(self._doubtful) > _DOUBTS:  # the oldest lapses in Redis on its own
+                del self._doubtful[next(iter(self._doubtful))]
+
+    def _forget(self, lease_ms: int) -> None:
+        """Forget the asks given up on in Redis (raises when Redis still cannot answer)."""
+        with self._lock:
+            doubtful = list(self._doubtful)
+        for start in range(0, len(doubtful), _FORGET_BATCH):
+            self._redis.forget(lease_ms, doubtful[start : start + _FORGET_BATCH])
+        with self._lock:
+            for lease in doubtful:
+                self._doubtful.pop(lease, None)
 
     # -- acquire: one loop of asks, two ways to pause between them ---------------------------
 

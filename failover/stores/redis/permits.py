@@ -9,7 +9,9 @@ For a pool ``P`` (percent-encoded) under the prefix (``failover:permits:``), in 
 - ``{prefix}{P}:w``, a hash: each lease's weight (permits in use = their sum);
 - ``{prefix}{P}:q``, a sorted set: the waiters, scored by arrival (``{prefix}{P}:n``, a counter);
 - ``{prefix}{P}:a``, a sorted set: when each waiter's place lapses unless it asks again (a waiter
-  that died leaves the queue within a second).
+  that died leaves the queue within a second);
+- ``{prefix}{P}:x``, a sorted set: asks given up on without an answer (Redis stopped, too slow),
+  scored by when that is forgotten: Redis may still run such an ask, late, and grants it nothing.
 
 Every decision is one script, run atomically by Redis, with Redis's own clock (``TIME``).
 """
@@ -54,13 +56,15 @@ local used = 0
 for _, w in ipairs(redis.call('HVALS', KEYS[2])) do used = used + tonumber(w) end
 """
 
-# KEYS: held, weights, queue, alive, arrivals.
+# KEYS: held, weights, queue, alive, arrivals, given up.
 # ARGV: lease id, weight, permits, lease ms, fair (1/0), queue when refused (1/0), place ms.
 # Returns 1 when the lease is granted, 0 when not (queued when asked to).
 _ACQUIRE = (
     _PURGE
     + """
 local id, weight = ARGV[1], tonumber(ARGV[2])
+redis.call('ZREMRANGEBYSCORE', KEYS[6], '-inf', now)
+if redis.call('ZSCORE', KEYS[6], id) then return 0 end
 local lease, place = tonumber(ARGV[4]), tonumber(ARGV[7])
 local first = redis.call('ZRANGE', KEYS[3], 0, 0)[1]
 local ahead = ARGV[5] == '1' and first ~= nil and first ~= id
@@ -109,6 +113,24 @@ redis.call('ZREM', KEYS[4], ARGV[1])
 return 0
 """
 
+# KEYS: held, weights, queue, alive, given up. ARGV: lease ms, then lease ids whose asks were
+# given up on without an answer: whatever they got goes back, and an ask of theirs that Redis
+# runs later (sent before it stopped, read after) is refused for a lease's time.
+_FORGET = """
+local now = redis.call('TIME')
+now = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
+local lease = tonumber(ARGV[1])
+for i = 2, #ARGV do
+  redis.call('ZREM', KEYS[1], ARGV[i])
+  redis.call('HDEL', KEYS[2], ARGV[i])
+  redis.call('ZREM', KEYS[3], ARGV[i])
+  redis.call('ZREM', KEYS[4], ARGV[i])
+  redis.call('ZADD', KEYS[5], now + lease, ARGV[i])
+end
+redis.call('PEXPIRE', KEYS[5], lease)
+return 0
+"""
+
 # Returns {permits in use, waiters queued}, leases and places that lapsed removed first.
 _COUNT = _PURGE + "return {used, redis.call('ZCARD', KEYS[3])}"
 
@@ -147,6 +169,7 @@ class PermitScripts:
         self._renew = self.client.register_script(_RENEW)
         self._release = self.client.register_script(_RELEASE)
         self._count = self.client.register_script(_COUNT)
+        self._forget = self.client.register_script(_FORGET)
 
     def for_pool(self, pool: str) -> PermitScripts:
         """The same client and scripts on the keys of pool ``pool`` (the client not owned: it
@@ -154,7 +177,7 @@ class PermitScripts:
         bound = object.__new__(PermitScripts)
         bound.__dict__.update(self.__dict__)
         tag = f"{self.prefix}{{{quote(pool, safe='')}}}"
-        bound._keys = [f"{tag}:{part}" for part in ("h", "w", "q", "a", "n")]
+        bound._keys = [f"{tag}:{part}" for part in ("h", "w", "q", "a", "n", "x")]
         bound.owns = False
         return bound
 
@@ -166,6 +189,11 @@ class PermitScripts:
     def release(self, lease: str) -> None:
         """Give back ``lease``, or its waiter's place in the queue."""
         self._release(keys=self._keys[:4], args=[lease])
+
+    def forget(self, lease_ms: int, leases: Sequence[str]) -> None:
+        """Give back what ``leases``, asks given up on without an answer, got, and refuse them
+        for ``lease_ms`` should Redis run them late."""
+        self._forget(keys=[*self._keys[:4], self._keys[5]], args=[lease_ms, *leases])
 
     def renew(self, lease_ms: int, leases: Sequence[str]) -> list[Any]:
         """Renew ``leases`` for ``lease_ms``: those no longer held (expired)."""
