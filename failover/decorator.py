@@ -304,7 +304,9 @@ def failover(  # type: ignore[overload-overlap]  # async first: see _Decorator._
 def failover(name: Callable[P, R], /) -> FailoverFunction[P, R]: ...
 @overload
 def failover(name: str | None = None, /, **options: Unpack[Options]) -> _Decorator: ...
-def failover(name: Any = None, /, **options: Unpack[Options]) -> Any:
+@overload
+def failover(*, name: str | None, **options: Unpack[Options]) -> _Decorator: ...
+def failover(name: Any = None, /, **options: Any) -> Any:
     """Serve the last stored result, marked stale, when the decorated call fails.
 
     Args:

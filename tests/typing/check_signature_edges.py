@@ -30,7 +30,7 @@ def with_options(x: int = 0) -> str:
     return str(x)
 
 
-@failover.failover("named")
+@failover.failover(name="named")
 def by_keyword(x: int) -> bytes:
     return b""
 
@@ -176,6 +176,7 @@ async def refused() -> None:
 failover.failover("typo", tll="1h")  # type: ignore[call-overload]
 failover.failover("wrong", ttl=[1])  # type: ignore[call-overload]
 failover.failover("wrong", single_flight="yes")  # type: ignore[call-overload]
+failover.failover(name="wrong", ttl=[1])  # type: ignore[call-overload]
 failover.failover(3)  # type: ignore[call-overload]
 Failover(stor="memory://")  # type: ignore[call-arg]
 Failover("memory://", enabeld=False)  # type: ignore[call-arg]
