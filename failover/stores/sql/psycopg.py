@@ -277,6 +277,9 @@ class PsycopgStatements:
             except self._broken:
                 if fairy.driver_connection.broken and attempt == 1:
                     spares.drop(fairy)
+                    # The other kept ones went to the same server (restarted, a bouncer
+                    # restarted): the second try must not take one of them too.
+                    spares.drain(close=True)
                     continue
                 spares.give(fairy)
                 raise
