@@ -19,6 +19,7 @@ import failover
 from failover.stores import SqlStore
 from failover.stores.batching import ReadBatcher
 
+from .own_servers import running
 from .redis_server import RedisServer
 
 N = 1_000
@@ -43,9 +44,7 @@ class Flaky:
 @pytest.fixture(scope="module")
 def own_redis() -> Iterator[RedisServer]:
     """A server of this module's own: its command counts are this test's alone."""
-    server = RedisServer().start()
-    yield server
-    server.stop()
+    yield from running(RedisServer())
 
 
 def commands(client: Any) -> dict[str, int]:

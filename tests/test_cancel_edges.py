@@ -33,6 +33,8 @@ from failover.stores.redis import RedisStore
 from failover.stores.sql import SqlStore
 
 from .conftest import FakeClock, Upstream
+from .own_servers import own_postgres, running
+from .redis_server import RedisServer
 
 RESET = 5.0  # the store breaker's open time, on the fake clock: the tests move it past
 PATIENT = 30.0  # a store deadline no held read reaches: the test releases it first
@@ -50,28 +52,12 @@ def _collected() -> Iterator[None]:
 
 @pytest.fixture(scope="module")
 def pg_server() -> Iterator[Any]:
-    from . import postgres
-
-    bin_dir = postgres.find_bin_dir()
-    if bin_dir is None:
-        pytest.skip(postgres.SKIP_REASON)
-    server = postgres.PostgresServer(bin_dir)
-    try:
-        server.start()
-        yield server
-    finally:
-        server.stop()
+    yield from own_postgres()
 
 
 @pytest.fixture(scope="module")
 def redis_srv() -> Iterator[Any]:
-    from .redis_server import RedisServer
-
-    server = RedisServer().start()
-    try:
-        yield server
-    finally:
-        server.stop()
+    yield from running(RedisServer())
 
 
 class Proxy:

@@ -29,6 +29,7 @@ from failover.stores.redis import RedisStore
 
 from . import redis_server
 from .execution_support import WAIT, ABlocking, Blocking, auntil, metric, until
+from .own_servers import running
 from .redis_server import RedisServer
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -241,11 +242,7 @@ def test_one_redis_client_serves_the_store_the_shared_breaker_and_the_pool(
 
 @pytest.fixture
 def own_server() -> Iterator[RedisServer]:
-    started = RedisServer().start()
-    try:
-        yield started
-    finally:
-        started.stop()
+    yield from running(RedisServer())
 
 
 @pytest.mark.parametrize("unavailable", ["refuse", "local"])

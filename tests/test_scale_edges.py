@@ -25,17 +25,14 @@ from failover.stores.sql import SqlStore
 
 from . import pgbouncer, postgres, redis_ha, redis_server
 from .conftest import FakeClock
+from .own_servers import running
 
 # -- Sentinel: a switch-over ----------------------------------------------------------------------
 
 
 @pytest.fixture
 def own_sentinels() -> Iterator[redis_ha.SentinelSet]:
-    sentinels = redis_ha.SentinelSet()
-    try:
-        yield sentinels.start()
-    finally:
-        sentinels.stop()
+    yield from running(redis_ha.SentinelSet())
 
 
 def switch_over(sentinels: redis_ha.SentinelSet) -> int:

@@ -28,6 +28,7 @@ from failover.stores.sql import SqlStore
 
 from . import pgbouncer, postgres, redis_ha, redis_server
 from .conftest import FakeClock
+from .own_servers import running
 
 
 def entry(clock: FakeClock, key: str, name: str = "n") -> ReferentialPayload[Any]:
@@ -193,20 +194,12 @@ def run_load(store: Any, disrupt: Callable[[], object]) -> None:
 
 @pytest.fixture
 def own_cluster() -> Iterator[redis_ha.RedisCluster]:
-    cluster = redis_ha.RedisCluster()
-    try:
-        yield cluster.start()
-    finally:
-        cluster.stop()
+    yield from running(redis_ha.RedisCluster())
 
 
 @pytest.fixture
 def own_sentinels() -> Iterator[redis_ha.SentinelSet]:
-    sentinels = redis_ha.SentinelSet()
-    try:
-        yield sentinels.start()
-    finally:
-        sentinels.stop()
+    yield from running(redis_ha.SentinelSet())
 
 
 def test_a_cluster_master_killed_mid_load(own_cluster: redis_ha.RedisCluster) -> None:

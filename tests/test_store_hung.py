@@ -31,6 +31,8 @@ from failover.stores.deadline import DeadlineStore
 from failover.stores.sql import SqlStore
 
 from .conftest import FakeClock, Upstream
+from .own_servers import own_postgres, running
+from .redis_server import RedisServer
 
 TIMEOUT = 0.2
 RESET = 5.0  # the store breaker's open time, on the fake clock: the tests move it past
@@ -96,29 +98,13 @@ def sqlite_locked(path: Path) -> Iterator[None]:
 @pytest.fixture(scope="module")
 def pg_server() -> Iterator[Any]:
     """A PostgreSQL server of this module's own: stopping it must not stall other tests."""
-    from . import postgres
-
-    bin_dir = postgres.find_bin_dir()
-    if bin_dir is None:
-        pytest.skip(postgres.SKIP_REASON)
-    server = postgres.PostgresServer(bin_dir)
-    try:
-        server.start()
-        yield server
-    finally:
-        server.stop()
+    yield from own_postgres()
 
 
 @pytest.fixture(scope="module")
 def redis_srv() -> Iterator[Any]:
     """A redis-server of this module's own."""
-    from .redis_server import RedisServer
-
-    server = RedisServer().start()
-    try:
-        yield server
-    finally:
-        server.stop()
+    yield from running(RedisServer())
 
 
 Hang = Callable[[], Any]

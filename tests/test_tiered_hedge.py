@@ -29,6 +29,7 @@ from failover.stores.deadline import DeadlineStore
 from failover.stores.hedging import HedgingDeadline
 
 from .conftest import FakeClock, Upstream
+from .own_servers import running
 from .redis_server import RedisServer
 from .test_store_hung import stopped
 
@@ -38,11 +39,7 @@ RESET = 5.0
 @pytest.fixture
 def redis_srv() -> Iterator[RedisServer]:
     """A redis-server of the test's own: it is stopped and killed."""
-    server = RedisServer().start()
-    try:
-        yield server
-    finally:
-        server.stop()
+    yield from running(RedisServer())
 
 
 def _url(server: RedisServer, socket_timeout: float) -> str:

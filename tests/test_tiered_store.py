@@ -30,6 +30,7 @@ from failover.stores.redis import RedisStore
 
 from . import redis_server
 from .conftest import FakeClock, Upstream
+from .own_servers import running
 from .redis_server import RedisServer
 from .test_store_contract import entry
 
@@ -37,10 +38,7 @@ from .test_store_contract import entry
 @pytest.fixture
 def own_server() -> Iterator[RedisServer]:
     """A server of the test's own, started: the test may kill and restart it."""
-    server = RedisServer()
-    server.start()
-    yield server
-    server.stop()
+    yield from running(RedisServer())
 
 
 def redis_far(server: RedisServer, clock: FakeClock, prefix: str = "failover:") -> Any:
