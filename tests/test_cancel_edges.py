@@ -14,12 +14,10 @@ import asyncio
 import gc
 import logging
 import os
-import signal
 import socket
 import threading
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager, suppress
-from pathlib import Path
+from contextlib import suppress
 from typing import Any
 
 import pytest
@@ -33,7 +31,7 @@ from failover.stores.redis import RedisStore
 from failover.stores.sql import SqlStore
 
 from .conftest import FakeClock, Upstream
-from .own_servers import own_postgres, running
+from .own_servers import children, own_postgres, running, stopped
 from .redis_server import RedisServer
 
 RESET = 5.0  # the store breaker's open time, on the fake clock: the tests move it past
@@ -130,33 +128,6 @@ def _conninfo(url: str) -> str:
     return url.replace("postgresql+psycopg://", "postgresql://")
 
 
-def _children(pid: int) -> list[int]:
-    found = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-            except OSError:
-                continue
-            if int(fields[1]) == pid:
-                found.append(int(entry.name))
-    return found
-
-
-@contextmanager
-def stopped(pids: list[int]) -> Iterator[None]:
-    """The processes stopped (``SIGSTOP``) inside the block, resumed whatever happens."""
-    try:
-        for pid in pids:
-            with suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGSTOP)
-        yield
-    finally:
-        for pid in pids:
-            with suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGCONT)
-
-
 class Backend:
     """One real store, its engine, and what checks that its connections are healthy."""
 
@@ -193,7 +164,7 @@ class Backend:
         """The server's processes (PostgreSQL: the postmaster and its backends)."""
         if self.kind == "postgresql":
             postmaster = int((self.server.data / "postmaster.pid").read_text().split()[0])
-            return [postmaster, *_children(postmaster)]
+            return [postmaster, *children(postmaster)]
         return [self.server.process.pid]
 
     async def stored(self) -> None:

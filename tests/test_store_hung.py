@@ -13,12 +13,11 @@ from __future__ import annotations
 
 import asyncio
 import os
-import signal
 import subprocess
 import sys
 import threading
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager, suppress
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -31,42 +30,11 @@ from failover.stores.deadline import DeadlineStore
 from failover.stores.sql import SqlStore
 
 from .conftest import FakeClock, Upstream
-from .own_servers import own_postgres, running
+from .own_servers import children, own_postgres, running, stopped
 from .redis_server import RedisServer
 
 TIMEOUT = 0.2
 RESET = 5.0  # the store breaker's open time, on the fake clock: the tests move it past
-
-
-def _children(pid: int) -> list[int]:
-    found = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-            except OSError:
-                continue
-            if int(fields[1]) == pid:
-                found.append(int(entry.name))
-    return found
-
-
-@contextmanager
-def stopped(pids: list[int]) -> Iterator[None]:
-    """The processes stopped (``SIGSTOP``) inside the block, resumed whatever happens."""
-    try:
-        for pid in pids:
-            _signal(pid, signal.SIGSTOP)
-        yield
-    finally:
-        for pid in pids:
-            _signal(pid, signal.SIGCONT)
-
-
-def _signal(pid: int, sig: signal.Signals) -> None:
-    # A backend may end between the listing and the signal: it must not keep the others stopped.
-    with suppress(ProcessLookupError):
-        os.kill(pid, sig)
 
 
 @contextmanager
@@ -121,7 +89,7 @@ def hung_store(request: pytest.FixtureRequest, tmp_path: Path) -> tuple[str, Any
         server = request.getfixturevalue("pg_server")
         postmaster = int((server.data / "postmaster.pid").read_text().split()[0])
         store = SqlStore(server.url, table_prefix=f"t{os.urandom(4).hex()}_")
-        return kind, store, lambda: stopped([postmaster, *_children(postmaster)])
+        return kind, store, lambda: stopped([postmaster, *children(postmaster)])
     server = request.getfixturevalue("redis_srv")
     prefix = f"t{os.urandom(4).hex()}:"
     assert server.process is not None
@@ -266,7 +234,7 @@ def test_a_connection_given_up_at_its_deadline_is_never_lent_again(
 
         assert get(1) == 1
         layer = _deadline(engine)
-        with stopped([postmaster, *_children(postmaster)]):
+        with stopped([postmaster, *children(postmaster)]):
             assert get(2) == 2  # its write is given up at the deadline
             assert _count(layer, "timeout") == 1
             assert not discarded.is_set()  # the operation is still stuck on the stopped server
@@ -402,7 +370,7 @@ def test_writes_queued_while_the_store_breaker_is_open_are_written_when_it_answe
         assert get(0) == 0
         assert engine.flush(10)
         layer = _deadline(engine)
-        with stopped([postmaster, *_children(postmaster)]):
+        with stopped([postmaster, *children(postmaster)]):
             upstream.fail()
             with pytest.raises(ConnectionError):
                 get(0)  # its read times out: the store breaker opens

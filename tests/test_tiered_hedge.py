@@ -29,9 +29,8 @@ from failover.stores.deadline import DeadlineStore
 from failover.stores.hedging import HedgingDeadline
 
 from .conftest import FakeClock, Upstream
-from .own_servers import running
+from .own_servers import running, stopped
 from .redis_server import RedisServer
-from .test_store_hung import stopped
 
 RESET = 5.0
 
