@@ -7,7 +7,9 @@ the response start message gets:
 
 - ``Age``: the age in seconds of the oldest stale value (RFC 9111), when stored values were served;
 - ``Warning: 110 - "Response is Stale"``;
-- ``X-Failover-Stale``: the names of the failovers, comma-separated.
+- ``X-Failover-Stale``: the names of the failovers, comma-separated;
+- ``X-Failover-Partial: 1``, when a scatter/gather call was served only some of the slices it
+  asked for (`failover.ReferentialPayload.partial`).
 
 Headers the response already has are left as they are. Nothing is buffered: only the
 ``http.response.start`` message is touched, so streaming responses stream as before.
@@ -42,6 +44,7 @@ class StaleHeaders:
             understood by clients and tools that look for it).
         header: the header listing the failovers' names, or ``None`` for none (when the names
             should not reach clients).
+        partial: the header set to ``1`` when an answer is partial, or ``None`` for none.
 
     Example (FastAPI)::
 
@@ -56,13 +59,18 @@ class StaleHeaders:
         age: bool = True,
         warning: bool = True,
         header: str | None = "X-Failover-Stale",
+        partial: str | None = "X-Failover-Partial",
     ) -> None:
-        if header is not None and not _is_token(header):
-            raise ConfigurationError(f"StaleHeaders: header {header!r} is not a valid header name")
+        for setting, value in (("header", header), ("partial", partial)):
+            if value is not None and not _is_token(value):
+                raise ConfigurationError(
+                    f"StaleHeaders: {setting} {value!r} is not a valid header name"
+                )
         self.app = app
         self.age = age
         self.warning = warning
         self.header = None if header is None else header.lower().encode("ascii")
+        self.partial = None if partial is None else partial.lower().encode("ascii")
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         """Handle one ASGI connection; only ``http`` ones are watched."""
@@ -81,7 +89,7 @@ class StaleHeaders:
 
     def headers(self, headers: list[Any], report: StaleReport) -> list[Any]:
         """``headers`` (ASGI pairs) with the staleness headers added where absent."""
-        has_age = has_warning = has_header = False
+        has_age = has_warning = has_header = has_partial = False
         for raw, value in headers:
             name = raw.lower()  # bytes (or bytearray), lowercase by the ASGI spec already
             if name == b"age":
@@ -90,6 +98,8 @@ class StaleHeaders:
                 has_warning = has_warning or value.startswith(b"110")
             elif name == self.header:
                 has_header = True
+            elif name == self.partial:
+                has_partial = True
         age = report.age
         if self.age and age is not None and not has_age:
             headers.append((b"age", b"%d" % age))
@@ -97,6 +107,8 @@ class StaleHeaders:
             headers.append((b"warning", _WARNING))
         if self.header is not None and not has_header:
             headers.append((self.header, b", ".join(_safe(n) for n in report.names)))
+        if report.partial and self.partial is not None and not has_partial:
+            headers.append((self.partial, b"1"))
         return headers
 
 

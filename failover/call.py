@@ -299,7 +299,9 @@ class Call(CallContext):
             if hook is not None:  # the hook sees the entry as recovered (the store's is live)
                 value = self._hooked(hook, cause, stale(found, cause), value)
             f = found
-            out = envelope(f.name, f.key, value, as_of, f.expire_on, False, cause, f.label)
+            out = envelope(
+                f.name, f.key, value, as_of, f.expire_on, False, cause, f.label, f.partial
+            )
             events.served(out)
             return out
         events.not_recovered(seconds, cause)

@@ -95,13 +95,12 @@ def store_chain(
 
 def handler_chain(
     store: FailoverStore,
-    metrics: Metrics,
     clock: Callable[[], datetime],
     scatter: bool = False,
     store_interval: timedelta | None = None,
 ) -> Handler:
     """The handler chain over ``store``; ``scatter`` adds the scatter/gather layer (only
-    failovers with a splitter get it); ``metrics`` counts its partial recoveries."""
+    failovers with a splitter get it)."""
     tenant = None
     if isinstance(store, MultiTenantStore):
         router = store
@@ -111,7 +110,7 @@ def handler_chain(
             return router.resolve() if pin is None else pin
 
     default = DefaultHandler(store, clock, store_interval, tenant)
-    return ScatterGatherHandler(default, metrics) if scatter else default
+    return ScatterGatherHandler(default) if scatter else default
 
 
 def _queues_writes(raw: FailoverStore, async_writes: bool | None) -> bool:

@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     from .definition import FailoverDefinition
     from .payload import ReferentialPayload
 
-__all__ = ["LONGEST", "ExpiryPolicy", "FixedTtl", "parse_ttl"]
+__all__ = ["LONGEST", "ExpiryPolicy", "FixedTtl", "parse_ttl", "too_long"]
 
 # Largest first: a compound duration names its units in this order, each at most once.
 _UNITS = {"w": 604800, "d": 86400, "h": 3600, "m": 60, "s": 1, "ms": 0.001}
@@ -44,6 +44,15 @@ def _duration(text: str) -> float | None:
 LONGEST = timedelta(days=36_500)
 """The longest duration any setting takes: a century; any later expiry overflows somewhere
 (datetime), and a longer wait overflows a lock's (``threading.TIMEOUT_MAX``, ~292 years)."""
+
+
+def too_long(what: str, value: object) -> ConfigurationError:
+    """The error of a duration past `LONGEST`, saying how to write "forever" instead."""
+    return ConfigurationError(
+        f"{what} must be at most a century (36500d), got {value!r}; durations are capped at a "
+        "century (a later expiry overflows a datetime): for 'forever' (timedelta.max elsewhere), "
+        "write '36500d'"
+    )
 
 
 def _seconds(seconds: float, value: object, what: str) -> timedelta:
@@ -101,7 +110,7 @@ def parse_ttl(
         bound = "must not be negative" if zero_ok else "must be positive"
         raise ConfigurationError(f"{what} {bound}, got {value!r}")
     if ttl > LONGEST:
-        raise ConfigurationError(f"{what} must be at most a century (36500d), got {value!r}")
+        raise too_long(what, value)
     return ttl
 
 

@@ -61,7 +61,8 @@ class MetricsObserver(Observer):
             self.metrics.stored(self.name, ok, seconds)
 
     def read(self, outcome: str, seconds: float, found: Payload | None) -> None:
-        """Count a recovery's read, with the recovered value's age."""
+        """Count a recovery's read, with the recovered value's age, and whether it found only
+        some of a scatter/gather call's slices."""
         age = None
         if found is not None and found.as_of is not None:
             try:
@@ -69,6 +70,8 @@ class MetricsObserver(Observer):
             except Exception:  # a failing clock costs the age, never the recovery
                 age = None
         self.metrics.recovered(self.name, outcome, seconds, age)
+        if found is not None and found.partial:
+            self.metrics.partial(self.name)
 
     def hook_failed(self) -> None:
         """Count a failed ``on_recovered`` hook."""

@@ -173,11 +173,14 @@ class OtelObserver(Observer):
         self._call("raised", seconds, cause)
 
     def read(self, outcome: str, seconds: float, found: Payload | None) -> None:
-        """A ``failover.recover`` span: the store read for a recovery."""
+        """A ``failover.recover`` span: the store read for a recovery (``failover.partial``
+        when it found only some of a scatter/gather call's slices)."""
         age = self._age(found.as_of) if found is not None else None
         attributes: dict[str, Any] = {"failover.name": self.name, "failover.outcome": outcome}
         if age is not None:
             attributes["failover.stale_age_s"] = age
+        if found is not None and found.partial:  # some slices of a scatter/gather call only
+            attributes["failover.partial"] = True
         end = time.time_ns()
         span = self.otel.tracer.start_span(
             "failover.recover", start_time=end - int(seconds * 1e9), attributes=attributes

@@ -35,18 +35,22 @@ class StaleReport:
     Attributes:
         age: the age in seconds, when it was served, of the oldest stored value served stale;
             ``None`` when only policy-made values (which have no time) were served, or none.
+        partial: whether a scatter/gather call was served only some of the slices it asked
+            for (`ReferentialPayload.partial`).
     """
 
-    __slots__ = ("_lock", "_names", "_parent", "age")
+    __slots__ = ("_lock", "_names", "_parent", "age", "partial")
 
     def __init__(self, parent: StaleReport | None = None) -> None:
         self._lock = threading.Lock()
         self._names: dict[str, None] = {}  # an ordered set: first served first
         self._parent = parent
         self.age: float | None = None
+        self.partial = False
 
     def __repr__(self) -> str:
-        return f"StaleReport(names={self.names!r}, age={self.age!r})"
+        partial = ", partial=True" if self.partial else ""
+        return f"StaleReport(names={self.names!r}, age={self.age!r}{partial})"
 
     def __bool__(self) -> bool:
         """Whether any call was not answered live."""
@@ -58,15 +62,18 @@ class StaleReport:
         with self._lock:
             return tuple(self._names)
 
-    def add(self, name: str, age: float | None) -> None:
+    def add(self, name: str, age: float | None, partial: bool = False) -> None:
         """Count one call of failover ``name`` that was not answered live; ``age`` is the
-        served value's age in seconds (``None`` for a policy-made value)."""
+        served value's age in seconds (``None`` for a policy-made value); ``partial``: it was
+        served only some of the slices it asked for."""
         with self._lock:
             self._names[name] = None
             if age is not None and (self.age is None or age > self.age):
                 self.age = age
+            if partial:
+                self.partial = True
         if self._parent is not None:  # an enclosing block (an outer app's middleware) sees it too
-            self._parent.add(name, age)
+            self._parent.add(name, age, partial)
 
 
 _current: ContextVar[StaleReport | None] = ContextVar("failover_stale_report", default=None)
@@ -116,7 +123,7 @@ def record(
             age = max(0.0, (clock() - served.as_of).total_seconds())
         except Exception:  # a failing clock costs the Age header, never the call
             age = None
-    report.add(served.name if name is None else name, age)
+    report.add(served.name if name is None else name, age, served.partial)
 
 
 class ServedObserver(Observer):

@@ -20,7 +20,7 @@ from .definition import ExpiryPolicy, FailoverDefinition
 from .engine import Failover
 from .engine import default as default_engine
 from .errors import ConfigurationError
-from .expiry import LONGEST, FixedTtl, parse_ttl
+from .expiry import LONGEST, FixedTtl, parse_ttl, too_long
 from .labels import check_label
 from .policy import resolve_policy
 from .scatter import check_splitter
@@ -66,9 +66,7 @@ def _finite_seconds(value: Any, owner: str, setting: str, zero_ok: bool) -> floa
             f"{owner}: {setting}= must be a finite number of seconds {bound}, got {value!r}"
         )
     if value > LONGEST.total_seconds():  # as in text: a longer wait overflows a lock's
-        raise ConfigurationError(
-            f"{owner}: {setting}= must be at most a century (36500d), got {value!r}"
-        )
+        raise too_long(f"{owner}: {setting}=", value)
     return float(value)
 
 

@@ -42,6 +42,35 @@ def test_a_ttl_past_a_century_is_refused_before_any_expiry_overflows(ttl: object
 
 
 @pytest.mark.parametrize(
+    ("setting", "forever"),
+    [
+        ("ttl", timedelta.max),
+        ("ttl", timedelta.max - timedelta(milliseconds=1)),  # FusionCache's "infinite"
+        ("fresh_for", timedelta.max),
+        ("timeout", 1e300),
+    ],
+)
+def test_forever_is_refused_with_the_cap_and_how_to_write_it(setting: str, forever: Any) -> None:
+    with pytest.raises(ConfigurationError) as refused:
+
+        @failover.failover("forever", **{setting: forever})  # type: ignore[call-overload]
+        def f() -> None: ...
+
+    message = str(refused.value)
+    assert f"failover 'forever': {setting}" in message
+    assert "at most a century (36500d)" in message
+    assert "for 'forever' (timedelta.max elsewhere), write '36500d'" in message
+
+    cap = {setting: "36500d", "ttl": "36500d"}  # fresh_for may not outlast the ttl
+
+    @failover.failover("forever", **cap)  # type: ignore[call-overload]
+    def g() -> None: ...
+
+    held = getattr(g.definition, setting)
+    assert held in (timedelta(days=36_500), 36_500 * 86_400.0)
+
+
+@pytest.mark.parametrize(
     ("value", "expected"),
     [
         (timedelta(minutes=2), timedelta(minutes=2)),

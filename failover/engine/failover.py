@@ -131,12 +131,10 @@ class Failover(Guards, Lifecycle):
             StoreMetrics.for_registry(self.metrics.registry).track(self.store)
         if isinstance(self.store, MultiTenantStore):
             self.tenant_resolver = self.store.resolver
-        self.handler: Handler = handler_chain(
-            self.store, self.metrics, clock, store_interval=interval
-        )
+        self.handler: Handler = handler_chain(self.store, clock, store_interval=interval)
         # Only failovers with a splitter pay for the scatter/gather layer.
         self.scatter_handler: Handler = handler_chain(
-            self.store, self.metrics, clock, scatter=True, store_interval=interval
+            self.store, clock, scatter=True, store_interval=interval
         )
         self.refreshes = Refreshes(timeout_workers)
         self.pools = Pools(self.metrics.track_pool)

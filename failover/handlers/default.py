@@ -106,6 +106,7 @@ class DefaultHandler:
             obj.up_to_date = True
             obj.cause = None
             obj.label = label
+            obj.partial = False
             obj.__class__ = ReferentialPayload
             self.store_.store(obj)
         except BaseException:

@@ -207,4 +207,6 @@ def stale(found: Payload, cause: BaseException | None = None) -> Payload:
     f = found
     if not f.up_to_date:
         return f
-    return envelope(f.name, f.key, f.payload, f.as_of, f.expire_on, False, cause, f.label)
+    return envelope(
+        f.name, f.key, f.payload, f.as_of, f.expire_on, False, cause, f.label, f.partial
+    )

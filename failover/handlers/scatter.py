@@ -20,7 +20,6 @@ from ..context import CallContext, Miss, RecoverContext
 from ..definition import FailoverDefinition
 from ..errors import SplitterError
 from ..labels import slice_label
-from ..metrics import Metrics
 from ..payload import enrich, envelope
 from ..scatter import CallArguments, Narrowing, StoreContext, slice_context
 from ..scatter.contexts import SLICE_ARGUMENT
@@ -48,14 +47,15 @@ class ScatterGatherHandler:
     Args:
         inner: the default handler: failovers without a splitter go there; slices use its
             store chain, clock and write coalescing.
-        metrics: where partial recoveries are counted.
+
+    A partial recovery is marked on its envelope (``partial``); the event stream's observers
+    count it (`failover.metrics_observer.MetricsObserver`).
     """
 
-    def __init__(self, inner: DefaultHandler, metrics: Metrics) -> None:
+    def __init__(self, inner: DefaultHandler) -> None:
         self.inner = inner
         self.store_ = inner.store_
         self.clock = inner.clock
-        self.metrics = metrics
         self.key_types = KeyTypes()
 
     def __repr__(self) -> str:
@@ -121,7 +121,7 @@ class ScatterGatherHandler:
             return inner.lookup(ctx, cause, report)
         whole = _whole(ctx, cause)
         requested = None if _everything(ctx) else self._requested(d, whole)
-        keys = None if requested is None else [key for key, _ in requested]
+        keys = None if requested is None else _distinct(requested)
         tenant = inner.current_tenant()
         lookup = lookup_of(self, ctx, cause, keys, self.store_, inner.reads, tenant, report)
         lookup.plan = whole, requested
@@ -159,19 +159,19 @@ class ScatterGatherHandler:
         requested = self._requested(d, _whole(ctx, None))
         if not requested:
             return None
-        found = self.store_.find_many(d.effective_name, [key for key, _ in requested])
+        found = self.store_.find_many(d.effective_name, _distinct(requested))
         self._expired(d, found)  # a custom expiry may end an entry before fresh_for
         fresh = {k: p for k, p in found.items() if p.as_of is not None and p.as_of > since}
         if not fresh:
             return None
-        missing = [asked for key, asked in requested if key not in fresh]
+        missing = {key: asked for key, asked in requested if key not in fresh}  # each key once
         if not missing:
             whole = _whole(ctx, None)
             merged = self._merged(ctx, None, False, whole, requested, fresh, False, True)
             return None if isinstance(merged, Miss) else merged
         if not isinstance(d.splitter, Narrowing):  # an optional splitter method
             return None
-        keys = [asked.arguments.get(SLICE_ARGUMENT) for asked in missing]
+        keys = [asked.arguments.get(SLICE_ARGUMENT) for asked in missing.values()]
         narrowed = d.splitter.narrowed(ctx.args, ctx.kwargs, keys)
         if narrowed is None:
             return None
@@ -220,7 +220,7 @@ class ScatterGatherHandler:
         if _everything(ctx):
             keys = [p.key for p in store.find_all(name)]
         else:
-            keys = [key for key, _ in self._requested(d, _whole(ctx, None))]
+            keys = _distinct(self._requested(d, _whole(ctx, None)))
         delete_many(store, name, keys)  # one statement (round trip) for every slice
         # Coalescing goes by the whole call: any call covering these slices (not only this one)
         # must store at its next success, or they stay unrecoverable for the interval.
@@ -275,17 +275,23 @@ class ScatterGatherHandler:
             raise _failed(d, "merge", exc) from exc
         if merged is None:
             return Miss.MISS
-        missing = sum(1 for key, _ in requested if key not in found)
+        missing = len({key for key, _ in requested if key not in found})
         if missing and report:
             log.warning(
                 "failover %r: partial recovery, %d of %d slices missing",
                 d.name,
                 missing,
-                len(requested),
+                len({key for key, _ in requested}),
             )
-            self.metrics.partial(d.name)
         as_of, expires = _oldest(found.values())
-        return envelope(name, envelope_key(ctx), merged, as_of, expires, up_to_date, cause)
+        partial = bool(missing) and not up_to_date  # a live answer is whatever it is
+        key = envelope_key(ctx)
+        return envelope(name, key, merged, as_of, expires, up_to_date, cause, None, partial)
+
+
+def _distinct(requested: list[tuple[str, RecoverContext[Any]]]) -> list[str]:
+    """The keys of the slices asked for, each once (a request may ask for a key twice)."""
+    return list(dict.fromkeys(key for key, _ in requested))
 
 
 def _everything(ctx: CallContext) -> bool:

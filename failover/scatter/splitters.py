@@ -63,7 +63,8 @@ class EntitySplitter:
         self.strict = strict
 
     def requested(self, ctx: RecoverContext[Any]) -> list[Hashable]:
-        """The entity keys a call asks for, in order, each once."""
+        """The entity keys a call asks for, in order, a key asked twice twice (a stale answer
+        has the shape the live one would have had)."""
         arguments = ctx.arguments
         if self.keys_from_args is None:
             keys = _keys(next(iter(arguments.values()), None))  # the first parameter's value
@@ -71,7 +72,9 @@ class EntitySplitter:
             keys = self.keys_from_args(*arguments.args, **arguments.kwargs)
         else:  # a context built by hand: the arguments by name are all there is
             keys = self.keys_from_args(**arguments)
-        return list(dict.fromkeys(keys))
+        keys = list(keys)
+        dict.fromkeys(keys)  # entity keys are hashable, as item_key's are: TypeError if not
+        return keys
 
     def narrowed(
         self, args: tuple[Any, ...], kwargs: Mapping[str, Any], keys: list[Hashable]
@@ -175,8 +178,8 @@ class ListSplitter(EntitySplitter, Generic[T]):
         strict: any missing slice makes the whole recovery a miss (the exception policy
             decides), instead of returning the items found.
 
-    The merged list follows the requested keys (each once); a call recovering every slice
-    gets them ordered by entity key.
+    The merged list follows the requested keys, a key asked twice answered twice, as a live
+    answer would be; a call recovering every slice gets them ordered by entity key.
 
     Raises:
         ConfigurationError: a setting that cannot work.

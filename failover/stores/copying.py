@@ -85,6 +85,7 @@ def copied(payload: Payload) -> Payload:
     obj.up_to_date = p.up_to_date
     obj.cause = None
     obj.label = p.label
+    obj.partial = False  # a stored entry is whole
     obj.__class__ = ReferentialPayload
     built: Payload = obj
     return built
