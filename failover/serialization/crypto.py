@@ -6,10 +6,11 @@ is read as it is, so turning encryption on (or off, while the key is still confi
 existing rows readable. `FernetCipher` is the one shipped; it needs ``cryptography``
 (``pip install failover[encryption]``).
 
-What is encrypted is ``@<binding>:<text>``, where ``binding`` (hex) is a digest of the entry's
-name and key: ciphers have no associated data, so the binding travels inside the ciphertext, and
-a row moved under another entry's key decrypts to the wrong binding and is refused. Rows
-encrypted by earlier versions carry no binding and are refused too (a miss until stored again).
+What is encrypted is ``@<binding>:<text>``, where ``binding`` (hex) is a digest of the store's
+identity (tenant, table or key prefix) and the entry's name and key: ciphers have no associated
+data, so the binding travels inside the ciphertext, and a row moved under another entry's key or
+into another store decrypts to the wrong binding and is refused. Rows encrypted by earlier
+versions (bound to their entry only, or not at all) are refused too (a miss until stored again).
 """
 
 from __future__ import annotations
@@ -69,7 +70,8 @@ def unseal(cipher: Cipher | None, text: str, binding: bytes) -> str:
 
     Raises:
         SerializationError: an encrypted row and no cipher, a cipher of another scheme, a
-            token that does not decrypt, or one encrypted for another entry or without a binding.
+            token that does not decrypt, or one encrypted for another entry or store, or without
+            a binding.
     """
     if not text.startswith(_OPEN):
         return text
@@ -92,7 +94,8 @@ def unseal(cipher: Cipher | None, text: str, binding: bytes) -> str:
         return plain[len(prefix) :]
     if plain.startswith(_BOUND):
         raise SerializationError(
-            "encrypted row belongs to another entry: it was moved or copied under this key"
+            "encrypted row belongs to another entry or another store (tenant, table, key "
+            "prefix): it was moved or copied here, or an earlier version wrote it"
         )
     raise SerializationError(
         "encrypted row carries no entry binding (an earlier version wrote it): a miss until the "
