@@ -1,9 +1,10 @@
 """Encryption at rest for the payloads a store writes.
 
 A `Cipher` encrypts the encoded payload text; the store writes ``ENC(<scheme>:<token>)``.
-Reading honours that marker whether or not the store encrypts its own writes: a row without it
-is read as it is, so turning encryption on (or off, while the key is still configured) keeps
-existing rows readable. `FernetCipher` is the one shipped; it needs ``cryptography``
+Reading honours that marker whether or not the store encrypts its own writes: turning encryption
+off keeps the encrypted rows readable while the key is still configured. A row without it is plain:
+a store that encrypts refuses it unless told ``accept_plain`` (`failover.serialization.rows`), for
+a migration. `FernetCipher` is the one shipped; it needs ``cryptography``
 (``pip install failover[encryption]``).
 
 What is encrypted is ``@<binding>:<text>``, where ``binding`` (hex) is a digest of the store's
