@@ -211,6 +211,9 @@ def tenant_factory(backend: str, tmp_path: Path, clock: FakeClock, **options: An
     if backend == "sqlite-files":
         # One file per tenant, the same table name in each: only the tenant tells them apart.
         return per_tenant_databases(f"sqlite:///{tmp_path}/failover-{{tenant}}.db", **options)
+    if backend == "sqlite-own-factory":
+        # A factory of the user's, which knows nothing of binding: the router tells each store.
+        return lambda tenant: SqlStore(f"sqlite:///{tmp_path}/own-{tenant}.db", **options)
     if backend == "postgresql-tables":
         prefixes = {"acme": postgres.unique_prefix(), "globex": postgres.unique_prefix()}
         return per_tenant_tables(postgres.engine(), prefixes, **options)
@@ -219,7 +222,9 @@ def tenant_factory(backend: str, tmp_path: Path, clock: FakeClock, **options: An
     )
 
 
-@pytest.fixture(params=["sqlite-files", "postgresql-tables", "redis-prefixes"])
+@pytest.fixture(
+    params=["sqlite-files", "sqlite-own-factory", "postgresql-tables", "redis-prefixes"]
+)
 def tenant_backend(request: pytest.FixtureRequest) -> str:
     return str(request.param)
 
