@@ -560,9 +560,7 @@ def test_after_rotation_rows_of_the_old_key_read_while_it_is_listed(
 def test_after_rotation_rows_of_a_key_no_longer_listed_are_misses(
     service: Service, kind: str
 ) -> None:
-    damage_and_check(
-        service, kind, {"DE": (sealed(OLD_KEY, "DE", where=service.backend), COUNTRY)}
-    )
+    damage_and_check(service, kind, {"DE": (sealed(OLD_KEY, "DE", where=service.backend), COUNTRY)})
 
 
 @pytest.mark.parametrize("options", [{**NEW_ONLY, "accept_plain": True}], ids=["new key"])
