@@ -547,6 +547,13 @@ def test_max_row_bytes_must_be_a_positive_int(bad: Any, tmp_path: Path) -> None:
         SqlStore(f"sqlite:///{tmp_path}/x.db", max_row_bytes=bad)
     with pytest.raises(ConfigurationError, match="max_row_bytes"):
         RedisStore("redis://127.0.0.1:1/0", max_row_bytes=bad)  # nothing is connected
+    # The per-tenant factories refuse it at once, not at the first tenant.
+    with pytest.raises(ConfigurationError, match="max_row_bytes"):
+        per_tenant_tables(f"sqlite:///{tmp_path}/x.db", max_row_bytes=bad)
+    with pytest.raises(ConfigurationError, match="max_row_bytes"):
+        per_tenant_databases(f"sqlite:///{tmp_path}/{{tenant}}.db", max_row_bytes=bad)
+    with pytest.raises(ConfigurationError, match="max_row_bytes"):
+        RedisStore.per_tenant("redis://127.0.0.1:1/0", max_row_bytes=bad)
 
 
 @pytest.mark.parametrize(

@@ -43,6 +43,7 @@ __all__ = [
     "DEFAULT_MAX_ROW_BYTES",
     "ROW_DEFAULTS",
     "Serializer",
+    "checked_max_row_bytes",
     "datetime_of",
     "entry_binding",
     "merged_row_options",

@@ -24,6 +24,7 @@ from ...serialization.crypto import Cipher
 from ...serialization.rows import (
     DEFAULT_MAX_ROW_BYTES,
     Serializer,
+    checked_max_row_bytes,
     merged_row_options,
     micros,
     split_row_options,
@@ -458,6 +459,7 @@ def per_tenant_tables(
         url_or_engine, store_kwargs = _url_settings(
             "per_tenant_tables", url_or_engine, store_kwargs
         )
+    _check_settings("per_tenant_tables", store_kwargs)
     return tenants.tables(
         SqlStore, shared_engine, split_prefix, url_or_engine, prefixes, **store_kwargs
     )
@@ -481,7 +483,13 @@ def per_tenant_databases(url_template: str, **store_kwargs: Any) -> TenantStores
         ConfigurationError: the template has no ``{tenant}``, or is not a URL `SqlStore` takes
             (checked here, before the first tenant comes).
     """
+    _check_settings("per_tenant_databases", store_kwargs)
     return tenants.databases(SqlStore, masked, _check_url, url_template, **store_kwargs)
+
+
+def _check_settings(owner: str, store_kwargs: dict[str, Any]) -> None:
+    """Refuse a bad ``max_row_bytes`` now, not at the first tenant's first call."""
+    checked_max_row_bytes(store_kwargs.get("max_row_bytes", DEFAULT_MAX_ROW_BYTES), owner)
 
 
 def _check_url(url: str) -> None:
