@@ -108,8 +108,7 @@ class TenantSqlite(SqlStore):
     """One tenant's SQLite file; its point and batched reads recorded (a real store, counted)."""
 
     def __init__(self, tenant: str, path: Path) -> None:
-        super().__init__(f"sqlite:///{path / f't_{tenant}.db'}")
-        self.tenant = tenant
+        super().__init__(f"sqlite:///{path / f't_{tenant}.db'}", tenant=tenant)
         self.reads: list[tuple[str, ...]] = []
         self._reads_lock = threading.Lock()
 

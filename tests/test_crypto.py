@@ -150,17 +150,22 @@ def test_an_encrypting_store_writes_no_plain_text(
         assert envelope.payload["pii"] == "jane@example.com"
 
 
-def test_turning_encryption_on_keeps_plain_rows_readable(url: str, clock: FakeClock) -> None:
+def test_turning_encryption_on_with_accept_plain_keeps_plain_rows_readable(
+    url: str, clock: FakeClock
+) -> None:
     from .test_store_contract import entry
 
     plain = SqlStore(url)
     plain.store(entry(clock, "old", {"v": 1}))
     plain.close()
-    encrypting = SqlStore(url, cipher=FernetCipher(KEY_A))
+    encrypting = SqlStore(url, cipher=FernetCipher(KEY_A), accept_plain=True)
     encrypting.store(entry(clock, "new", {"v": 2}))
     assert sorted(p.payload["v"] for p in encrypting.find_all("n")) == [1, 2]
     assert sorted(r[:4] for r in raw_payloads(encrypting)) == ["ENC(", "json"]
     encrypting.close()
+    refusing = SqlStore(url, cipher=FernetCipher(KEY_A))  # the default: plain rows refused
+    assert [p.payload["v"] for p in refusing.find_all("n")] == [2]
+    refusing.close()
 
 
 @pytest.mark.parametrize("reader_cipher", [None, "wrong key"])

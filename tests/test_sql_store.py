@@ -703,13 +703,15 @@ def test_a_row_that_cannot_be_decoded_is_a_miss_never_code(
         assert registry.get_sample_value("failover_recoveries_total", outcome) == 1
 
 
-def test_a_pickle_store_still_reads_json_rows(
+def test_a_pickle_store_reads_json_rows_with_accept_plain_only(
     make: Callable[..., SqlStore], clock: FakeClock
 ) -> None:
     make().store(entry(clock, "json", {"v": 1}))
-    pickling = make(codec=PickleCodec(PICKLE_KEY))
+    pickling = make(codec=PickleCodec(PICKLE_KEY), accept_plain=True)
     pickling.store(entry(clock, "pickle", {"v": 2}))
     assert [p.payload for p in pickling.find_all("n")] == [{"v": 1}, {"v": 2}]
+    refusing = make(codec=PickleCodec(PICKLE_KEY))  # the default: unsigned rows refused
+    assert [p.payload for p in refusing.find_all("n")] == [{"v": 2}]
 
 
 def test_a_row_with_corrupt_times_is_a_decode_error_and_skipped(

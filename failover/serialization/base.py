@@ -1,8 +1,9 @@
 """The `Codec` protocol every codec follows, `Encoding` (what writes through one), and the name
 a type is stored and allowed under.
 
-A store passes every call a ``binding``: a digest of the entry's name and key. A codec that
-authenticates its rows covers it, so that a row moved under another entry's key does not verify;
+A store passes every call a ``binding``: a digest of the store's identity (tenant, table or key
+prefix) and the entry's name and key. A codec that authenticates its rows covers it, so that a row
+moved under another entry's key or into another store does not verify;
 one that does not (JSON, which anyone able to write the table can write anyway) ignores it.
 """
 
@@ -32,8 +33,8 @@ class Codec(Protocol):
 
         Args:
             value: the value to store.
-            binding: the entry the row is written for (a digest of its name and key); a codec
-                that signs its rows signs it too. Empty: not bound to any entry.
+            binding: the entry the row is written for (a digest of its store, name and key); a
+                codec that signs its rows signs it too. Empty: not bound to any entry.
 
         Raises:
             SerializationError: the value cannot be encoded.

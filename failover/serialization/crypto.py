@@ -1,15 +1,17 @@
 """Encryption at rest for the payloads a store writes.
 
 A `Cipher` encrypts the encoded payload text; the store writes ``ENC(<scheme>:<token>)``.
-Reading honours that marker whether or not the store encrypts its own writes: a row without it
-is read as it is, so turning encryption on (or off, while the key is still configured) keeps
-existing rows readable. `FernetCipher` is the one shipped; it needs ``cryptography``
+Reading honours that marker whether or not the store encrypts its own writes: turning encryption
+off keeps the encrypted rows readable while the key is still configured. A row without it is plain:
+a store that encrypts refuses it unless told ``accept_plain`` (`failover.serialization.rows`), for
+a migration. `FernetCipher` is the one shipped; it needs ``cryptography``
 (``pip install failover[encryption]``).
 
-What is encrypted is ``@<binding>:<text>``, where ``binding`` (hex) is a digest of the entry's
-name and key: ciphers have no associated data, so the binding travels inside the ciphertext, and
-a row moved under another entry's key decrypts to the wrong binding and is refused. Rows
-encrypted by earlier versions carry no binding and are refused too (a miss until stored again).
+What is encrypted is ``@<binding>:<text>``, where ``binding`` (hex) is a digest of the store's
+identity (tenant, table or key prefix) and the entry's name and key: ciphers have no associated
+data, so the binding travels inside the ciphertext, and a row moved under another entry's key or
+into another store decrypts to the wrong binding and is refused. Rows encrypted by earlier
+versions (bound to their entry only, or not at all) are refused too (a miss until stored again).
 """
 
 from __future__ import annotations
@@ -69,7 +71,8 @@ def unseal(cipher: Cipher | None, text: str, binding: bytes) -> str:
 
     Raises:
         SerializationError: an encrypted row and no cipher, a cipher of another scheme, a
-            token that does not decrypt, or one encrypted for another entry or without a binding.
+            token that does not decrypt, or one encrypted for another entry or store, or without
+            a binding.
     """
     if not text.startswith(_OPEN):
         return text
@@ -92,7 +95,8 @@ def unseal(cipher: Cipher | None, text: str, binding: bytes) -> str:
         return plain[len(prefix) :]
     if plain.startswith(_BOUND):
         raise SerializationError(
-            "encrypted row belongs to another entry: it was moved or copied under this key"
+            "encrypted row belongs to another entry or another store (tenant, table, key "
+            "prefix): it was moved or copied here, or an earlier version wrote it"
         )
     raise SerializationError(
         "encrypted row carries no entry binding (an earlier version wrote it): a miss until the "

@@ -1,7 +1,8 @@
 """`PickleCodec`: signed pickle, the explicit opt-in for values JSON cannot hold.
 
-Every row is signed with HMAC-SHA256 over the entry's binding and the pickle, and a row whose
-signature does not verify (tampered with, or moved from another entry) is refused before it is
+Every row is signed with HMAC-SHA256 over the entry's binding (its store and its name and key)
+and the pickle, and a row whose signature does not verify (tampered with, or moved from another
+entry or another store) is refused before it is
 unpickled.
 """
 
@@ -45,10 +46,11 @@ class PickleCodec:
     """Pickle, signed: the opt-in for values that JSON cannot hold.
 
     Each row is ``base64(HMAC-SHA256(key, binding + data) + data)``, where ``binding`` identifies
-    the entry (its name and key): reading checks the signature (in constant time) before
+    the entry (its store, name and key): reading checks the signature (in constant time) before
     unpickling, so an unsigned or tampered row is refused, and so is a signed row moved under
-    another entry's key. Rows signed without a binding (by earlier versions) do not verify
-    for a binding: a store reads them as misses until the entry is stored again. Unpickling a
+    another entry's key or into another store (another tenant's, table, key prefix). Rows signed
+    by earlier versions (bound to their entry only, or not at all) do not verify: a store reads
+    them as misses until the entry is stored again. Unpickling a
     verified row runs whatever the pickle says, so anyone holding the key can run code in every
     reader: keep the key secret, and prefer `JsonCodec`.
 
@@ -108,7 +110,8 @@ class PickleCodec:
                 )
             raise SerializationError(
                 f"{payload_type} value: pickle row refused, its signature does not verify "
-                "(unsigned, tampered with, signed with another key, or moved from another entry)"
+                "(unsigned, tampered with, signed with another key, moved from another entry or "
+                "another store, or signed by an earlier version)"
             )
         try:
             return pickle.loads(data)  # safe only because the signature verified above

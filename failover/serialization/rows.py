@@ -6,13 +6,17 @@ cannot be trusted. An entry is kept as four parts, whatever the store's layout: 
 text (``codec-marker:text``, sealed in ``ENC(...)`` when a cipher is set), the value's type name,
 and ``as_of`` and ``expire_on`` as microseconds since the Unix epoch, UTC.
 
-Signed and encrypted payloads carry the entry's binding (`entry_binding`, a digest of its name and
-key), so a payload moved under another entry's key is refused.
+Signed and encrypted payloads carry the entry's binding (`entry_binding`, a digest of the store's
+identity, the entry's name and its key: see `store_identity`), so a payload moved under another
+entry's key, into another tenant's store, another table or another key prefix is refused. A store
+that encrypts or signs refuses plain rows too (unless ``accept_plain``: a migration), and every
+store refuses a payload longer than ``max_row_bytes`` before decoding anything of it.
 
 Bad entries: a payload of a type off the allowlist, corrupt text, an unknown codec marker, a
 pickle whose signature does not verify, a payload that does not decrypt or belongs to another
-entry, a type name that does not name the decoded value's type, or times that are missing or not
-times. Reading one never runs code of the entry's choosing: `Serializer.load` and
+entry or another store, a plain payload in a store that encrypts or signs, a payload over
+``max_row_bytes``, a type name that does not name the decoded value's type, or times that are
+missing or not times. Reading one never runs code of the entry's choosing: `Serializer.load` and
 `Serializer.envelope` raise `SerializationError` and nothing else (a store's ``find`` lets it
 through: the engine counts a recover ``error`` and treats the call as a miss), and
 `Serializer.each` skips the entry with a warning (``find_many``, ``find_all``).
@@ -22,9 +26,11 @@ from __future__ import annotations
 
 import hashlib
 import logging
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from types import MappingProxyType
+from typing import Any, Final
+from urllib.parse import unquote
 
 from ..errors import ConfigurationError, SerializationError, StoreError
 from ..payload import ReferentialPayload, envelope
@@ -33,7 +39,19 @@ from .base import Codec, type_name
 from .crypto import Cipher, is_sealed, seal, unseal
 from .json_codec import JsonCodec
 
-__all__ = ["Serializer", "datetime_of", "entry_binding", "micros", "time_or_none"]
+__all__ = [
+    "DEFAULT_MAX_ROW_BYTES",
+    "ROW_DEFAULTS",
+    "Serializer",
+    "checked_max_row_bytes",
+    "datetime_of",
+    "entry_binding",
+    "merged_row_options",
+    "micros",
+    "split_row_options",
+    "store_identity",
+    "time_or_none",
+]
 
 log = logging.getLogger(__name__)
 
@@ -44,12 +62,111 @@ _MICROSECOND = timedelta(microseconds=1)
 _TYPE_MAX = 255  # the SQL store's payload_type column: informative and checked, so cut
 _NO = object()  # equal to no time: what the memo of the last times starts with
 
+DEFAULT_MAX_ROW_BYTES: Final = 8 * 1024 * 1024
+"""The default ``max_row_bytes`` of `SqlStore` and `RedisStore`: 8 MiB."""
 
-def entry_binding(name: str, key: str) -> bytes:
-    """The identity of an entry that signed and encrypted payloads carry: 16 bytes of blake2b
-    over its name and key (length-prefixed, so that no two pairs run together)."""
-    text = f"{len(name)}:{name}:{key}".encode("utf-8", "surrogatepass")
+_FLAGS = {"true": True, "1": True, "yes": True, "false": False, "0": False, "no": False}
+
+
+def store_identity(place: str, tenant: str | None = None) -> str:
+    """What a store's protected rows are bound to besides their entry.
+
+    Args:
+        place: where the store keeps its rows, with no space in it (``"sql:acme_failover_store"``,
+            schema included; ``"redis:failover:t:acme:"``, the key prefix).
+        tenant: the tenant the store serves, when a tenant router made it.
+    """
+    # No space in a place (table names, key prefixes): what follows the first one is the tenant.
+    return place if tenant is None else f"{place} {tenant}"
+
+
+def entry_binding(name: str, key: str, store: str = "") -> bytes:
+    """What signed and encrypted payloads carry: 16 bytes of blake2b over the store's identity
+    (`store_identity`), the entry's name and its key (length-prefixed, so that no two triples
+    run together)."""
+    text = f"{len(store)}:{store}{len(name)}:{name}:{key}".encode("utf-8", "surrogatepass")
     return hashlib.blake2b(text, digest_size=16).digest()
+
+
+def checked_max_row_bytes(value: object, owner: str) -> int:
+    """``value``, checked as a ``max_row_bytes`` setting.
+
+    Raises:
+        ConfigurationError: not a positive integer (naming ``owner`` and the setting).
+    """
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise ConfigurationError(
+            f"{owner}: max_row_bytes must be a positive number of bytes (an int), got {value!r}"
+        )
+    return value
+
+
+def split_row_options(url: str, shown: str) -> tuple[str, dict[str, Any]]:
+    """``url`` without the row options a store URL may carry (``accept_plain=true|false``,
+    ``max_row_bytes=<bytes>``), and those options as `Serializer` settings; the URL's other
+    options (a driver's, redis-py's) stay as they were.
+
+    Args:
+        url: a store URL.
+        shown: the URL as error messages show it (its password masked).
+
+    Raises:
+        ConfigurationError: an option's value is not one it takes.
+    """
+    base, sep, query = url.partition("?")
+    if not sep or ("accept_plain" not in query and "max_row_bytes" not in query):
+        return url, {}
+    options: dict[str, Any] = {}
+    rest = []
+    for pair in query.split("&"):
+        name, _, value = pair.partition("=")
+        if name == "accept_plain":
+            flag = _FLAGS.get(unquote(value).lower())
+            if flag is None:
+                raise ConfigurationError(
+                    f"store URL {shown!r}: accept_plain must be true or false, got {value!r}"
+                )
+            options["accept_plain"] = flag
+        elif name == "max_row_bytes":
+            try:
+                number = int(unquote(value))
+            except ValueError:
+                number = -1
+            if number <= 0:
+                raise ConfigurationError(
+                    f"store URL {shown!r}: max_row_bytes must be a positive integer (bytes), "
+                    f"got {value!r}"
+                )
+            options["max_row_bytes"] = number
+        else:
+            rest.append(pair)
+    return base + (f"?{'&'.join(rest)}" if rest else ""), options
+
+
+ROW_DEFAULTS: Final[Mapping[str, Any]] = MappingProxyType(
+    {"accept_plain": False, "max_row_bytes": DEFAULT_MAX_ROW_BYTES}
+)
+"""The row settings a store URL may carry, and their defaults."""
+
+
+def merged_row_options(
+    owner: str, given: Mapping[str, Any], from_url: Mapping[str, Any]
+) -> dict[str, Any]:
+    """The row settings of a store from its arguments (``given``: those passed, the others
+    default) and its URL's options: an argument left at its default takes the URL's.
+
+    Raises:
+        ConfigurationError: an argument and the URL's option that disagree.
+    """
+    merged = {name: given.get(name, default) for name, default in ROW_DEFAULTS.items()}
+    for name, value in from_url.items():
+        if merged[name] != ROW_DEFAULTS[name] and merged[name] != value:
+            raise ConfigurationError(
+                f"{owner}: {name}={merged[name]!r} and the URL's {name}={value!r} disagree; "
+                "give one"
+            )
+        merged[name] = value
+    return merged
 
 
 def micros(value: datetime) -> int:
@@ -86,15 +203,22 @@ class Serializer:
 
     Args:
         codec: writes the values; default `JsonCodec` (with ``allowed_types``). Entries written
-            as JSON stay readable whatever codec writes.
-        cipher: encrypts what is written, when set; encrypted entries need it to be read, plain
-            ones are read either way.
+            as JSON stay readable whatever codec writes (plain ones only with ``accept_plain``
+            when the store encrypts or signs).
+        cipher: encrypts what is written, when set; encrypted entries need it to be read.
         allowed_types: more types the JSON codec may restore.
         owner: names the store in error messages; a store sets ``where`` once it knows more.
+        accept_plain: with a cipher or a codec other than JSON (one that signs: `PickleCodec`),
+            also read the entries that are neither encrypted nor signed, which anyone able to
+            write the store can forge. For a migration to encryption or signing only.
+        max_row_bytes: a stored payload longer than this is refused before anything of it is
+            decoded or decrypted (and a value that encodes longer is not written).
+        place: where the store keeps its rows (see `store_identity`); protected rows are bound
+            to it.
 
     Raises:
-        ConfigurationError: ``codec`` is not a `Codec`, or ``cipher`` not a `Cipher` (naming
-            ``owner``).
+        ConfigurationError: ``codec`` is not a `Codec`, ``cipher`` not a `Cipher`, or
+            ``max_row_bytes`` not a positive int (naming ``owner``).
     """
 
     def __init__(
@@ -103,6 +227,10 @@ class Serializer:
         cipher: Cipher | None = None,
         allowed_types: Iterable[Any] = (),
         owner: str = "store",
+        *,
+        accept_plain: bool = False,
+        max_row_bytes: int = DEFAULT_MAX_ROW_BYTES,
+        place: str = "",
     ) -> None:
         self.codec = _resolve_codec(codec, allowed_types, owner)
         if cipher is not None and not all(
@@ -111,11 +239,42 @@ class Serializer:
             raise ConfigurationError(f"{owner}: cipher must be a Cipher, got {cipher!r}")
         self.cipher = cipher
         self.where = owner
+        self.accept_plain = bool(accept_plain)
+        self.max_row_bytes = checked_max_row_bytes(max_row_bytes, owner)
+        self.place = place
+        self.tenant: str | None = None
+        self.identity = store_identity(place)
         # Entries written as JSON are safe to read whatever this store writes now.
         self._json = self.codec if isinstance(self.codec, JsonCodec) else JsonCodec(allowed_types)
         self._readers: dict[str, Codec] = {"json": self._json, self.codec.marker: self.codec}
         self._unbound = cipher is None and self.codec is self._json
+        # Encrypting or signing: a row neither sealed nor signed could be anyone's.
+        self.protected = not self._unbound
         self._last_times: tuple[object, object, datetime, datetime] = (_NO, _NO, _EPOCH, _EPOCH)
+
+    def bind_tenant(self, tenant: str) -> None:
+        """Bind the rows to ``tenant`` too (a tenant router's store), before any is read or
+        written; again with the same tenant changes nothing.
+
+        Raises:
+            ConfigurationError: the store serves another tenant already (one store handed to
+                two tenants would mix their entries).
+        """
+        if self.tenant == tenant:
+            return
+        if self.tenant is not None:
+            raise ConfigurationError(
+                f"{self.where} serves tenant {self.tenant[:60]!r}: it cannot serve "
+                f"{str(tenant)[:60]!r} too (give each tenant a store of its own)"
+            )
+        if not isinstance(tenant, str):
+            raise ConfigurationError(f"{self.where}: a tenant id is a string, got {tenant!r}")
+        self.tenant = tenant
+        self.identity = store_identity(self.place, tenant)
+
+    def binding(self, name: str, key: str) -> bytes:
+        """The binding of the entry ``(name, key)`` in this store (`entry_binding`)."""
+        return entry_binding(name, key, self.identity)
 
     # -- writing ----------------------------------------------------------------------------------
 
@@ -126,7 +285,7 @@ class Serializer:
             SerializationError: the codec cannot encode the value.
         """
         # JSON entries in clear check no binding: not computed for them (a quarter of an encoding).
-        binding = b"" if self._unbound else entry_binding(name, key)
+        binding = b"" if self._unbound else entry_binding(name, key, self.identity)
         try:
             text, payload_type = self.codec.encode(value, binding)
         except Exception as exc:  # a codec of the user's may raise its own errors
@@ -137,6 +296,12 @@ class Serializer:
         text = f"{self.codec.marker}:{text}"
         if self.cipher is not None:
             text = seal(self.cipher, text, binding)
+        if _over(text, self.max_row_bytes):
+            # Never read back: refused now rather than written, fetched and refused each time.
+            raise SerializationError(
+                f"{self.where}: cannot store ({name!r}, {key!r}): the value encodes to "
+                f"{_size(text)} bytes, over max_row_bytes={self.max_row_bytes}"
+            )
         return text, payload_type[:_TYPE_MAX]
 
     def stored(self, payload: Payload) -> tuple[str, str, int, int]:
@@ -165,8 +330,10 @@ class Serializer:
             SerializationError: the payload cannot be trusted or decoded (and nothing else).
         """
         try:
+            self.check_size(raw)
+            sealed = is_sealed(raw)
             # The binding only for the entries that check it: sealed ones, and signed codecs'.
-            binding = entry_binding(name, key) if is_sealed(raw) else None
+            binding = entry_binding(name, key, self.identity) if sealed else None
             text = raw if binding is None else unseal(self.cipher, raw, binding)
             marker, sep, body = text.partition(":")
             codec = self._readers.get(marker) if sep else None
@@ -176,9 +343,18 @@ class Serializer:
                     f"{', '.join(sorted(self._readers))})"
                 )
             if codec is self._json:
+                if self.protected and not sealed and not self.accept_plain:
+                    raise SerializationError(
+                        "a plain row (neither encrypted nor signed) in a store that "
+                        f"{'encrypts' if self.cipher is not None else 'signs'} its rows: "
+                        "anyone able to write the store could have written it "
+                        "(accept_plain=True reads such rows, for a migration only)"
+                    )
                 value = codec.decode(body, payload_type)
             else:
-                value = codec.decode(body, payload_type, binding or entry_binding(name, key))
+                value = codec.decode(
+                    body, payload_type, binding or entry_binding(name, key, self.identity)
+                )
             actual = type_name(type(value))[:_TYPE_MAX]
             if actual != payload_type:
                 raise SerializationError(
@@ -189,6 +365,19 @@ class Serializer:
             raise SerializationError(
                 f"{self.where}: entry ({name!r}, {key!r}) cannot be decoded: {exc}"
             ) from exc
+
+    def check_size(self, raw: object) -> None:
+        """Refuse a stored payload (text or bytes) longer than ``max_row_bytes``, looking at
+        its length only.
+
+        Raises:
+            SerializationError: it is longer.
+        """
+        if isinstance(raw, str | bytes) and _over(raw, self.max_row_bytes):
+            raise SerializationError(
+                f"the row is {_size(raw)} bytes, over max_row_bytes={self.max_row_bytes}: "
+                "refused undecoded"
+            )
 
     def envelope(
         self,
@@ -259,6 +448,21 @@ class Serializer:
         return SerializationError(
             f"{self.where}: entry ({name!r}, {key!r}) cannot be decoded: {why}"
         )
+
+
+def _over(text: str | bytes, limit: int) -> bool:
+    """Whether ``text`` is longer than ``limit`` bytes in UTF-8: measured from its length
+    alone unless it is text, not ASCII, and within four bytes a character of the limit."""
+    n = len(text)
+    return n > limit or (n * 4 > limit and _size(text) > limit)
+
+
+def _size(text: str | bytes) -> int:
+    """The length of ``text`` in UTF-8 bytes; encoded only when it is not ASCII (which
+    `str.isascii` says at once), so a huge ASCII row is never copied to be measured."""
+    if isinstance(text, bytes) or text.isascii():
+        return len(text)
+    return len(text.encode("utf-8", "surrogatepass"))
 
 
 def _resolve_codec(codec: Codec | None, allowed_types: Iterable[Any], owner: str) -> Codec:

@@ -80,9 +80,10 @@ def open_shared(url: str, *, create: bool, table_prefix: str = "") -> FailoverSt
 
     from .factory import check_sql_scheme
     from .sql import SqlStore, make_engine
+    from .sql.store import row_options
 
     check_sql_scheme(url, url.partition("://")[0].lower())  # names the nearest known scheme
-    probe = make_engine(url)
+    probe = make_engine(row_options(url)[0])  # the store's own options are not the driver's
     try:
         database = probe.url.database
         if (

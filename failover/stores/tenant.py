@@ -33,6 +33,7 @@ from .base import (
     delete_many,
     does_io,
     native_async,
+    walk,
     writes_async,
 )
 from .browsing import BrowsingLayer
@@ -41,6 +42,7 @@ __all__ = [
     "TENANT_ID",
     "MultiTenantStore",
     "TenantStoreFactory",
+    "assign_tenant",
     "safe_tenant_id",
 ]
 
@@ -267,6 +269,7 @@ class MultiTenantStore(BrowsingLayer, Capabilities):
                 if self._closed:
                     raise StoreError("MultiTenantStore: closed; no tenant store is made any more")
                 store = self.factory(tenant)
+                assign_tenant(store, tenant)
                 self._stores[tenant] = store
                 if not known:
                     log.warning(
@@ -353,3 +356,21 @@ class MultiTenantStore(BrowsingLayer, Capabilities):
         finally:
             if failed:
                 raise failed[0]
+
+
+def assign_tenant(store: object, tenant: str) -> None:
+    """Tell each layer of a tenant's new store that has a ``bind_tenant`` method (`SqlStore`,
+    `RedisStore`: their encrypted and signed rows are bound to their tenant) which tenant it
+    serves, before it is used.
+
+    Raises:
+        StoreError: a store that serves another tenant already (a factory handing one store
+            to several tenants).
+    """
+    for layer in walk(store):
+        bind = getattr(layer, "bind_tenant", None)
+        if callable(bind):
+            try:
+                bind(tenant)
+            except ConfigurationError as exc:
+                raise StoreError(f"MultiTenantStore: {exc}") from None

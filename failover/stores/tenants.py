@@ -159,7 +159,7 @@ def tables(
     engine, owned = shared_engine(url_or_engine)
     of = prefix_of(owner, "table prefix", mapping, lambda tenant: f"{tenant}_")
     return TenantStores(
-        lambda tenant: store_class(engine, table_prefix=of(tenant), **store_kwargs),
+        lambda tenant: store_class(engine, table_prefix=of(tenant), tenant=tenant, **store_kwargs),
         True,
         f"{owner}({engine.url.render_as_string(hide_password=True)!r})",
         engine.dispose if owned else None,
@@ -185,7 +185,7 @@ def databases(
     check_url(url_template.replace("{tenant}", "tenant"))
     return TenantStores(
         lambda tenant: store_class(
-            url_template.replace("{tenant}", safe_tenant_id(tenant)), **store_kwargs
+            url_template.replace("{tenant}", safe_tenant_id(tenant)), tenant=tenant, **store_kwargs
         ),
         True,
         f"per_tenant_databases({masked(url_template)!r})",
@@ -220,7 +220,7 @@ def key_prefixes(
     of = prefix_of(owner, "key prefix", mapping, lambda tenant: f"{base}t:{tenant}:")
 
     def make(tenant: str) -> FailoverStore:
-        store: Any = store_class(shared.client, of(tenant), **store_kwargs)
+        store: Any = store_class(shared.client, of(tenant), tenant=tenant, **store_kwargs)
         if shared.aio is not None:
             store.share_async(shared.aio)
         return store  # type: ignore[no-any-return]

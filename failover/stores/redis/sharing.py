@@ -11,6 +11,7 @@ import redis
 from redis.cluster import RedisCluster
 
 from ...errors import ConfigurationError
+from ...serialization.rows import merged_row_options, split_row_options
 from .aio import AsyncClients, async_url
 from .client import DEFAULT_PREFIX, masked, split_url
 from .topology import Client, LazyCluster, store_client
@@ -40,7 +41,8 @@ class SharedClient:
 
 def shared_client(url_or_client: Any, store_kwargs: dict[str, Any], owner: str) -> SharedClient:
     """The client of ``url_or_client``, made (not connected) from a URL; takes the options it
-    uses (``prefix``, ``socket_timeout``, and ``cluster`` with a URL) out of ``store_kwargs``.
+    uses (``prefix``, ``socket_timeout``, and ``cluster`` with a URL) out of ``store_kwargs``,
+    and puts the URL's row options (``accept_plain``, ``max_row_bytes``) in.
 
     Raises:
         ConfigurationError: neither a Redis URL nor a redis-py client, or a bad URL.
@@ -50,6 +52,9 @@ def shared_client(url_or_client: Any, store_kwargs: dict[str, Any], owner: str) 
     if isinstance(url_or_client, str):
         url, url_prefix = split_url(url_or_client)
         base = url_prefix if url_prefix is not None else base
+        url, from_url = split_row_options(url, masked(url))
+        if from_url:  # the row options are each store's: handed to them with the others
+            store_kwargs.update(merged_row_options(owner, store_kwargs, from_url))
         cluster = store_kwargs.pop("cluster", False)
         client = store_client(url, socket_timeout, cluster)
         shown = masked(url)

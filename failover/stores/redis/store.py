@@ -34,7 +34,12 @@ from redis.cluster import RedisCluster
 from ...errors import ConfigurationError
 from ...serialization.base import Codec
 from ...serialization.crypto import Cipher
-from ...serialization.rows import Serializer
+from ...serialization.rows import (
+    DEFAULT_MAX_ROW_BYTES,
+    Serializer,
+    merged_row_options,
+    split_row_options,
+)
 from .. import tenants
 from ..base import Capabilities, Payload
 from ..browsing import Page, StoredEntry, Summary, summary_of
@@ -93,9 +98,18 @@ class RedisStore(KeepsHealthRows, AsyncRedisMethods, Capabilities):
             ``redis+cluster://`` does). On a cluster, a name's entries spread over the slots
             (a key each); `find_many` and batched writes send one pipeline per node, to every
             node at once.
+        accept_plain: with a ``cipher`` or a signing ``codec``, read entries that are neither
+            encrypted nor signed too (refused by default: anyone able to write the database can
+            forge them). For a migration only. The URL's ``?accept_plain=true`` says the same.
+        max_row_bytes: a stored value longer than this is a miss, refused before it is decoded
+            or decrypted, and a value that encodes longer is not written (default 8 MiB; the
+            URL's ``?max_row_bytes=`` says the same).
+        tenant: the tenant this store serves; a tenant router sets it on the stores it makes.
+            Encrypted and signed entries are bound to it, to the key prefix and to their entry.
 
     Raises:
-        ConfigurationError: a bad URL, option, prefix, codec or cipher (nothing is connected).
+        ConfigurationError: a bad URL, option, prefix, codec, cipher or ``max_row_bytes``
+            (nothing is connected).
     """
 
     does_io = True
@@ -113,9 +127,15 @@ class RedisStore(KeepsHealthRows, AsyncRedisMethods, Capabilities):
         socket_timeout: float = 1.0,
         clock: Callable[[], datetime] | None = None,
         cluster: bool = False,
+        accept_plain: bool = False,
+        max_row_bytes: int = DEFAULT_MAX_ROW_BYTES,
+        tenant: str | None = None,
     ) -> None:
+        settings: dict[str, Any] = {"accept_plain": accept_plain, "max_row_bytes": max_row_bytes}
         if isinstance(url_or_client, str):
             url, url_prefix = split_url(url_or_client)
+            url, from_url = split_row_options(url, masked(url))
+            settings = merged_row_options("RedisStore", settings, from_url)
             if url_prefix is not None:
                 if prefix not in (DEFAULT_PREFIX, url_prefix):
                     raise ConfigurationError(
@@ -143,7 +163,11 @@ class RedisStore(KeepsHealthRows, AsyncRedisMethods, Capabilities):
             raise ConfigurationError(f"RedisStore: clock must be callable, got {clock!r}")
         self.prefix = prefix
         self._where = f"RedisStore({shown}, prefix={prefix!r})"
-        self.serializer = Serializer(codec, cipher, allowed_types, owner=self._where)
+        self.serializer = Serializer(
+            codec, cipher, allowed_types, owner=self._where, place=f"redis:{prefix}", **settings
+        )
+        if tenant is not None:
+            self.serializer.bind_tenant(tenant)
         self._values = Values(self.serializer, clock)
         self._keys = Keys(prefix)
         cluster = isinstance(self.client, RedisCluster | LazyCluster)
@@ -166,6 +190,30 @@ class RedisStore(KeepsHealthRows, AsyncRedisMethods, Capabilities):
     def cipher(self) -> Cipher | None:
         """The cipher payloads are encrypted with, if any."""
         return self.serializer.cipher
+
+    @property
+    def accept_plain(self) -> bool:
+        """Whether plain entries are read although the store encrypts or signs (a migration)."""
+        return self.serializer.accept_plain
+
+    @property
+    def max_row_bytes(self) -> int:
+        """The longest stored value read or written, in bytes."""
+        return self.serializer.max_row_bytes
+
+    @property
+    def tenant(self) -> str | None:
+        """The tenant this store serves, when a tenant router made it."""
+        return self.serializer.tenant
+
+    def bind_tenant(self, tenant: str) -> None:
+        """Serve ``tenant``: its encrypted and signed entries are bound to it (a tenant router
+        calls this on the stores it makes, before using them).
+
+        Raises:
+            ConfigurationError: the store serves another tenant already.
+        """
+        self.serializer.bind_tenant(tenant)
 
     # -- FailoverStore ----------------------------------------------------------------------------
 

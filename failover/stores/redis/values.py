@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterable
 from datetime import datetime
 from typing import Any
 
+from ...errors import SerializationError
 from ...serialization.rows import Serializer, datetime_of
 from ..base import Payload
 from ..browsing import PREVIEW, StoredEntry
@@ -55,9 +56,15 @@ class Values:
         """A stored value split into ``(key, payload, payload_type, as_of, expire_on, label)``.
 
         Raises:
-            SerializationError: not a failover entry (no header, or not UTF-8).
+            SerializationError: longer than ``max_row_bytes``, or not a failover entry (no
+                header, or not UTF-8).
         """
         key, raw = pair
+        try:
+            # The whole value, before a byte of it is decoded (max_row_bytes).
+            self.serializer.check_size(raw)
+        except SerializationError as exc:
+            raise self.serializer.corrupt(name, key, exc) from None
         try:
             data = raw if isinstance(raw, bytes) else raw.encode()
             header, _, body = data.partition(b"\n")

@@ -21,7 +21,14 @@ from sqlalchemy.engine import Engine
 from ...errors import StoreError
 from ...serialization.base import Codec
 from ...serialization.crypto import Cipher
-from ...serialization.rows import Serializer, micros
+from ...serialization.rows import (
+    DEFAULT_MAX_ROW_BYTES,
+    Serializer,
+    checked_max_row_bytes,
+    merged_row_options,
+    micros,
+    split_row_options,
+)
 from .. import tenants
 from ..base import Capabilities, FailoverStore, Payload
 from ..browsing import Page, Summary
@@ -60,12 +67,21 @@ class SqlStore(KeepsHealthRows, Capabilities):
         codec: turns values into text and back; default `JsonCodec`. Rows written as JSON stay
             readable with any codec.
         cipher: encrypts the payloads written (e.g. `FernetCipher`); encrypted rows need it to be
-            read, plain rows are read either way.
+            read.
         allowed_types: more types the JSON codec may restore (see `JsonCodec`).
         create_table: create the table (and on PostgreSQL the schema) when missing.
+        accept_plain: with a ``cipher`` or a signing ``codec``, read rows that are neither
+            encrypted nor signed too (refused by default: anyone able to write the table can
+            forge them). For a migration only. The URL's ``?accept_plain=true`` says the same.
+        max_row_bytes: a payload longer than this is a miss, refused before it is decoded or
+            decrypted, and a value that encodes longer is not written (default 8 MiB; the URL's
+            ``?max_row_bytes=`` says the same).
+        tenant: the tenant this store serves; a tenant router sets it on the stores it makes.
+            Encrypted and signed rows are bound to it, to the table and to their entry.
 
     Raises:
-        ConfigurationError: a bad table prefix (before any SQL runs), URL, codec or cipher.
+        ConfigurationError: a bad table prefix (before any SQL runs), URL, codec, cipher or
+            ``max_row_bytes``.
 
     Attributes:
         does_io: ``True``: ``async def`` failovers reach it from a worker thread.
@@ -87,16 +103,34 @@ class SqlStore(KeepsHealthRows, Capabilities):
         cipher: Cipher | None = None,
         allowed_types: Iterable[Any] = (),
         create_table: bool = True,
+        *,
+        accept_plain: bool = False,
+        max_row_bytes: int = DEFAULT_MAX_ROW_BYTES,
+        tenant: str | None = None,
     ) -> None:
         schema, prefix = split_prefix(table_prefix)
-        self._rows = Serializer(codec, cipher, allowed_types, owner="SqlStore")
+        settings: dict[str, Any] = {"accept_plain": accept_plain, "max_row_bytes": max_row_bytes}
+        if isinstance(url_or_engine, str | sa.URL):
+            url_or_engine, from_url = row_options(url_or_engine)
+            settings = merged_row_options("SqlStore", settings, from_url)
+        table = make_table(schema, prefix)
+        self._rows = Serializer(
+            codec,
+            cipher,
+            allowed_types,
+            owner="SqlStore",
+            place=f"sql:{table.fullname}",
+            **settings,
+        )
+        if tenant is not None:
+            self._rows.bind_tenant(tenant)
         self.codec, self.cipher = self._rows.codec, self._rows.cipher
         self._owns_engine = not isinstance(url_or_engine, Engine)
         self.engine: Engine = (
             url_or_engine if isinstance(url_or_engine, Engine) else make_engine(url_or_engine)
         )
         self._schema, self._prefix = schema, prefix
-        self._bind(make_table(schema, prefix))
+        self._bind(table)
         self._create_table = create_table
         self._where = f"SqlStore({masked(self.engine.url)}, table={self.table.fullname!r})"
         self._rows.where = self._where
@@ -117,6 +151,35 @@ class SqlStore(KeepsHealthRows, Capabilities):
 
     def __repr__(self) -> str:
         return self._where
+
+    @property
+    def serializer(self) -> Serializer:
+        """How the store's rows are encoded, bound, sealed and checked (as `RedisStore`'s)."""
+        return self._rows
+
+    @property
+    def accept_plain(self) -> bool:
+        """Whether plain rows are read although the store encrypts or signs (a migration)."""
+        return self._rows.accept_plain
+
+    @property
+    def max_row_bytes(self) -> int:
+        """The longest payload read or written, in bytes."""
+        return self._rows.max_row_bytes
+
+    @property
+    def tenant(self) -> str | None:
+        """The tenant this store serves, when a tenant router made it."""
+        return self._rows.tenant
+
+    def bind_tenant(self, tenant: str) -> None:
+        """Serve ``tenant``: its encrypted and signed rows are bound to it (a tenant router
+        calls this on the stores it makes, before using them).
+
+        Raises:
+            ConfigurationError: the store serves another tenant already.
+        """
+        self._rows.bind_tenant(tenant)
 
     # -- schema ---------------------------------------------------------------------------------
 
@@ -348,6 +411,26 @@ class SqlStore(KeepsHealthRows, Capabilities):
             self.engine.dispose()
 
 
+def row_options(url: str | sa.URL) -> tuple[str | sa.URL, dict[str, Any]]:
+    """A store URL without its row options (``accept_plain``, ``max_row_bytes``: see
+    `SqlStore`), which SQLAlchemy's drivers would refuse, and those options.
+
+    Raises:
+        ConfigurationError: an option's value is not one it takes.
+    """
+    if isinstance(url, sa.URL):
+        names = [n for n in ("accept_plain", "max_row_bytes") if n in url.query]
+        if not names:
+            return url, {}
+        values = {n: url.query[n] for n in names}  # a str, or a tuple when repeated
+        query = "&".join(
+            f"{n}={v}" for n, vs in values.items() for v in ((vs,) if isinstance(vs, str) else vs)
+        )
+        _, options = split_row_options(f"?{query}", masked(url))
+        return url.difference_update_query(names), options
+    return split_row_options(url, masked(url))
+
+
 # -- one store per tenant (made in failover.stores.tenants) ---------------------------------------
 
 
@@ -372,6 +455,11 @@ def per_tenant_tables(
         ConfigurationError: a prefix `SqlStore` refuses (checked here, for every tenant, before
             any SQL runs), two tenants whose tables would be one table, or a bad URL.
     """
+    if isinstance(url_or_engine, str | sa.URL):
+        url_or_engine, store_kwargs = _url_settings(
+            "per_tenant_tables", url_or_engine, store_kwargs
+        )
+    _check_settings("per_tenant_tables", store_kwargs)
     return tenants.tables(
         SqlStore, shared_engine, split_prefix, url_or_engine, prefixes, **store_kwargs
     )
@@ -395,8 +483,24 @@ def per_tenant_databases(url_template: str, **store_kwargs: Any) -> TenantStores
         ConfigurationError: the template has no ``{tenant}``, or is not a URL `SqlStore` takes
             (checked here, before the first tenant comes).
     """
+    _check_settings("per_tenant_databases", store_kwargs)
     return tenants.databases(SqlStore, masked, _check_url, url_template, **store_kwargs)
 
 
+def _check_settings(owner: str, store_kwargs: dict[str, Any]) -> None:
+    """Refuse a bad ``max_row_bytes`` now, not at the first tenant's first call."""
+    checked_max_row_bytes(store_kwargs.get("max_row_bytes", DEFAULT_MAX_ROW_BYTES), owner)
+
+
 def _check_url(url: str) -> None:
-    make_engine(url).dispose()  # connects to nothing
+    make_engine(row_options(url)[0]).dispose()  # connects to nothing
+
+
+def _url_settings(
+    owner: str, url: str | sa.URL, store_kwargs: dict[str, Any]
+) -> tuple[str | sa.URL, dict[str, Any]]:
+    """``url`` without its row options, and ``store_kwargs`` with them."""
+    url, from_url = row_options(url)
+    if not from_url:
+        return url, store_kwargs
+    return url, {**store_kwargs, **merged_row_options(owner, store_kwargs, from_url)}
