@@ -239,10 +239,15 @@ class Runtime:
         A write handed to a worker runs to its end even if the caller is cancelled while it
         waits in a busy executor: the result is still stored, and a single-flight leader still
         hands it to its followers there (cancelled with its caller, it would leave the key's
-        flight open for good). The caller's cancellation itself is not delayed."""
+        flight open for good). The caller's cancellation itself is not delayed. An executor
+        that takes no more jobs (shut down) has the write made in place."""
         if not self.offloads():
             return fn(*args)
-        return await asyncio.shield(self._to_worker(fn, *args))
+        try:
+            job = self._to_worker(fn, *args)
+        except RuntimeError:  # the loop's executor is shut down (the loop is ending): here
+            return fn(*args)
+        return await asyncio.shield(job)
 
     def _to_worker(self, fn: Callable[..., T], *args: Any) -> asyncio.Future[T]:
         """``fn(*args)`` submitted now to the loop's default executor, as `on_worker` runs it

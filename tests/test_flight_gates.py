@@ -261,6 +261,27 @@ async def test_a_leader_cancelled_while_its_store_job_waits_in_a_busy_executor_f
     await engine.aclose()
 
 
+async def test_a_leader_whose_executor_takes_no_more_jobs_still_stores_and_lands(
+    tmp_path: Path, clock: FakeClock
+) -> None:
+    """The loop's default executor shut down (a loop ending): the leader's store write is made
+    in place rather than lost, and the key's flight lands."""
+    store = SqlStore(f"sqlite:///{tmp_path / 'f.db'}")
+    engine = Failover(store, async_writes=False, clock=clock, metrics=False)
+    upstream = Upstream()
+    profile = failover.failover("sf.shut", engine=engine, single_flight=True, ttl="1d")(
+        upstream.acall
+    )
+    loop = asyncio.get_running_loop()
+    executor = concurrent.futures.ThreadPoolExecutor(1)
+    loop.set_default_executor(executor)
+    executor.shutdown()
+    assert await profile("ok") == {"mode": "ok", "n": 0}
+    at_rest(engine, profile)
+    assert profile.peek("ok") is not None
+    engine.close()
+
+
 # -- the soft timeout's shared calls ----------------------------------------------------------
 
 
