@@ -125,7 +125,11 @@ class FlownCall(Call):
         flights = cast(Flights, self.rt.flights)  # set: single_flight is on
         key = getattr(self, "flight_key", None)  # set by `narrowed`, or by an earlier join
         if key is None:
-            self.flight_key = key = _tenants(self, _key(self))
+            key = _key(self)
+            rt = self.rt
+            if rt.router is not None:  # routed by tenant: the tenant's own flight
+                key = rt.flight_key(key)
+            self.flight_key = key
         self.flight, self.leads = flights.join(key, loop)
 
     def narrowed(
@@ -134,7 +138,9 @@ class FlownCall(Call):
         """`Call.narrowed`: the call flies under the key of the call it makes (the slices not
         fresh), so that it shares only with calls of those slices, never with a call of all
         the slices (whose result it is not)."""
-        self.flight_key = _tenants(self, _narrowed_key(self, part))
+        key = _narrowed_key(self, part)
+        rt = self.rt
+        self.flight_key = key if rt.router is None else rt.flight_key(key)
         return super().narrowed(part, args)
 
     def __enter__(self) -> FlownCall:
@@ -242,12 +248,6 @@ class FlownCall(Call):
     ) -> None:
         flights = cast(Flights, self.rt.flights)
         flights.land(self.flight_key, self.flight, result, error, now)
-
-
-def _tenants(call: Call, key: Any) -> Any:
-    """``key`` as the flights know it: the tenant's own when routed by tenant."""
-    rt = call.rt
-    return key if rt.router is None else rt.flight_key(key)
 
 
 def _key(call: Call) -> Any:
