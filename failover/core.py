@@ -7,6 +7,8 @@ upstream through the execution layer and hand the outcome here.
 from __future__ import annotations
 
 import asyncio
+import contextvars
+import functools
 import inspect
 import logging
 import typing
@@ -213,6 +215,15 @@ class Runtime:
         except StoreError:
             return None
 
+    def flight_key(self, key: Any) -> Any:
+        """``key`` as the tables of calls in flight (single flight, the soft timeout's shared
+        calls) know it on a failover routed by tenant: ``(tenant, key)``, the tenant resolved
+        here, on the caller's thread (`tenant_here`), so that a tenant never joins another
+        tenant's call and gets its result. A call whose tenant cannot be resolved shares with
+        none (a key of its own)."""
+        tenant = self.tenant_here()
+        return object() if tenant is None else (tenant, key)
+
     def offloads(self) -> bool:
         """Whether an async caller stores on a worker thread: the store chain writes with
         blocking I/O, or the current tenant's store is still to be made (its first use may
@@ -223,8 +234,34 @@ class Runtime:
 
     async def off_loop(self, fn: Callable[..., T], *args: Any) -> T:
         """``fn(*args)`` (a store write) for an async caller: on a worker thread when it
-        `offloads` now, else in place."""
-        return await self.on_worker(fn, *args) if self.offloads() else fn(*args)
+        `offloads` now, else in place.
+
+        A write handed to a worker runs to its end even if the caller is cancelled while it
+        waits in a busy executor: the result is still stored, and a single-flight leader still
+        hands it to its followers there (cancelled with its caller, it would leave the key's
+        flight open for good). The caller's cancellation itself is not delayed. An executor
+        that takes no more jobs (shut down) has the write made in place."""
+        if not self.offloads():
+            return fn(*args)
+        try:
+            job = self._to_worker(fn, *args)
+        except RuntimeError:  # the loop's executor is shut down (the loop is ending): here
+            return fn(*args)
+        return await asyncio.shield(job)
+
+    def _to_worker(self, fn: Callable[..., T], *args: Any) -> asyncio.Future[T]:
+        """``fn(*args)`` submitted now to the loop's default executor, as `on_worker` runs it
+        (a copy of the context, the tenant pinned)."""
+        loop = asyncio.get_running_loop()
+        if self.router is None:
+            context = contextvars.copy_context()
+        else:
+            token = pinned.set(self.tenant_here())
+            try:
+                context = contextvars.copy_context()
+            finally:
+                pinned.reset(token)
+        return loop.run_in_executor(None, functools.partial(context.run, fn, *args))
 
     # -- store I/O, timed for the observers --------------------------------------------------
 

@@ -9,6 +9,11 @@ reaches each follower as its own copy, enriched as live and not stored again; th
 exception reaches each follower's own recovery (a follower whose wait outlasts its timeout
 recovers with a `SoftTimeoutError`). A leader stopped by something other than an ``Exception``
 (a cancellation) leaves its followers to call for themselves.
+
+On an engine routed by tenant a flight is one tenant's: its key is ``(tenant, key)``, the tenant
+resolved on the caller's thread, so a tenant never gets another's result. Every way out of a
+flight (answer, error, refusal by a guard, cancellation) lands it in `Flights.land`, the one
+place a flight leaves the table; a forked child starts with no flight (`Flights.forked`).
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ from typing import Any, cast
 from .call import Call
 from .context import CallContext
 from .errors import SoftTimeoutError
+from .forks import AfterFork
 from .handlers import Partial, key_of
 from .stores.copying import deep_copy
 
@@ -48,11 +54,18 @@ class _Flight:
 
 
 class Flights:
-    """The calls of one failover in flight, by key."""
+    """The calls of one failover in flight, by key (``(tenant, key)`` when routed by tenant)."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._flights: dict[Any, _Flight] = {}
+        _FORKS.add(self)
+
+    def forked(self) -> None:
+        """In a forked child: the calls in flight at the fork are the parent's, and no thread of
+        the child will land them (a later call of their key would wait for them for ever)."""
+        self._lock = threading.Lock()
+        self._flights = {}
 
     def __len__(self) -> int:
         return len(self._flights)
@@ -112,7 +125,11 @@ class FlownCall(Call):
         flights = cast(Flights, self.rt.flights)  # set: single_flight is on
         key = getattr(self, "flight_key", None)  # set by `narrowed`, or by an earlier join
         if key is None:
-            self.flight_key = key = _key(self)
+            key = _key(self)
+            rt = self.rt
+            if rt.router is not None:  # routed by tenant: the tenant's own flight
+                key = rt.flight_key(key)
+            self.flight_key = key
         self.flight, self.leads = flights.join(key, loop)
 
     def narrowed(
@@ -121,7 +138,9 @@ class FlownCall(Call):
         """`Call.narrowed`: the call flies under the key of the call it makes (the slices not
         fresh), so that it shares only with calls of those slices, never with a call of all
         the slices (whose result it is not)."""
-        self.flight_key = _narrowed_key(self, part)
+        key = _narrowed_key(self, part)
+        rt = self.rt
+        self.flight_key = key if rt.router is None else rt.flight_key(key)
         return super().narrowed(part, args)
 
     def __enter__(self) -> FlownCall:
@@ -251,3 +270,7 @@ def _late(call: Call) -> SoftTimeoutError:
         f"failover {call.definition.name!r}: the shared call of this key did not answer within "
         f"{call.definition.timeout:g}s (timeout=)"
     )
+
+
+# The flights of every failover with single flight: emptied in a forked child.
+_FORKS = AfterFork(Flights.forked)

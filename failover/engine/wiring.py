@@ -154,9 +154,9 @@ class Wiring:
             guards.append(self.bulkhead(d))
         timeout = None
         if d.timeout is not None:
-            timeout = SoftTimeout(
-                d.name, d.timeout, self.refreshes, Call.late, _late_off_loop, key_of
-            )
+            # Routed by tenant, a tenant's call never joins another tenant's call in flight.
+            key = _tenant_key if isinstance(self.store, MultiTenantStore) else key_of
+            timeout = SoftTimeout(d.name, d.timeout, self.refreshes, Call.late, _late_off_loop, key)
         if d.breaker is not None:
             inner = (SoftTimeoutError,) if timeout is not None else ()
 
@@ -213,3 +213,9 @@ async def _late_off_loop(call: Call, result: Any) -> None:
     """`Call.late` for an ``async def`` upstream's soft timeout: off the event loop when the
     runtime's store writes block."""
     await call.rt.off_loop(call.late, result)
+
+
+def _tenant_key(call: Call) -> Any:
+    """The soft timeout's flight key of a call on an engine routed by tenant:
+    ``(tenant, key)``, the tenant resolved on the caller's thread (`Runtime.flight_key`)."""
+    return call.rt.flight_key(key_of(call))

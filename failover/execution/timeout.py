@@ -4,7 +4,10 @@ The caller stops waiting and goes to recovery with a `SoftTimeoutError` (a `Time
 the upstream call goes on in the background and its result, when it comes, is stored. Sync
 upstreams run on the engine's bounded worker pool, async ones as tasks the engine keeps.
 Calls of one key share the call in flight (single flight), so slow refreshes of a key never
-pile up: at most one runs per key.
+pile up: at most one runs per key. The key is what the engine says (``(tenant, key)`` on an
+engine routed by tenant: a tenant never joins another's call). Every way out of a flight (an
+answer, an error, the engine closing before it ran) lands it in `SoftTimeout._land`; a forked
+child starts with no flight and no background call (`SoftTimeout.forked`, `Refreshes.forked`).
 
 A call that lands at its caller's deadline is decided once, under a lock: either the caller
 gets it (it "landed" first) or the caller gave up first (it is "abandoned") and the result is
@@ -17,13 +20,13 @@ import asyncio
 import concurrent.futures
 import contextvars
 import logging
-import os
 import threading
 import time
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
 from ..errors import SoftTimeoutError
+from ..forks import AfterFork
 
 __all__ = ["Refreshes", "SoftTimeout"]
 
@@ -47,7 +50,14 @@ class Refreshes:
         self._futures: set[concurrent.futures.Future[Any]] = set()
         self._tasks: set[asyncio.Task[Any]] = set()
         self._closed = False
-        self._pid = os.getpid()  # the process the pool's threads run in
+        _REFRESHES.add(self)
+
+    def forked(self) -> None:
+        """In a forked child (a preforking server's worker): the parent's threads did not come
+        along, and its pool would take calls that no thread ever runs; its calls and tasks are
+        the parent's. The child's next call starts a pool of its own."""
+        self._lock = threading.Lock()
+        self._pool, self._futures, self._tasks = None, set(), set()
 
     def submit(
         self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any
@@ -61,10 +71,6 @@ class Refreshes:
         with self._lock:
             if self._closed:
                 raise RuntimeError("failover: the engine is closed")
-            if self._pid != os.getpid():
-                # A forked child (a preforking server's worker): the parent's threads did not
-                # come along, and its pool would take calls that no thread ever runs.
-                self._pool, self._futures, self._pid = None, set(), os.getpid()
             if self._pool is None:
                 self._pool = concurrent.futures.ThreadPoolExecutor(
                     self.max_workers, thread_name_prefix="failover-timeout"
@@ -160,6 +166,13 @@ class SoftTimeout:
         self.key = key
         self._lock = threading.Lock()
         self._flights: dict[Any, _Flight] = {}
+        _TIMEOUTS.add(self)
+
+    def forked(self) -> None:
+        """In a forked child: the calls in flight at the fork are the parent's, and no thread of
+        the child will land them (a later call of their key would time out for ever)."""
+        self._lock = threading.Lock()
+        self._flights = {}
 
     def __repr__(self) -> str:
         return f"SoftTimeout({self.name!r}, {self.seconds:g}s)"
@@ -273,13 +286,16 @@ class SoftTimeout:
         flight, start = self._join(key, loop)
         if start:
             try:
-                flight.task = self.refreshes.spawn(self._arun(key, flight, ctx, fn, args, kwargs))
+                spawned = flight.task = self.refreshes.spawn(_arun(fn, args, kwargs))
             except RuntimeError:  # the engine is closed: the call runs here, without its timeout
                 self._land(key, flight)
                 return await fn(*args, **kwargs)
             except BaseException:
                 self._land(key, flight)
                 raise
+            # Landed when the task ends, however it ends: cancelled before it ever ran (the
+            # engine closed) included, which no code inside the task would see.
+            spawned.add_done_callback(lambda t: self._ended(key, flight, ctx, t))
         task = flight.task
         assert task is not None  # set by the call that started the flight, with no await between
         try:
@@ -301,21 +317,17 @@ class SoftTimeout:
                     raise self._error() from None
             raise
 
-    async def _arun(
-        self, key: Any, flight: _Flight, ctx: Any, fn: Callable[..., Any], args: Any, kwargs: Any
-    ) -> Any:
-        """The task: the upstream call, then its landing (no await between the two)."""
+    def _ended(self, key: Any, flight: _Flight, ctx: Any, task: asyncio.Task[Any]) -> None:
+        """The upstream's task ended: its landing, and its result stored if its callers gave up
+        on it. Callers still waiting see the task done first (no give-up after that), so the
+        decision stays one."""
+        abandoned = self._land(key, flight)
+        if not abandoned or task.cancelled() or task.exception() is not None:
+            return
         try:
-            result = await fn(*args, **kwargs)
-        except BaseException:
-            self._land(key, flight)
-            raise
-        if self._land(key, flight):
-            try:
-                self.refreshes.spawn(self._store_late(ctx, result))
-            except RuntimeError:
-                log.warning("failover %r: a late result came after close", self.name)
-        return result
+            self.refreshes.spawn(self._store_late(ctx, task.result()))
+        except RuntimeError:
+            log.warning("failover %r: a late result came after close", self.name)
 
     async def _store_late(self, ctx: Any, result: Any) -> None:
         try:
@@ -335,3 +347,13 @@ class _Flight:
         self.task: asyncio.Task[Any] | None = None
         self.landed = False  # the upstream call ended
         self.abandoned = False  # a caller gave up first: the result is stored when it lands
+
+
+async def _arun(fn: Callable[..., Any], args: Any, kwargs: Any) -> Any:
+    """The task of an ``async def`` upstream (whatever awaitable ``fn`` returns)."""
+    return await fn(*args, **kwargs)
+
+
+# Emptied in a forked child (`Refreshes.forked`, `SoftTimeout.forked`).
+_REFRESHES = AfterFork(Refreshes.forked)
+_TIMEOUTS = AfterFork(SoftTimeout.forked)
