@@ -22,6 +22,7 @@ from .errors import ConfigurationError
 from .functions import AsyncFailoverFunction, FailoverFunction, Method
 from .handlers import Partial, envelope_key
 from .payload import ReferentialPayload
+from .refresh import MISSED
 from .settings import Options, check_names, resolve
 
 __all__ = ["AsyncFailoverFunction", "FailoverFunction", "failover"]
@@ -126,6 +127,10 @@ def _sync_shell(state: State, envelope: bool) -> Callable[..., Any]:
                     return call.served_fresh(found, args, kwargs, envelope)
                 part = found
                 args, kwargs = call.narrowed(found, args)
+            elif rt.ahead is not None:  # a refresh of this key in flight answers it too
+                value = rt.ahead.join(call)
+                if value is not MISSED:
+                    return call.envelope(value) if envelope else value
         try:
             if rt.bare:  # nothing to enter: no `with` on the hottest path
                 call.start = perf_counter()
@@ -170,6 +175,10 @@ def _async_shell(state: State, envelope: bool) -> Callable[..., Any]:
                     return call.served_fresh(found, args, kwargs, envelope)
                 part = found
                 args, kwargs = call.narrowed(found, args)
+            elif rt.ahead is not None:  # a refresh of this key in flight answers it too
+                value = await rt.ahead.ajoin(call)
+                if value is not MISSED:
+                    return call.envelope(value) if envelope else value
         try:
             if rt.bare:
                 call.start = perf_counter()
