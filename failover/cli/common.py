@@ -12,9 +12,10 @@ from types import FrameType
 from typing import TextIO
 
 from ..errors import FailoverError, StoreError
+from ..masking import masked_url
 from ..stores.base import FailoverStore
 from ..stores.factory import make_store
-from ..stores.opening import in_process, masked_url, open_shared
+from ..stores.opening import in_process, open_shared
 
 __all__ = [
     "PROG",
@@ -121,7 +122,7 @@ def open_store(url: str, command: str, *, create: bool, table_prefix: str = "") 
     if "://" not in url or in_process(url):
         make_store(url).close()  # a malformed URL is reported as such
         raise CliError(
-            f"{url} is a store inside one process, a new empty one here: {PROG} {command} "
+            f"{display(url)} is a store inside one process, a new empty one here: {PROG} {command} "
             "needs a durable store, e.g. sqlite:///failover.db"
         )
     if shared(url) != url:

@@ -16,6 +16,7 @@ from urllib.parse import parse_qsl, urlencode, urlsplit
 
 from ..errors import ConfigurationError
 from ..expiry import parse_ttl
+from ..masking import masked_url
 from . import tenants
 from .base import FailoverStore
 from .tenants import TenantStores
@@ -72,12 +73,10 @@ def check_sql_scheme(url: str, scheme: str) -> None:
         pass
     except (ArgumentError, ValueError):
         return  # not a URL SQLAlchemy can parse: SqlStore says so, naming it
-    from .sql.engine import masked
-
     nearest = _nearest(scheme)
     hint = f" (did you mean {nearest}://?)" if nearest else ""
     raise ConfigurationError(
-        f"store URL {masked(url)!r}: unknown scheme {scheme!r}{hint}; supported: {_SUPPORTED}"
+        f"store URL {masked_url(url)!r}: unknown scheme {scheme!r}{hint}; supported: {_SUPPORTED}"
     )
 
 
@@ -89,12 +88,13 @@ def _int_options(
         if name not in allowed and name not in flags:
             known = ", ".join(sorted(allowed | flags))
             raise ConfigurationError(
-                f"store URL {url!r}: unknown option {name!r}; allowed: {known}"
+                f"store URL {masked_url(url)!r}: unknown option {name!r}; allowed: {known}"
             )
         if name in flags:
             if value.lower() not in ("true", "false"):
                 raise ConfigurationError(
-                    f"store URL {url!r}: option {name!r} must be true or false, got {value!r}"
+                    f"store URL {masked_url(url)!r}: option {name!r} must be true or false, "
+                    f"got {value!r}"
                 )
             options[name] = value.lower() == "true"
             continue
@@ -102,14 +102,15 @@ def _int_options(
             options[name] = int(value)
         except ValueError:
             raise ConfigurationError(
-                f"store URL {url!r}: option {name!r} must be an integer, got {value!r}"
+                f"store URL {masked_url(url)!r}: option {name!r} must be an integer, got {value!r}"
             ) from None
     return options
 
 
 def _scheme(url: object) -> str:
     if not isinstance(url, str) or "://" not in url:
-        raise ConfigurationError(f"store URL {url!r} is not a URL (e.g. 'memory://')")
+        shown = masked_url(url) if isinstance(url, str) else url
+        raise ConfigurationError(f"store URL {shown!r} is not a URL (e.g. 'memory://')")
     return url.split("://", 1)[0].lower()
 
 
@@ -204,10 +205,12 @@ def per_tenant_stores(url: str, *, clock: Callable[[], datetime] | None = None) 
     if scheme not in _IN_PROCESS:
         # Several stores made from one database URL would share one table: no isolation.
         raise ConfigurationError(
-            f"per_tenant_stores: {url!r} is not an in-process store URL; for a database use "
-            "per_tenant_tables or per_tenant_databases"
+            f"per_tenant_stores: {masked_url(url)!r} is not an in-process store URL; for a "
+            "database use per_tenant_tables or per_tenant_databases"
         )
-    return tenants.in_process(lambda: make_store(url, clock=clock), f"per_tenant_stores({url!r})")
+    return tenants.in_process(
+        lambda: make_store(url, clock=clock), f"per_tenant_stores({masked_url(url)!r})"
+    )
 
 
 def per_tenant(url: str, *, clock: Callable[[], datetime] | None = None) -> TenantStores:

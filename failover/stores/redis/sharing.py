@@ -11,8 +11,9 @@ import redis
 from redis.cluster import RedisCluster
 
 from ...errors import ConfigurationError
+from ...masking import masked_url
 from .aio import AsyncClients, async_url
-from .client import DEFAULT_PREFIX, masked, split_url
+from .client import DEFAULT_PREFIX, split_url
 from .topology import Client, LazyCluster, store_client
 
 __all__ = ["SharedClient", "shared_client"]
@@ -52,7 +53,7 @@ def shared_client(url_or_client: Any, store_kwargs: dict[str, Any], owner: str) 
         base = url_prefix if url_prefix is not None else base
         cluster = store_kwargs.pop("cluster", False)
         client = store_client(url, socket_timeout, cluster)
-        shown = masked(url)
+        shown = masked_url(url)
         aio = None
         if async_url(url, cluster) is not None:
             aio = AsyncClients(url, socket_timeout, f"{owner}({shown})")

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import re
 import weakref
 from pathlib import Path
 from typing import Any
@@ -13,6 +12,7 @@ from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine import Engine
 
 from ...errors import ConfigurationError
+from ...masking import masked_url
 from ..deadline import abandoned
 from .limits import CONNECT_TIMEOUT_S, KEEPALIVES, STATEMENT_TIMEOUT_MS
 from .psycopg import ping_when_idle
@@ -23,7 +23,6 @@ __all__ = [
     "is_memory",
     "is_psycopg",
     "make_engine",
-    "masked",
     "prepares",
     "shared_engine",
 ]
@@ -31,14 +30,6 @@ __all__ = [
 _BUSY_TIMEOUT_MS = 5_000
 _SQLITE_POOL = {"pool_size": 8, "max_overflow": 8}
 _SERVER_POOL = {"pool_size": 10, "max_overflow": 10, "pool_pre_ping": True}
-_MASK = re.compile(r"(://[^:/@]*:)[^@]*@")
-
-
-def masked(url: object) -> str:
-    """``url`` as text, its password masked."""
-    if isinstance(url, sa.URL):
-        return url.render_as_string(hide_password=True)
-    return _MASK.sub(r"\1***@", str(url))
 
 
 def first_line(exc: BaseException) -> str:
@@ -132,7 +123,7 @@ def _pooler(parsed: sa.URL, declared: str | None) -> tuple[sa.URL, str | None]:
     mode = option if option is not None else declared
     if mode is None:
         return parsed, None
-    shown = masked(parsed)
+    shown = masked_url(parsed)
     if mode not in _POOLERS:
         raise ConfigurationError(
             f"store URL {shown!r}: pgbouncer must be one of {', '.join(_POOLERS)}, got {mode!r}"
@@ -169,7 +160,7 @@ def make_engine(url: str | sa.URL, *, pgbouncer: str | None = None, **engine_kwa
         parsed = sa.make_url(url)
     except (sa_exc.ArgumentError, ValueError):
         raise ConfigurationError(
-            f"store URL {masked(url)!r} is not a SQLAlchemy URL (e.g. 'sqlite:///failover.db')"
+            f"store URL {masked_url(url)!r} is not a SQLAlchemy URL (e.g. 'sqlite:///failover.db')"
         ) from None
     parsed, pooler = _pooler(parsed, pgbouncer)
     sqlite = parsed.get_backend_name() == "sqlite"
@@ -214,7 +205,7 @@ def _pool(
         folder = Path(parsed.database or "").parent
         if not parsed.query.get("uri") and not folder.is_dir():
             raise ConfigurationError(
-                f"store URL {masked(parsed)!r}: the folder {str(folder)!r} does not exist"
+                f"store URL {masked_url(parsed)!r}: the folder {str(folder)!r} does not exist"
             )
         return {"poolclass": sa.QueuePool, **_SQLITE_POOL}
     kwargs = dict(_SERVER_POOL)
@@ -236,7 +227,7 @@ def _pool(
 
 def _created(parsed: sa.URL, kwargs: dict[str, Any]) -> Engine:
     """`sqlalchemy.create_engine`, its refusals as `ConfigurationError` naming the URL."""
-    shown = masked(parsed)
+    shown = masked_url(parsed)
     try:
         return sa.create_engine(parsed, **kwargs)
     except sa_exc.NoSuchModuleError:

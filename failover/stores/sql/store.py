@@ -19,6 +19,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
 from ...errors import StoreError
+from ...masking import masked_url
 from ...serialization.base import Codec
 from ...serialization.crypto import Cipher
 from ...serialization.rows import Serializer, micros
@@ -28,7 +29,7 @@ from ..browsing import Page, Summary
 from ..health_rows import KeepsHealthRows
 from ..tenants import TenantStores
 from .browsing import SqlBrowsing
-from .engine import first_line, make_engine, masked, prepares, shared_engine
+from .engine import first_line, make_engine, prepares, shared_engine
 from .health_rows import SqlHealthRows
 from .psycopg import PsycopgStatements, supported
 from .statements import CoreStatements, Statements
@@ -98,7 +99,7 @@ class SqlStore(KeepsHealthRows, Capabilities):
         self._schema, self._prefix = schema, prefix
         self._bind(make_table(schema, prefix))
         self._create_table = create_table
-        self._where = f"SqlStore({masked(self.engine.url)}, table={self.table.fullname!r})"
+        self._where = f"SqlStore({masked_url(self.engine.url)}, table={self.table.fullname!r})"
         self._rows.where = self._where
         # The processes' health rows (Failover(publish_health=...)), in a table beside.
         self.health = SqlHealthRows(self.engine, schema, prefix, self._where, create_table)
@@ -395,7 +396,7 @@ def per_tenant_databases(url_template: str, **store_kwargs: Any) -> TenantStores
         ConfigurationError: the template has no ``{tenant}``, or is not a URL `SqlStore` takes
             (checked here, before the first tenant comes).
     """
-    return tenants.databases(SqlStore, masked, _check_url, url_template, **store_kwargs)
+    return tenants.databases(SqlStore, _check_url, url_template, **store_kwargs)
 
 
 def _check_url(url: str) -> None:
