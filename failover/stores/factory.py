@@ -19,6 +19,7 @@ from ..expiry import parse_ttl
 from ..masking import masked_url
 from . import tenants
 from .base import FailoverStore
+from .tenant import check_max_tenants
 from .tenants import TenantStores
 
 __all__ = ["check_sql_scheme", "make_store", "per_tenant", "per_tenant_stores"]
@@ -216,6 +217,10 @@ def per_tenant_stores(url: str, *, clock: Callable[[], datetime] | None = None) 
 def per_tenant(url: str, *, clock: Callable[[], datetime] | None = None) -> TenantStores:
     """The engine's strategy for a store URL under multi-tenancy.
 
+    The URL's ``max_tenants`` option (``sqlite:///f.db?max_tenants=200``) is the router's: the
+    tenants' stores kept open at once (see `failover.stores.tenant.MultiTenantStore`); it is
+    taken out before the store sees the URL.
+
     ``memory://`` and ``cachetools://`` URLs: one in-process store per tenant
     (`per_tenant_stores`). Redis URLs: one key prefix per tenant, one shared client
     (`RedisStore.per_tenant`). ``tiered+`` URLs: per tenant, a near store of its own in front of
@@ -234,6 +239,31 @@ def per_tenant(url: str, *, clock: Callable[[], datetime] | None = None) -> Tena
         ConfigurationError: a URL its store refuses.
     """
     scheme = _scheme(url)
+    url, most = _max_tenants_option(url)
+    stores = _per_tenant(url, scheme, clock)
+    if most is not None:
+        stores.max_tenants = most
+    return stores
+
+
+def _max_tenants_option(url: str) -> tuple[str, int | None]:
+    """``url`` without its ``max_tenants`` option, and that option (``None`` when absent)."""
+    base, _, query = url.partition("?")
+    options = parse_qsl(query, keep_blank_values=True)
+    given = [value for key, value in options if key == "max_tenants"]
+    if not given:
+        return url, None
+    shown = masked_url(url)
+    if not given[-1].isdigit():
+        raise ConfigurationError(
+            f"store URL {shown!r}: max_tenants must be a whole number >= 1, got {given[-1]!r}"
+        )
+    most = check_max_tenants(int(given[-1]), f"store URL {shown!r}")
+    rest = urlencode([(key, value) for key, value in options if key != "max_tenants"])
+    return base + (f"?{rest}" if rest else ""), most
+
+
+def _per_tenant(url: str, scheme: str, clock: Callable[[], datetime] | None) -> TenantStores:
     if scheme in _IN_PROCESS:
         return per_tenant_stores(url, clock=clock)
     if scheme in _REDIS:
@@ -244,7 +274,7 @@ def per_tenant(url: str, *, clock: Callable[[], datetime] | None = None) -> Tena
         from .ttl import CachetoolsStore
 
         far_url, hedge = _hedge_option(url[len(_TIERED) :])
-        far = per_tenant(far_url, clock=clock)
+        far = _per_tenant(far_url, _scheme(far_url), clock)
         return tenants.layered(
             far,
             lambda store: TieredStore(CachetoolsStore(clock=clock), store, hedge_after=hedge),

@@ -46,7 +46,13 @@ class TenantStores:
         does_io: whether the stores it makes do I/O.
         description: its ``repr``.
         close: releases what the stores share, if anything.
+
+    Attributes:
+        max_tenants: the stores a `MultiTenantStore` over it keeps open at once, when the URL
+            says (``?max_tenants=``); ``None``: the router's default.
     """
+
+    max_tenants: int | None = None
 
     def __init__(
         self,
