@@ -128,8 +128,9 @@ def safe_tenant_id(tenant: str) -> str:
 class MultiTenantStore(BrowsingLayer, Capabilities):
     """Routes each operation to the current tenant's store, made on first use.
 
-    Each tenant's store is made exactly once, even when many threads meet a new tenant at the same
-    time. Operations on tenants already seen take no lock.
+    Each tenant's store is made exactly once while it stays open, even when many threads meet a
+    new tenant at the same time. Operations on tenants already seen take only their tenant's own
+    lock, to count the store in use (a store in use is never closed for ``max_tenants``).
 
     Args:
         factory: makes one tenant's store (or store chain) from the tenant id.
