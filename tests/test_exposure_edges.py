@@ -13,6 +13,7 @@ import json
 import logging
 import os
 import signal
+import sqlite3
 import subprocess
 import sys
 import threading
@@ -635,3 +636,31 @@ def test_a_failing_label_callable_is_warned_without_the_arguments(
     for record in loud:
         assert SECRET_ARGUMENT not in record.getMessage()
         assert record.exc_info is None or SECRET_ARGUMENT not in str(record.exc_info[1])
+
+
+def test_a_failed_sql_write_is_logged_without_the_statement_parameters(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """SQLAlchemy's errors quote the parameters (the payload, the label: the arguments): the
+    write's warning carries its traceback, so they are hidden."""
+    path = tmp_path / "broken.db"
+    with Failover(f"sqlite:///{path}", metrics=False, async_writes=False) as eng:
+
+        @failover.failover("who", engine=eng, label=True)
+        def who(email: str) -> str:
+            return "ok"
+
+        assert who("warm@up") == "ok"  # the table is made
+        broken = sqlite3.connect(path)
+        broken.execute("DROP TABLE failover_store")
+        broken.execute("CREATE TABLE failover_store (name TEXT CHECK (0))")  # every write fails
+        broken.commit()
+        broken.close()
+        with caplog.at_level(logging.INFO, "failover"):
+            assert who(SECRET_ARGUMENT) == "ok"  # the live result; the write failed
+    loud = [r for r in caplog.records if r.levelno >= logging.INFO]
+    assert any(r.exc_info for r in loud)
+    for record in loud:
+        text = logging.Formatter().format(record)
+        assert SECRET_ARGUMENT not in text, text
+

@@ -139,7 +139,8 @@ def make_engine(url: str | sa.URL, *, pgbouncer: str | None = None, **engine_kwa
     Use it to share one pool between several stores (one per ``table_prefix``). Connections are
     pooled (a pool sized for threads; pre-ping on database servers). SQLite files get WAL mode and
     a 5 s busy timeout on every connection, so several processes can share one file; an in-memory
-    SQLite database is one connection that threads take in turn. Fork-safe: a process forked
+    SQLite database is one connection that threads take in turn. Errors leave a statement's
+    parameters out (``hide_parameters``: payloads and labels are data). Fork-safe: a process forked
     after connections were opened (a preforking server's workers) opens its own, and never uses
     nor closes its parent's.
 
@@ -166,7 +167,9 @@ def make_engine(url: str | sa.URL, *, pgbouncer: str | None = None, **engine_kwa
     sqlite = parsed.get_backend_name() == "sqlite"
     fast = not sqlite and is_psycopg(parsed)
     defaults = _pool(parsed, sqlite, fast, pooler, engine_kwargs)
-    engine = _created(parsed, {**defaults, **engine_kwargs})
+    # SQLAlchemy's errors quote a statement's parameters (payloads, labels: argument values), and
+    # a failed store operation is logged at WARNING with its traceback: the SQL only.
+    engine = _created(parsed, {"hide_parameters": True, **defaults, **engine_kwargs})
     if pooler in ("transaction", "statement"):
         _UNPREPARED.add(engine)
     if not (sqlite and is_memory(parsed)):  # one in-memory database: the child's own copy
