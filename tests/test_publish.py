@@ -305,7 +305,8 @@ def test_rows_that_are_not_health_rows_are_skipped_and_never_run_code(
         rows = decoded("store", [*bad, good], clock())
     # Shown as one unreadable row, never added up; one warning per read.
     assert [r.process for r in rows] == ["unreadable", "p1"]
-    assert rows[0].problem is not None and rows[0].problem.startswith("6 health rows cannot")
+    assert rows[0].problem is not None
+    assert rows[0].problem.startswith("6 health rows cannot")
     assert len(caplog.records) == 1
     assert decoded("store", [good], clock() + timedelta(minutes=1)) == []  # expired
 
