@@ -663,4 +663,3 @@ def test_a_failed_sql_write_is_logged_without_the_statement_parameters(
     for record in loud:
         text = logging.Formatter().format(record)
         assert SECRET_ARGUMENT not in text, text
-
