@@ -175,6 +175,13 @@ class _TenantChains:
         """The tenants' raw stores do I/O (assumed when the factory does not say)."""
         return does_io(self.factory)
 
+    @property
+    def max_tenants(self) -> int | None:
+        """The stores the router keeps open at once, as the factory declares (``None``: the
+        router's default)."""
+        most: int | None = getattr(self.factory, "max_tenants", None)
+        return most
+
     def __call__(self, tenant: str) -> FailoverStore:
         return self.chain(self.factory(tenant))
 

@@ -4,6 +4,11 @@ The raw key encodes each value with a type tag and, for variable-length values, 
 so the encoding is self-delimiting and unambiguous (``1`` vs ``"1"``, ``"a,b"`` vs ``["a", "b"]``).
 Mappings and sets are encoded in sorted order of their encoded items, so their iteration order does
 not matter. Nothing here uses ``hash()``, which ``PYTHONHASHSEED`` changes between processes.
+
+Any ``str`` makes a key, lone surrogates included (``"\\ud800"``, from a path or a header decoded
+with ``surrogateescape``): the text is digested as UTF-8 with ``surrogatepass``, which gives the
+UTF-8 of every other string unchanged (so no stored key moves), and to a lone surrogate bytes
+that no other string's UTF-8 holds (so it shares no key with one).
 """
 
 from __future__ import annotations
@@ -118,9 +123,15 @@ def canonical(value: Any) -> str:
 _blake2b = hashlib.blake2b
 
 
+def _utf8(text: str) -> bytes:
+    # "surrogatepass": a lone surrogate is 3 bytes (ED A0 80...) that valid UTF-8 never holds.
+    return text.encode("utf-8", "surrogatepass")
+
+
 def digest(name: str, raw: str) -> str:
-    """The stored key: a 128-bit blake2b digest of ``f"{name}:{raw}"``, as 32 hex characters."""
-    return _blake2b(f"{name}:{raw}".encode(), digest_size=16).hexdigest()
+    """The stored key: a 128-bit blake2b digest of ``f"{name}:{raw}"`` (UTF-8, lone surrogates
+    passed through), as 32 hex characters."""
+    return _blake2b(_utf8(f"{name}:{raw}"), digest_size=16).hexdigest()
 
 
 _MEMO_MAX = 4_096  # per name: a catalogue of reference data fits; a huge key space just misses
@@ -146,7 +157,7 @@ def make_key(name: str, values: tuple[Any, ...]) -> str:
     if key is None:
         # Same text as _seq("t", values) for str and int, without the generic dispatch.
         raw = "".join([f"s{len(v)}:{v}" if type(v) is str else f"i{v};" for v in values])
-        key = _blake2b(f"{name}:t{len(values)}[{raw}]".encode(), digest_size=16).hexdigest()
+        key = _blake2b(_utf8(f"{name}:t{len(values)}[{raw}]"), digest_size=16).hexdigest()
         if len(memo) >= _MEMO_MAX:
             memo.clear()
         memo[values] = key

@@ -129,13 +129,14 @@ def _made(definition: FailoverDefinition, make: Callable[[], object]) -> str | N
             first = definition.name not in _warned
             _warned.add(definition.name)
         if first:
+            # The exception's type only: its message may quote the call's arguments.
             log.warning(
-                "failover %r: its label= callable raised %s: %s; entries are stored without "
-                "a label (logged once)",
+                "failover %r: its label= callable raised %s; entries are stored without a "
+                "label (logged once; the message at debug level)",
                 definition.name,
                 type(exc).__name__,
-                exc,
             )
+            log.debug("failover %r: the label= callable raised", definition.name, exc_info=True)
         return None
     return printable(made if isinstance(made, str) else _shown(made))
 

@@ -303,7 +303,7 @@ def _rate(currency: str) -> float:
     return 1.0
 
 
-def test_the_command_warns_beyond_loopback_without_a_token(
+def test_the_command_refuses_beyond_loopback_without_a_token(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     from failover.cli import main
@@ -315,10 +315,14 @@ def test_the_command_warns_beyond_loopback_without_a_token(
     assert not _loopback("0.0.0.0")
     url = f"sqlite:///{tmp_path / 'shared.db'}"
     failover.SqlStore(url).close()
-    # 192.0.2.1 (TEST-NET-1) is no address of this machine: the warning, then one error line.
-    assert main(["dashboard", "--store", url, "--host", "192.0.2.1", "--port", "8050"]) == 1
+    # 192.0.2.1 (TEST-NET-1) is no address of this machine: refused without a token; with
+    # --insecure, the warning, then one error line.
+    command = ["dashboard", "--store", url, "--host", "192.0.2.1", "--port", "8050"]
+    assert main(command) == 1
+    assert "refusing to serve the dashboard on 192.0.2.1 without a token" in capsys.readouterr().err
+    assert main([*command, "--insecure"]) == 1
     err = capsys.readouterr().err
-    assert "without --auth-token" in err
+    assert "without a token (--insecure)" in err
     assert "cannot listen on 192.0.2.1:8050" in err
     assert main(["dashboard", "--store", "memory://"]) == 1
     assert "needs a durable store" in capsys.readouterr().err

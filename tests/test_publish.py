@@ -303,8 +303,11 @@ def test_rows_that_are_not_health_rows_are_skipped_and_never_run_code(
     ]
     with caplog.at_level(logging.WARNING, logger="failover.stores"):
         rows = decoded("store", [*bad, good], clock())
-    assert [r.process for r in rows] == ["p1"]
-    assert len(caplog.records) == len(bad)
+    # Shown as one unreadable row, never added up; one warning per read.
+    assert [r.process for r in rows] == ["unreadable", "p1"]
+    assert rows[0].problem is not None
+    assert rows[0].problem.startswith("6 health rows cannot")
+    assert len(caplog.records) == 1
     assert decoded("store", [good], clock() + timedelta(minutes=1)) == []  # expired
 
 

@@ -4,6 +4,7 @@ tables and durations, one-line errors, and the wait for SIGINT or SIGTERM."""
 from __future__ import annotations
 
 import argparse
+import os
 import signal
 import threading
 from collections.abc import Callable, Iterable, Sequence
@@ -12,15 +13,18 @@ from types import FrameType
 from typing import TextIO
 
 from ..errors import FailoverError, StoreError
+from ..masking import masked_url
 from ..stores.base import FailoverStore
 from ..stores.factory import make_store
-from ..stores.opening import in_process, masked_url, open_shared
+from ..stores.opening import in_process, open_shared
 
 __all__ = [
     "PROG",
+    "STORE_VARIABLE",
     "CliError",
     "display",
     "duration",
+    "from_environment",
     "in_process",
     "is_redis",
     "one_line",
@@ -36,6 +40,9 @@ __all__ = [
 ]
 
 PROG = "failover"
+STORE_VARIABLE = "FAILOVER_STORE"
+"""The store URL when ``--store`` is not given: as `failover.Failover.from_env` reads it, and out
+of the process list (``ps`` shows every argument, a URL's password with it)."""
 
 
 class CliError(Exception):
@@ -60,15 +67,24 @@ def port(text: str) -> int:
     return port
 
 
+def from_environment(variable: str) -> str | None:
+    """The value of environment ``variable``; ``None`` when unset or blank (as
+    `failover.Failover.from_env` reads it)."""
+    return os.environ.get(variable, "").strip() or None
+
+
 def store_argument(parser: argparse.ArgumentParser) -> None:
-    """Add the ``--store URL`` argument."""
+    """Add the ``--store URL`` argument (default: the ``FAILOVER_STORE`` variable)."""
+    default = from_environment(STORE_VARIABLE)
     parser.add_argument(
         "--store",
         metavar="URL",
-        required=True,
+        required=default is None,
+        default=default,
         help=(
             "store URL, e.g. sqlite:///failover.db, postgresql+psycopg://user@host/db or "
-            "redis://host:6379/0"
+            f"redis://host:6379/0 (default: ${STORE_VARIABLE}; a URL with a password is best "
+            "given there: every process on the machine can read a command's arguments)"
         ),
     )
 
@@ -121,7 +137,7 @@ def open_store(url: str, command: str, *, create: bool, table_prefix: str = "") 
     if "://" not in url or in_process(url):
         make_store(url).close()  # a malformed URL is reported as such
         raise CliError(
-            f"{url} is a store inside one process, a new empty one here: {PROG} {command} "
+            f"{display(url)} is a store inside one process, a new empty one here: {PROG} {command} "
             "needs a durable store, e.g. sqlite:///failover.db"
         )
     if shared(url) != url:

@@ -14,6 +14,7 @@ from .common import (
     PROG,
     CliError,
     display,
+    from_environment,
     open_store,
     port,
     store_argument,
@@ -21,7 +22,10 @@ from .common import (
     until_signal,
 )
 
-__all__ = ["add", "loopback", "run"]
+__all__ = ["TOKEN_VARIABLE", "add", "loopback", "refused", "run"]
+
+TOKEN_VARIABLE = "FAILOVER_DASHBOARD_TOKEN"
+"""The bearer token when ``--auth-token`` is not given: out of the process list."""
 
 
 def add(commands: Any) -> None:
@@ -42,7 +46,10 @@ def add(commands: Any) -> None:
     dashboard.add_argument(
         "--host",
         default="127.0.0.1",
-        help="the address to listen on (default: 127.0.0.1, this machine only)",
+        help=(
+            "the address to listen on (default: 127.0.0.1, this machine only); any other "
+            f"address needs a token (${TOKEN_VARIABLE} or --auth-token), or --insecure"
+        ),
     )
     dashboard.add_argument(
         "--port", type=port, default=8050, help="the port to listen on (default: 8050)"
@@ -50,7 +57,20 @@ def add(commands: Any) -> None:
     dashboard.add_argument(
         "--auth-token",
         metavar="TOKEN",
-        help="require this bearer token (open /?token=TOKEN once in a browser)",
+        default=from_environment(TOKEN_VARIABLE),
+        help=(
+            "require this bearer token (open /?token=TOKEN once in a browser); default: "
+            f"${TOKEN_VARIABLE}, best given there (every process on the machine can read a "
+            "command's arguments)"
+        ),
+    )
+    dashboard.add_argument(
+        "--insecure",
+        action="store_true",
+        help=(
+            "serve beyond this machine without a token: anyone who can reach the address reads "
+            "the stored keys and times (and the payloads with --show-payloads)"
+        ),
     )
     dashboard.add_argument(
         "--show-payloads",
@@ -72,6 +92,18 @@ def loopback(host: str) -> bool:
         return False
 
 
+def refused(host: str, token: str | None, insecure: bool) -> str | None:
+    """Why the dashboard must not serve on ``host``, or ``None``: beyond this machine it
+    needs a token, unless ``insecure`` says the network in between is trusted."""
+    if loopback(host) or token or insecure:
+        return None
+    return (
+        f"refusing to serve the dashboard on {host} without a token: anyone who can reach it "
+        f"could read the stored keys and times. Set {TOKEN_VARIABLE} (or --auth-token), "
+        "listen on 127.0.0.1 behind your own proxy, or pass --insecure if the network is trusted"
+    )
+
+
 def run(args: argparse.Namespace) -> int:
     """Run the command."""
     from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
@@ -80,10 +112,13 @@ def run(args: argparse.Namespace) -> int:
 
     out = sys.stdout
     logging.basicConfig(format=f"{PROG}: %(levelname)s: %(message)s")
+    why = refused(args.host, args.auth_token, args.insecure)
+    if why is not None:
+        raise CliError(why)
     if not loopback(args.host) and not args.auth_token:
         print(
-            f"{PROG}: warning: listening on {args.host} without --auth-token: anyone who can "
-            "reach it can read the stored keys and times",
+            f"{PROG}: warning: listening on {args.host} without a token (--insecure): anyone "
+            "who can reach it can read the stored keys and times",
             file=sys.stderr,
         )
     store = open_store(args.store, "dashboard", create=False, table_prefix=args.table_prefix)

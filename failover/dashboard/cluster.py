@@ -62,7 +62,8 @@ class Cluster:
     """Every process reporting to the store, and each failover across them.
 
     Attributes:
-        processes: the rows not expired, by hostname and pid.
+        processes: the rows not expired, by hostname and pid (first, the one that stands for
+            the rows that cannot be read, if any: ``problem`` says why).
         failovers: each failover across the processes, worst first, then by name.
     """
 
@@ -72,14 +73,14 @@ class Cluster:
     @property
     def status(self) -> str:
         """The worst status a process reports (``idle`` when none reports)."""
-        return worst(p.status for p in self.processes)
+        return worst(p.status for p in self.processes if p.problem is None)
 
     def kpis(self) -> dict[str, Any]:
         """Processes reporting, and the calls of them all, with the share served stale."""
         calls = sum(f.total.calls for f in self.failovers)
         stale = sum(f.total.stale for f in self.failovers)
         return {
-            "processes": len(self.processes),
+            "processes": sum(p.problem is None for p in self.processes),
             "calls": calls,
             "stale": stale,
             "not_recovered": sum(f.total.not_recovered for f in self.failovers),

@@ -21,7 +21,7 @@ def render_cluster(cluster: Cluster, now: datetime) -> str:
             "otherwise: see the Prometheus metrics.</p></section>"
         )
     k = cluster.kpis()
-    window = max(p.window for p in cluster.processes)
+    window = max((p.window for p in cluster.processes if p.problem is None), default=0)
     html = [
         '<section id="cluster"><h2>Cluster</h2>',
         cards(
@@ -90,6 +90,12 @@ def _processes(cluster: Cluster, now: datetime) -> str:
         f'<table id="cluster-processes"><thead>{head}</thead><tbody>',
     ]
     for p in cluster.processes:
+        if p.problem is not None:  # rows that cannot be read: shown, never added up
+            html.append(
+                f'<tr data-process="{e(p.process)}"><td>{badge(p.status)}</td>'
+                f'<td colspan="6">{e(p.problem)}</td></tr>'
+            )
+            continue
         calls = sum(s.calls for s in p.failovers.values())
         stale = sum(s.stale for s in p.failovers.values())
         ago = (now - p.published_at).total_seconds()

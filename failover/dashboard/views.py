@@ -189,7 +189,8 @@ class StoreView:
         names = summary(self.store, now)
         cluster = read_cluster(self.store, now)
         # The store answers ("up"); the processes reporting say how their calls go.
-        status = cluster.status if cluster is not None and cluster.processes else "up"
+        reporting = cluster is not None and any(p.problem is None for p in cluster.processes)
+        status = cluster.status if cluster is not None and reporting else "up"
         return Overview(status, now, repr(self.store), names=names, cluster=cluster)
 
     def now(self) -> datetime:

@@ -75,15 +75,15 @@ class KeyTypes:
         with self.lock:
             self.checks[d.name] = CHECKS  # warned: never checked again
         asked_for, stored_as = tried[next(iter(found))]
+        # Types only: argument values may be personal data, and are caller-controlled text.
         log.warning(
-            "failover %r: a recovery found none of its slices, asked for by %s keys (e.g. %r), "
-            "but slices of this name are stored under %s keys (e.g. %r): the splitter's keys "
-            "on store (item_key) and on recovery (keys_from_args, or the first argument split "
-            "on commas) differ in type. Convert them in keys_from_args, e.g. "
+            "failover %r: a recovery found none of its slices, asked for by %s keys, but slices "
+            "of this name are stored under %s keys: the splitter's keys on store (item_key) and "
+            "on recovery (keys_from_args, or the first argument split on commas) differ in type. "
+            "Convert them in keys_from_args, e.g. "
             "keys_from_args=lambda ids: [int(i) for i in ids.split(',')]",
             d.name,
             type(asked_for).__name__,
-            asked_for,
             type(stored_as).__name__,
-            stored_as,
         )
+        log.debug("failover %r: e.g. asked for %r, stored as %r", d.name, asked_for, stored_as)

@@ -16,8 +16,10 @@ from urllib.parse import parse_qsl, urlencode, urlsplit
 
 from ..errors import ConfigurationError
 from ..expiry import parse_ttl
+from ..masking import masked_url
 from . import tenants
 from .base import FailoverStore
+from .tenant import check_max_tenants
 from .tenants import TenantStores
 
 __all__ = ["check_sql_scheme", "make_store", "per_tenant", "per_tenant_stores"]
@@ -72,12 +74,10 @@ def check_sql_scheme(url: str, scheme: str) -> None:
         pass
     except (ArgumentError, ValueError):
         return  # not a URL SQLAlchemy can parse: SqlStore says so, naming it
-    from .sql.engine import masked
-
     nearest = _nearest(scheme)
     hint = f" (did you mean {nearest}://?)" if nearest else ""
     raise ConfigurationError(
-        f"store URL {masked(url)!r}: unknown scheme {scheme!r}{hint}; supported: {_SUPPORTED}"
+        f"store URL {masked_url(url)!r}: unknown scheme {scheme!r}{hint}; supported: {_SUPPORTED}"
     )
 
 
@@ -89,12 +89,13 @@ def _int_options(
         if name not in allowed and name not in flags:
             known = ", ".join(sorted(allowed | flags))
             raise ConfigurationError(
-                f"store URL {url!r}: unknown option {name!r}; allowed: {known}"
+                f"store URL {masked_url(url)!r}: unknown option {name!r}; allowed: {known}"
             )
         if name in flags:
             if value.lower() not in ("true", "false"):
                 raise ConfigurationError(
-                    f"store URL {url!r}: option {name!r} must be true or false, got {value!r}"
+                    f"store URL {masked_url(url)!r}: option {name!r} must be true or false, "
+                    f"got {value!r}"
                 )
             options[name] = value.lower() == "true"
             continue
@@ -102,14 +103,15 @@ def _int_options(
             options[name] = int(value)
         except ValueError:
             raise ConfigurationError(
-                f"store URL {url!r}: option {name!r} must be an integer, got {value!r}"
+                f"store URL {masked_url(url)!r}: option {name!r} must be an integer, got {value!r}"
             ) from None
     return options
 
 
 def _scheme(url: object) -> str:
     if not isinstance(url, str) or "://" not in url:
-        raise ConfigurationError(f"store URL {url!r} is not a URL (e.g. 'memory://')")
+        shown = masked_url(url) if isinstance(url, str) else url
+        raise ConfigurationError(f"store URL {shown!r} is not a URL (e.g. 'memory://')")
     return url.split("://", 1)[0].lower()
 
 
@@ -204,14 +206,20 @@ def per_tenant_stores(url: str, *, clock: Callable[[], datetime] | None = None) 
     if scheme not in _IN_PROCESS:
         # Several stores made from one database URL would share one table: no isolation.
         raise ConfigurationError(
-            f"per_tenant_stores: {url!r} is not an in-process store URL; for a database use "
-            "per_tenant_tables or per_tenant_databases"
+            f"per_tenant_stores: {masked_url(url)!r} is not an in-process store URL; for a "
+            "database use per_tenant_tables or per_tenant_databases"
         )
-    return tenants.in_process(lambda: make_store(url, clock=clock), f"per_tenant_stores({url!r})")
+    return tenants.in_process(
+        lambda: make_store(url, clock=clock), f"per_tenant_stores({masked_url(url)!r})"
+    )
 
 
 def per_tenant(url: str, *, clock: Callable[[], datetime] | None = None) -> TenantStores:
     """The engine's strategy for a store URL under multi-tenancy.
+
+    The URL's ``max_tenants`` option (``sqlite:///f.db?max_tenants=200``) is the router's: the
+    tenants' stores kept open at once (see `failover.stores.tenant.MultiTenantStore`); it is
+    taken out before the store sees the URL.
 
     ``memory://`` and ``cachetools://`` URLs: one in-process store per tenant
     (`per_tenant_stores`). Redis URLs: one key prefix per tenant, one shared client
@@ -231,6 +239,31 @@ def per_tenant(url: str, *, clock: Callable[[], datetime] | None = None) -> Tena
         ConfigurationError: a URL its store refuses.
     """
     scheme = _scheme(url)
+    url, most = _max_tenants_option(url)
+    stores = _per_tenant(url, scheme, clock)
+    if most is not None:
+        stores.max_tenants = most
+    return stores
+
+
+def _max_tenants_option(url: str) -> tuple[str, int | None]:
+    """``url`` without its ``max_tenants`` option, and that option (``None`` when absent)."""
+    base, _, query = url.partition("?")
+    options = parse_qsl(query, keep_blank_values=True)
+    given = [value for key, value in options if key == "max_tenants"]
+    if not given:
+        return url, None
+    shown = masked_url(url)
+    if not given[-1].isdigit():
+        raise ConfigurationError(
+            f"store URL {shown!r}: max_tenants must be a whole number >= 1, got {given[-1]!r}"
+        )
+    most = check_max_tenants(int(given[-1]), f"store URL {shown!r}")
+    rest = urlencode([(key, value) for key, value in options if key != "max_tenants"])
+    return base + (f"?{rest}" if rest else ""), most
+
+
+def _per_tenant(url: str, scheme: str, clock: Callable[[], datetime] | None) -> TenantStores:
     if scheme in _IN_PROCESS:
         return per_tenant_stores(url, clock=clock)
     if scheme in _REDIS:
@@ -241,7 +274,7 @@ def per_tenant(url: str, *, clock: Callable[[], datetime] | None = None) -> Tena
         from .ttl import CachetoolsStore
 
         far_url, hedge = _hedge_option(url[len(_TIERED) :])
-        far = per_tenant(far_url, clock=clock)
+        far = _per_tenant(far_url, _scheme(far_url), clock)
         return tenants.layered(
             far,
             lambda store: TieredStore(CachetoolsStore(clock=clock), store, hedge_after=hedge),

@@ -12,7 +12,10 @@ pass the rows through (`HealthRowsLayer`); a tenant router does not: the rows ar
 not a tenant's.
 
 Rows are JSON text, read back with `json.loads` and checked field by field: nothing stored can
-run code when read, and a row that does not check out is skipped with a warning.
+run code when read. Whoever can write to the store writes rows too, so every field is bounded
+(counts from 0 to `MAX_COUNT`, text of a few hundred characters at most, times a `datetime` can
+hold in UTC): a row that does not check out is never added up, it is shown as one
+``unreadable`` row (`ProcessHealth.problem` says why) and logged as a warning.
 """
 
 from __future__ import annotations
@@ -27,6 +30,8 @@ from typing import Any, Protocol, cast
 from .base import keeps_health
 
 __all__ = [
+    "MAX_COUNT",
+    "UNREADABLE",
     "FailoverSummary",
     "HealthRows",
     "HealthRowsLayer",
@@ -40,6 +45,16 @@ __all__ = [
 log = logging.getLogger("failover.stores")
 
 _MAX_FAILOVERS = 1000  # as the metrics' cardinality guard: a row stays a few hundred KiB at most
+MAX_COUNT = 2**53 - 1
+"""The largest count a row may hold: exact as a JSON number in any reader, and added up over
+every process and failover it stays far from what a float cannot divide."""
+_MAX_TEXT = {"process": 64, "hostname": 255, "status": 32, "breaker": 32, "last_failure": 300}
+_MAX_TEXT.update(dict.fromkeys(("started_at", "published_at", "expire_on"), 64))
+_MAX_NAME = 300  # a failover's name
+_MAX_PID = 2**32
+_MAX_WINDOW = 10**7  # seconds (months): far beyond any health window
+UNREADABLE = "unreadable"
+"""The status of the row that stands for the rows that cannot be read (`decoded`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,6 +112,8 @@ class ProcessHealth:
         status: the engine's status (the worst of its failovers').
         window: the seconds the counts cover (the health window).
         failovers: each failover's summary, by the failover's name.
+        problem: why rows could not be read, on the one row standing for them (status
+            `UNREADABLE`, no failovers); ``None`` on every row read.
     """
 
     process: str
@@ -108,6 +125,14 @@ class ProcessHealth:
     status: str
     window: int = 60
     failovers: Mapping[str, FailoverSummary] = field(default_factory=dict)
+    problem: str | None = None
+
+    @classmethod
+    def unreadable(cls, count: int, first: str, now: datetime) -> ProcessHealth:
+        """The row shown for ``count`` rows that cannot be read, the first for reason ``first``."""
+        rows = "a health row" if count == 1 else f"{count} health rows"
+        problem = f"{rows} cannot be read: {first}"
+        return cls(UNREADABLE, "?", 0, now, now, now, UNREADABLE, 0, {}, problem)
 
     def expired(self, now: datetime) -> bool:
         """Whether the row is past its ``expire_on`` at ``now``."""
@@ -125,6 +150,7 @@ class ProcessHealth:
             "status": self.status,
             "window_seconds": self.window,
             "failovers": {name: f.to_dict() for name, f in self.failovers.items()},
+            **({} if self.problem is None else {"problem": self.problem}),
         }
 
     def to_json(self) -> str:
@@ -145,15 +171,15 @@ class ProcessHealth:
         if len(failovers) > _MAX_FAILOVERS:
             raise ValueError(f"more than {_MAX_FAILOVERS} failovers")
         return cls(
-            process=_field(data, "process", str),
-            hostname=_field(data, "hostname", str),
-            pid=_field(data, "pid", int),
+            process=_text(data, "process"),
+            hostname=_text(data, "hostname"),
+            pid=_number(data, "pid", _MAX_PID),
             started_at=_time(data, "started_at"),
             published_at=_time(data, "published_at"),
             expire_on=_time(data, "expire_on"),
-            status=_field(data, "status", str),
-            window=_field(data, "window_seconds", int),
-            failovers={str(name): _summary(f) for name, f in failovers.items()},
+            status=_text(data, "status"),
+            window=_number(data, "window_seconds", _MAX_WINDOW),
+            failovers={_name(name): _summary(f) for name, f in failovers.items()},
         )
 
 
@@ -164,28 +190,53 @@ def _field(data: dict[str, Any], name: str, kind: type) -> Any:
     return value
 
 
-def _optional(data: dict[str, Any], name: str) -> str | None:
-    value = data.get(name)
-    if value is not None and not isinstance(value, str):
-        raise ValueError(f"{name} is not a str")
+def _text(data: dict[str, Any], name: str) -> str:
+    value: str = _field(data, name, str)
+    if len(value) > _MAX_TEXT[name]:
+        raise ValueError(f"{name} is longer than {_MAX_TEXT[name]} characters")
     return value
 
 
+def _name(name: str) -> str:
+    if len(name) > _MAX_NAME:
+        raise ValueError(f"a failover's name is longer than {_MAX_NAME} characters")
+    return name
+
+
+def _number(data: dict[str, Any], name: str, most: int) -> int:
+    value: int = _field(data, name, int)
+    if not 0 <= value <= most:
+        raise ValueError(f"{name} is not a whole number from 0 to {most}")
+    return value
+
+
+def _optional(data: dict[str, Any], name: str) -> str | None:
+    if data.get(name) is None:
+        return None
+    return _text(data, name)
+
+
 def _time(data: dict[str, Any], name: str) -> datetime:
-    at = datetime.fromisoformat(_field(data, name, str))
-    return at if at.tzinfo is not None else at.replace(tzinfo=UTC)
+    text = _text(data, name)
+    try:
+        at = datetime.fromisoformat(text)
+        # In UTC now: a time at the edge of datetime's range in another zone fails here, not
+        # later in a subtraction or a format on the page.
+        return at.astimezone(UTC) if at.tzinfo is not None else at.replace(tzinfo=UTC)
+    except OverflowError:
+        raise ValueError(f"{name} is out of range") from None
 
 
 def _summary(data: object) -> FailoverSummary:
     if not isinstance(data, dict):
         raise ValueError("a failover's summary is a JSON object")
-    live, stale, not_recovered = (_field(data, k, int) for k in ("live", "stale", "not_recovered"))
+    live, stale, not_recovered = (
+        _number(data, k, MAX_COUNT) for k in ("live", "stale", "not_recovered")
+    )
     # Absent from the rows of versions before fresh_for: none of their calls were fresh.
-    fresh = _field(data, "fresh", int) if "fresh" in data else 0
-    if min(live, stale, not_recovered, fresh) < 0:
-        raise ValueError("a negative count")
+    fresh = _number(data, "fresh", MAX_COUNT) if "fresh" in data else 0
     return FailoverSummary(
-        _field(data, "status", str),
+        _text(data, "status"),
         live,
         stale,
         not_recovered,
@@ -196,18 +247,26 @@ def _summary(data: object) -> FailoverSummary:
 
 
 def decoded(where: str, texts: Iterable[str | bytes], now: datetime) -> list[ProcessHealth]:
-    """The rows of ``texts`` not expired at ``now``, by hostname and pid; a text that is not a
-    health row is skipped with a warning naming ``where``."""
+    """The rows of ``texts`` not expired at ``now``, by hostname and pid. Texts that are not
+    health rows are left out of them, and stand as one `ProcessHealth.unreadable` row, first,
+    with one warning naming ``where``."""
     rows = []
+    bad = 0
+    first = ""
     for text in texts:
         try:
             row = ProcessHealth.from_json(text)
-        except (ValueError, TypeError, RecursionError) as exc:
-            log.warning("%s: skipped a health row that cannot be read (%s)", where, exc)
+        except (ValueError, TypeError, RecursionError, OverflowError) as exc:
+            bad += 1
+            first = first or str(exc)[:200]
             continue
         if not row.expired(now):
             rows.append(row)
-    return sorted(rows, key=lambda r: (r.hostname, r.pid, r.process))
+    rows.sort(key=lambda r: (r.hostname, r.pid, r.process))
+    if bad:
+        log.warning("%s: skipped %d health row(s) that cannot be read (%s)", where, bad, first)
+        rows.insert(0, ProcessHealth.unreadable(bad, first, now))
+    return rows
 
 
 class HealthRows(Protocol):

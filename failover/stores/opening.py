@@ -10,9 +10,10 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import StoreError
+from ..masking import masked_url
 from .base import FailoverStore
 
-__all__ = ["driver_errors", "in_process", "masked_url", "open_shared"]
+__all__ = ["driver_errors", "in_process", "open_shared"]
 
 _REDIS = ("redis", "rediss", "unix", "redis+sentinel", "redis+cluster")
 
@@ -26,15 +27,6 @@ def _sqlalchemy_url(url: str) -> Any:
         return make_url(url)
     except (ArgumentError, ValueError):
         return None
-
-
-def masked_url(url: str) -> str:
-    """The URL without its password, fit for printing."""
-    if "@" not in url:
-        return url
-    from .sql.engine import masked
-
-    return masked(_sqlalchemy_url(url) or url)
 
 
 def in_process(url: str) -> bool:

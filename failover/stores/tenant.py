@@ -12,16 +12,25 @@ kind of store makes (`failover.stores.factory.per_tenant` picks it from a URL):
 
 Tenant ids that end up in a table name, a file name or a key prefix must match `TENANT_ID` (lower
 case letters, digits, ``_``; at most 31 characters): a hostile id never reaches SQL text or a path.
+
+At most ``max_tenants`` stores are open at once (`DEFAULT_MAX_TENANTS`): a tenant id taken from a
+request cannot open tables, files or connections without end. Past it, a new tenant's store
+takes the place of the least recently used one that no call is using: that one is closed (its
+queued writes flushed first) and made again if its tenant comes back. When every store is in use,
+the new tenant is refused with `StoreError`, which a call handles as store trouble (the live
+result returns; a recovery misses).
 """
 
 from __future__ import annotations
 
+import itertools
 import logging
 import re
 import threading
 from collections.abc import Callable, Collection, Iterable, Sequence
 from datetime import datetime
-from typing import Any, Final
+from types import TracebackType
+from typing import Final
 
 from ..closeable import Closeable
 from ..errors import ConfigurationError, StoreError
@@ -39,6 +48,7 @@ from .base import (
 from .browsing import BrowsingLayer
 
 __all__ = [
+    "DEFAULT_MAX_TENANTS",
     "TENANT_ID",
     "MultiTenantStore",
     "TenantStoreFactory",
@@ -60,6 +70,48 @@ most 31 characters: with its ``_``, a table prefix of `SqlStore` is 32 at most."
 
 SHOWN = 60  # characters of a refused tenant id shown in an error message
 
+DEFAULT_MAX_TENANTS: Final = 1000
+"""The tenants' stores a `MultiTenantStore` keeps open at once, unless told otherwise."""
+
+
+class _Tenant:
+    """One tenant's store, how many calls use it now, and when it was last used.
+
+    ``with`` it around a use of the store: a store in use is never closed. Entered only through
+    `MultiTenantStore._use`, which counts the call in first."""
+
+    __slots__ = ("busy", "closed", "lock", "store", "used")
+
+    def __init__(self, store: FailoverStore, used: int) -> None:
+        self.store = store
+        self.busy = 1  # made for a call, which uses it
+        self.used = used
+        self.closed = False
+        self.lock = threading.Lock()
+
+    def __enter__(self) -> FailoverStore:
+        return self.store
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        with self.lock:
+            self.busy -= 1
+
+
+def check_max_tenants(value: object, owner: str) -> int:
+    """``value`` as a ``max_tenants`` setting.
+
+    Raises:
+        ConfigurationError: not a whole number >= 1 (naming ``owner``).
+    """
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ConfigurationError(f"{owner}: max_tenants must be a whole number >= 1, got {value!r}")
+    return value
+
 
 def safe_tenant_id(tenant: str) -> str:
     """``tenant``, checked for use in a table or file name.
@@ -78,8 +130,9 @@ def safe_tenant_id(tenant: str) -> str:
 class MultiTenantStore(BrowsingLayer, Capabilities):
     """Routes each operation to the current tenant's store, made on first use.
 
-    Each tenant's store is made exactly once, even when many threads meet a new tenant at the same
-    time. Operations on tenants already seen take no lock.
+    Each tenant's store is made exactly once while it stays open, even when many threads meet a
+    new tenant at the same time. Operations on tenants already seen take only their tenant's own
+    lock, to count the store in use (a store in use is never closed for ``max_tenants``).
 
     Args:
         factory: makes one tenant's store (or store chain) from the tenant id.
@@ -89,10 +142,15 @@ class MultiTenantStore(BrowsingLayer, Capabilities):
         strict: refuse tenants not in ``tenants`` (``default_tenant`` excepted) with `StoreError`.
         tenants: the known tenants. Without ``strict``, an unknown tenant is let through and
             logged once as a warning.
+        max_tenants: the tenants' stores kept open at once; past it the least recently used
+            idle one is closed (``closed_tenants`` counts them), or, all in use, the new tenant
+            refused (``refused_tenants``). ``None``: the factory's own ``max_tenants`` if it
+            declares one (a ``?max_tenants=`` URL option), else `DEFAULT_MAX_TENANTS`.
 
     Raises:
         ConfigurationError: a factory or resolver that is not callable, ``strict`` without
-            ``tenants``, or a ``default_tenant`` that is not a string.
+            ``tenants``, a ``default_tenant`` that is not a string, or a ``max_tenants`` that
+            is not a whole number >= 1.
     """
 
     def __init__(
@@ -102,6 +160,7 @@ class MultiTenantStore(BrowsingLayer, Capabilities):
         default_tenant: str | None = None,
         strict: bool = False,
         tenants: Collection[str] | None = None,
+        max_tenants: int | None = None,
     ) -> None:
         for setting, value in (("factory", factory), ("resolver", resolver)):
             if not callable(value):
@@ -118,19 +177,29 @@ class MultiTenantStore(BrowsingLayer, Capabilities):
             )
         if strict and tenants is None:
             raise ConfigurationError("MultiTenantStore: strict=True needs tenants= (the known ids)")
+        if max_tenants is None:
+            max_tenants = getattr(factory, "max_tenants", None) or DEFAULT_MAX_TENANTS
+        self.max_tenants = check_max_tenants(max_tenants, "MultiTenantStore")
         self.factory = factory
         self.resolver = resolver
         self.default_tenant = default_tenant
         self.strict = bool(strict)
         self.tenants: frozenset[str] | None = None if tenants is None else frozenset(tenants)
-        self._stores: dict[str, FailoverStore] = {}
+        self._stores: dict[str, _Tenant] = {}
         self._lock = threading.Lock()
         self._closed = False  # under `_lock`: no store is made after close(), none would close it
+        self._ticks = itertools.count()  # next() is atomic: the recency of each use, lock-free
+        self.closed_tenants = 0
+        """Tenants' stores closed to make room for another (least recently used first)."""
+        self.refused_tenants = 0
+        """New tenants refused because every store open was in use."""
+        self._said: set[str] = set()  # what was logged once already
 
     def __repr__(self) -> str:
         return (
             f"MultiTenantStore({self.factory!r}, default_tenant={self.default_tenant!r}, "
-            f"strict={self.strict}, tenants seen: {len(self._stores)})"
+            f"strict={self.strict}, tenants open: {len(self._stores)} of {self.max_tenants}, "
+            f"closed: {self.closed_tenants}, refused: {self.refused_tenants})"
         )
 
     @property
@@ -153,35 +222,35 @@ class MultiTenantStore(BrowsingLayer, Capabilities):
                 tenant = self.resolve()
             except StoreError:
                 return False
-        store = self._stores.get(tenant)
-        return store is not None and native_async(store)
+        entry = self._stores.get(tenant)
+        return entry is not None and native_async(entry.store)
 
     async def afind(self, name: str, key: str) -> Payload | None:
         """The current tenant's `afind` (only when `native_async`)."""
-        store: Any = self.current()
-        found: Payload | None = await store.afind(name, key)
-        return found
+        with self._use() as store:
+            found: Payload | None = await store.afind(name, key)  # type: ignore[attr-defined]
+            return found
 
     async def afind_many(self, name: str, keys: Iterable[str]) -> dict[str, Payload]:
         """The current tenant's `afind_many` (only when `native_async`)."""
-        store: Any = self.current()
-        found: dict[str, Payload] = await store.afind_many(name, keys)
-        return found
+        with self._use() as store:
+            found: dict[str, Payload] = await store.afind_many(name, keys)  # type: ignore[attr-defined]
+            return found
 
     async def astore_many(self, payloads: Sequence[Payload]) -> None:
         """The current tenant's `astore_many` (only when `native_async`)."""
-        store: Any = self.current()
-        await store.astore_many(payloads)
+        with self._use() as store:
+            await store.astore_many(payloads)  # type: ignore[attr-defined]
 
     async def aclose(self) -> None:
-        """Close this loop's async clients of every tenant's store made so far."""
-        for store in list(self._stores.values()):
+        """Close this loop's async clients of every tenant's store open."""
+        for store in self.stores.values():
             if native_async(store):
                 await store.aclose()
 
     def layers_below(self) -> list[FailoverStore]:
-        """The stores made so far, one per tenant: `flush` waits for each."""
-        return list(self._stores.values())
+        """The stores open, one per tenant: `flush` waits for each."""
+        return list(self.stores.values())
 
     @property
     def browsable(self) -> bool:
@@ -195,21 +264,39 @@ class MultiTenantStore(BrowsingLayer, Capabilities):
 
     @property
     def stores(self) -> dict[str, FailoverStore]:
-        """The stores made so far, by tenant (a snapshot)."""
-        return dict(self._stores)
+        """The stores open, by tenant (a snapshot)."""
+        return {tenant: entry.store for tenant, entry in list(self._stores.items())}
 
     def current(self) -> FailoverStore:
-        """The current tenant's store, made on first use.
+        """The current tenant's store, made on first use. Not counted as in use: past
+        ``max_tenants`` it may be closed while held (the operations here count theirs).
 
         Raises:
             StoreError: no tenant and no ``default_tenant``, a failing resolver, a tenant refused
-                by ``strict``, or a closed store.
+                by ``strict`` or by ``max_tenants``, or a closed store.
+        """
+        with self._use() as store:
+            return store
+
+    def _use(self) -> _Tenant:
+        """The current tenant's store, counted in use until the ``with`` around it ends.
+
+        Raises:
+            StoreError: as `current`.
         """
         tenant = pinned.get()
         if tenant is None:  # not `or`: a pinned "" is a tenant the resolver returned
             tenant = self.resolve()
-        store = self._stores.get(tenant)  # one dict read: atomic, no lock on the common path
-        return store if store is not None else self.store_for(tenant)
+        entry = self._stores.get(tenant)  # one dict read: atomic
+        if entry is not None:
+            with entry.lock:
+                if not entry.closed:
+                    entry.busy += 1
+                    entry.used = next(self._ticks)
+                    return entry
+            # Closed to make room for another tenant meanwhile: made again (under the lock
+            # that closed it, released once the map no longer holds it).
+        return self._made(tenant)
 
     def ready(self) -> bool:
         """Whether the current tenant's store is made already, so using it sets nothing up.
@@ -247,15 +334,25 @@ class MultiTenantStore(BrowsingLayer, Capabilities):
         return tenant
 
     def store_for(self, tenant: str) -> FailoverStore:
-        """The store of ``tenant``, made on first use (exactly once).
+        """The store of ``tenant``, made on first use (exactly once while it stays open). Not
+        counted as in use, as `current`.
 
         Raises:
-            StoreError: a tenant id that is not a string, is refused by ``strict``, or comes
-                after `close`.
+            StoreError: a tenant id that is not a string, is refused by ``strict`` or by
+                ``max_tenants``, or comes after `close`.
         """
-        store = self._stores.get(tenant)
-        if store is not None:
+        entry = self._stores.get(tenant)
+        if entry is not None:
+            return entry.store
+        with self._made(tenant) as store:
             return store
+
+    def _made(self, tenant: str) -> _Tenant:
+        """The entry of ``tenant``, made unless another thread just made it, counted in use.
+
+        Raises:
+            StoreError: as `store_for`.
+        """
         if not isinstance(tenant, str):
             raise StoreError(f"MultiTenantStore: a tenant id must be a string, got {tenant!r}")
         known = self.tenants is None or tenant in self.tenants or tenant == self.default_tenant
@@ -263,51 +360,120 @@ class MultiTenantStore(BrowsingLayer, Capabilities):
             raise StoreError(
                 f"MultiTenantStore: unknown tenant {tenant[:SHOWN]!r} refused (strict=True)"
             )
-        with self._lock:
-            store = self._stores.get(tenant)
-            if store is None:
+        evicted: tuple[str, _Tenant] | None = None
+        try:
+            with self._lock:
+                entry = self._stores.get(tenant)
+                if entry is not None:
+                    with entry.lock:
+                        # Never closed while in the map: closing takes it out under _lock first.
+                        entry.busy += 1
+                        entry.used = next(self._ticks)
+                    return entry
                 if self._closed:
                     raise StoreError("MultiTenantStore: closed; no tenant store is made any more")
+                if len(self._stores) >= self.max_tenants:
+                    evicted = self._evict(tenant)
                 store = self.factory(tenant)
                 assign_tenant(store, tenant)
-                self._stores[tenant] = store
+                entry = _Tenant(store, next(self._ticks))
+                self._stores[tenant] = entry
                 if not known:
                     log.warning(
                         "failover: tenant %r is not among the known tenants; it gets a store of "
                         "its own (strict=True would refuse it)",
                         tenant[:SHOWN],
                     )
-            return store
+            return entry
+        finally:
+            # Outside the lock (closing flushes queued writes), even when the factory failed.
+            if evicted is not None:
+                self._close_evicted(*evicted)
+
+    def _evict(self, tenant: str) -> tuple[str, _Tenant]:
+        """Take the least recently used store that no call uses out of the map (under `_lock`),
+        marked closed: no call enters it any more.
+
+        Raises:
+            StoreError: every store open is in use; ``tenant`` is refused.
+        """
+        for old, entry in sorted(self._stores.items(), key=lambda item: item[1].used):
+            with entry.lock:
+                if entry.busy == 0:
+                    entry.closed = True
+                    del self._stores[old]
+                    return old, entry
+        self.refused_tenants += 1
+        self._once(
+            "refused",
+            "failover: MultiTenantStore: max_tenants=%d stores are open and every one is in use: "
+            "new tenants are refused until one is idle (their calls get the live result, no "
+            "recovery); raise max_tenants? Logged once; refused_tenants counts them",
+            self.max_tenants,
+        )
+        raise StoreError(
+            f"MultiTenantStore: tenant {tenant[:SHOWN]!r} refused: max_tenants="
+            f"{self.max_tenants} stores are open and every one is in use"
+        )
+
+    def _close_evicted(self, tenant: str, entry: _Tenant) -> None:
+        """Close an evicted tenant's store (its queued writes flushed first); never raises."""
+        self.closed_tenants += 1
+        self._once(
+            "closed",
+            "failover: MultiTenantStore: more than max_tenants=%d tenants; the least recently "
+            "used tenant's store is closed to make room, and made again if it comes back. "
+            "Logged once; closed_tenants counts them",
+            self.max_tenants,
+        )
+        try:
+            entry.store.close()
+        except Exception:
+            log.warning(
+                "failover: closing the store of tenant %r failed", tenant[:SHOWN], exc_info=True
+            )
+
+    def _once(self, what: str, message: str, *args: object) -> None:
+        if what not in self._said:
+            self._said.add(what)
+            log.warning(message, *args)
 
     # -- the current tenant's store -------------------------------------------------------------
 
     def store(self, payload: Payload) -> None:
         """Insert or replace one entry of the current tenant."""
-        self.current().store(payload)
+        with self._use() as store:
+            store.store(payload)
 
     def store_many(self, payloads: Sequence[Payload]) -> None:
         """Insert or replace several entries of the current tenant."""
-        self.current().store_many(payloads)
+        with self._use() as store:
+            store.store_many(payloads)
 
     def find(self, name: str, key: str) -> Payload | None:
         """The current tenant's entry, or ``None``."""
-        return self.current().find(name, key)
+        with self._use() as store:
+            return store.find(name, key)
 
     def find_many(self, name: str, keys: Iterable[str]) -> dict[str, Payload]:
         """The current tenant's entries found among ``keys``."""
-        return self.current().find_many(name, keys)
+        with self._use() as store:
+            return store.find_many(name, keys)
 
     def find_all(self, name: str) -> list[Payload]:
         """Every entry of ``name`` of the current tenant."""
-        return self.current().find_all(name)
+        with self._use() as store:
+            return store.find_all(name)
 
     def delete(self, name: str, key: str) -> None:
         """Remove the current tenant's entry if present."""
-        self.current().delete(name, key)
+        with self._use() as store:
+            store.delete(name, key)
 
     def delete_many(self, name: str, keys: Iterable[str]) -> None:
         """Remove the current tenant's entries under ``keys``."""
-        delete_many(self.current(), name, keys)
+        with self._use() as store:
+            delete_many(store, name, keys)
 
     # -- every tenant ---------------------------------------------------------------------------
 
@@ -324,7 +490,7 @@ class MultiTenantStore(BrowsingLayer, Capabilities):
                 removed += store.clean_by_expiry(now)
             except Exception as exc:
                 # One tenant's unreachable database must not keep the others' entries forever.
-                log.warning("failover: cleaning tenant %r failed", tenant, exc_info=True)
+                log.warning("failover: cleaning tenant %r failed", tenant[:SHOWN], exc_info=True)
                 failed.append(exc)
         if failed:
             raise failed[0]
@@ -338,7 +504,7 @@ class MultiTenantStore(BrowsingLayer, Capabilities):
         """
         with self._lock:
             self._closed = True
-            stores = list(self._stores.items())
+            stores = [(tenant, entry.store) for tenant, entry in self._stores.items()]
             self._stores.clear()
         failed: list[Exception] = []
         for tenant, store in stores:
@@ -347,7 +513,7 @@ class MultiTenantStore(BrowsingLayer, Capabilities):
             except Exception as exc:
                 # The others still close: each flushes its own queued writes.
                 log.warning(
-                    "failover: closing the store of tenant %r failed", tenant, exc_info=True
+                    "failover: closing the store of tenant %r failed", tenant[:SHOWN], exc_info=True
                 )
                 failed.append(exc)
         try:

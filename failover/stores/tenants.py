@@ -21,6 +21,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from ..errors import ConfigurationError, StoreError
+from ..masking import masked_url
 from .base import FailoverStore
 from .tenant import SHOWN, TenantStoreFactory, safe_tenant_id
 
@@ -45,7 +46,13 @@ class TenantStores:
         does_io: whether the stores it makes do I/O.
         description: its ``repr``.
         close: releases what the stores share, if anything.
+
+    Attributes:
+        max_tenants: the stores a `MultiTenantStore` over it keeps open at once, when the URL
+            says (``?max_tenants=``); ``None``: the router's default.
     """
+
+    max_tenants: int | None = None
 
     def __init__(
         self,
@@ -161,24 +168,22 @@ def tables(
     return TenantStores(
         lambda tenant: store_class(engine, table_prefix=of(tenant), tenant=tenant, **store_kwargs),
         True,
-        f"{owner}({engine.url.render_as_string(hide_password=True)!r})",
+        f"{owner}({masked_url(engine.url)!r})",
         engine.dispose if owned else None,
     )
 
 
 def databases(
     store_class: Callable[..., FailoverStore],
-    masked: Callable[[str], str],
     check_url: Callable[[str], object],
     url_template: str,
     /,
     **store_kwargs: Any,
 ) -> TenantStores:
-    """One database per tenant: see `failover.stores.sql.per_tenant_databases`. ``masked``
-    shows a URL without its password; ``check_url`` refuses a URL with `ConfigurationError`
-    (connecting to nothing)."""
+    """One database per tenant: see `failover.stores.sql.per_tenant_databases`.
+    ``check_url`` refuses a URL with `ConfigurationError` (connecting to nothing)."""
     if not isinstance(url_template, str) or "{tenant}" not in url_template:
-        shown = masked(url_template) if isinstance(url_template, str) else url_template
+        shown = masked_url(url_template) if isinstance(url_template, str) else url_template
         raise ConfigurationError(
             f"per_tenant_databases: the URL template must contain '{{tenant}}', got {shown!r}"
         )
@@ -188,7 +193,7 @@ def databases(
             url_template.replace("{tenant}", safe_tenant_id(tenant)), tenant=tenant, **store_kwargs
         ),
         True,
-        f"per_tenant_databases({masked(url_template)!r})",
+        f"per_tenant_databases({masked_url(url_template)!r})",
     )
 
 

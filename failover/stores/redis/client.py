@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import re
 from types import TracebackType
-from urllib.parse import parse_qsl, quote, urlencode, urlsplit, urlunsplit
+from urllib.parse import parse_qsl, quote, urlencode, urlsplit
 
 try:
     import redis
@@ -18,6 +18,7 @@ except ImportError as exc:  # pragma: no cover - exercised where redis-py is not
     raise ImportError(f"RedisStore needs redis-py: pip install 'failover[redis]' ({exc})") from exc
 
 from ...errors import ConfigurationError, StoreError
+from ...masking import masked_url
 
 __all__ = [
     "DEFAULT_PREFIX",
@@ -26,7 +27,6 @@ __all__ = [
     "check_timeout",
     "checked_prefix",
     "make_client",
-    "masked",
     "split_url",
 ]
 
@@ -35,15 +35,6 @@ _PREFIX = re.compile(r"[!-~]{0,100}")  # printable ASCII, no spaces: readable in
 _SCHEMES = ("redis", "rediss", "unix")
 _INF = float("inf")
 _ERRORS = (redis.RedisError, RedisClusterException)
-
-
-def masked(url: str) -> str:
-    """``url`` with its password masked."""
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
-    return urlunsplit(parts._replace(netloc=netloc))
 
 
 def checked_prefix(prefix: object, owner: str) -> str:
@@ -97,7 +88,7 @@ def make_client(url: str, socket_timeout: float = 1.0) -> redis.Redis:
         ConfigurationError: not such a URL, or an option redis-py refuses (the password masked).
     """
     scheme = url.partition("://")[0].lower() if isinstance(url, str) else ""
-    shown = masked(url) if isinstance(url, str) else repr(url)
+    shown = masked_url(url) if isinstance(url, str) else repr(url)
     if scheme not in _SCHEMES:
         raise ConfigurationError(
             f"store URL {shown!r} is not a Redis URL (redis://, rediss://, unix://, "

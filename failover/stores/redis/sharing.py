@@ -11,9 +11,10 @@ import redis
 from redis.cluster import RedisCluster
 
 from ...errors import ConfigurationError
+from ...masking import masked_url
 from ...serialization.rows import merged_row_options, split_row_options
 from .aio import AsyncClients, async_url
-from .client import DEFAULT_PREFIX, masked, split_url
+from .client import DEFAULT_PREFIX, split_url
 from .topology import Client, LazyCluster, store_client
 
 __all__ = ["SharedClient", "shared_client"]
@@ -52,12 +53,12 @@ def shared_client(url_or_client: Any, store_kwargs: dict[str, Any], owner: str) 
     if isinstance(url_or_client, str):
         url, url_prefix = split_url(url_or_client)
         base = url_prefix if url_prefix is not None else base
-        url, from_url = split_row_options(url, masked(url))
+        url, from_url = split_row_options(url, masked_url(url))
         if from_url:  # the row options are each store's: handed to them with the others
             store_kwargs.update(merged_row_options(owner, store_kwargs, from_url))
         cluster = store_kwargs.pop("cluster", False)
         client = store_client(url, socket_timeout, cluster)
-        shown = masked(url)
+        shown = masked_url(url)
         aio = None
         if async_url(url, cluster) is not None:
             aio = AsyncClients(url, socket_timeout, f"{owner}({shown})")

@@ -32,6 +32,7 @@ import redis
 from redis.cluster import RedisCluster
 
 from ...errors import ConfigurationError
+from ...masking import masked_url
 from ...serialization.base import Codec
 from ...serialization.crypto import Cipher
 from ...serialization.rows import (
@@ -47,13 +48,7 @@ from ..health_rows import KeepsHealthRows
 from ..tenants import TenantStores
 from .aio import AsyncClients, AsyncRedisMethods, async_url
 from .browsing import RedisBrowsing
-from .client import (
-    DEFAULT_PREFIX,
-    Keys,
-    checked_prefix,
-    masked,
-    split_url,
-)
+from .client import DEFAULT_PREFIX, Keys, checked_prefix, split_url
 from .commands import Commands
 from .health_rows import RedisHealthRows
 from .sharing import shared_client
@@ -134,7 +129,7 @@ class RedisStore(KeepsHealthRows, AsyncRedisMethods, Capabilities):
         settings: dict[str, Any] = {"accept_plain": accept_plain, "max_row_bytes": max_row_bytes}
         if isinstance(url_or_client, str):
             url, url_prefix = split_url(url_or_client)
-            url, from_url = split_row_options(url, masked(url))
+            url, from_url = split_row_options(url, masked_url(url))
             settings = merged_row_options("RedisStore", settings, from_url)
             if url_prefix is not None:
                 if prefix not in (DEFAULT_PREFIX, url_prefix):
@@ -146,7 +141,7 @@ class RedisStore(KeepsHealthRows, AsyncRedisMethods, Capabilities):
             prefix = checked_prefix(prefix, "RedisStore")
             self.client: Client = store_client(url, socket_timeout, cluster)
             self._owns_client = True
-            shown = masked(url)
+            shown = masked_url(url)
             aio_url = async_url(url, cluster)
         elif isinstance(url_or_client, redis.Redis | RedisCluster | LazyCluster):
             prefix = checked_prefix(prefix, "RedisStore")

@@ -15,7 +15,8 @@ from redis.retry import Retry
 from redis.sentinel import Sentinel
 
 from ...errors import ConfigurationError
-from .client import check_timeout, make_client, masked
+from ...masking import masked_url
+from .client import check_timeout, make_client
 
 __all__ = ["CLUSTER", "SENTINEL", "Client", "LazyCluster", "make_cluster_client", "store_client"]
 
@@ -136,7 +137,7 @@ def make_cluster_client(url: str, socket_timeout: float = 1.0) -> LazyCluster:
     Raises:
         ConfigurationError: a bad URL (nothing is connected).
     """
-    shown = masked(url)
+    shown = masked_url(url)
     check_timeout(socket_timeout)
     scheme = url.partition("://")[0].lower()
     if scheme == CLUSTER:
@@ -165,7 +166,7 @@ def store_client(url: str, socket_timeout: float, cluster: bool) -> Client:
         return make_cluster_client(url, socket_timeout)
     if scheme == SENTINEL:
         check_timeout(socket_timeout)
-        return _sentinel_client(url, masked(url), socket_timeout)
+        return _sentinel_client(url, masked_url(url), socket_timeout)
     return make_client(url, socket_timeout)
 
 

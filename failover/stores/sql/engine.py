@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import re
 import weakref
 from pathlib import Path
 from typing import Any
@@ -13,6 +12,7 @@ from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine import Engine
 
 from ...errors import ConfigurationError
+from ...masking import masked_url
 from ..deadline import abandoned
 from .limits import CONNECT_TIMEOUT_S, KEEPALIVES, STATEMENT_TIMEOUT_MS
 from .psycopg import ping_when_idle
@@ -23,7 +23,6 @@ __all__ = [
     "is_memory",
     "is_psycopg",
     "make_engine",
-    "masked",
     "prepares",
     "shared_engine",
 ]
@@ -31,14 +30,6 @@ __all__ = [
 _BUSY_TIMEOUT_MS = 5_000
 _SQLITE_POOL = {"pool_size": 8, "max_overflow": 8}
 _SERVER_POOL = {"pool_size": 10, "max_overflow": 10, "pool_pre_ping": True}
-_MASK = re.compile(r"(://[^:/@]*:)[^@]*@")
-
-
-def masked(url: object) -> str:
-    """``url`` as text, its password masked."""
-    if isinstance(url, sa.URL):
-        return url.render_as_string(hide_password=True)
-    return _MASK.sub(r"\1***@", str(url))
 
 
 def first_line(exc: BaseException) -> str:
@@ -132,7 +123,7 @@ def _pooler(parsed: sa.URL, declared: str | None) -> tuple[sa.URL, str | None]:
     mode = option if option is not None else declared
     if mode is None:
         return parsed, None
-    shown = masked(parsed)
+    shown = masked_url(parsed)
     if mode not in _POOLERS:
         raise ConfigurationError(
             f"store URL {shown!r}: pgbouncer must be one of {', '.join(_POOLERS)}, got {mode!r}"
@@ -148,7 +139,8 @@ def make_engine(url: str | sa.URL, *, pgbouncer: str | None = None, **engine_kwa
     Use it to share one pool between several stores (one per ``table_prefix``). Connections are
     pooled (a pool sized for threads; pre-ping on database servers). SQLite files get WAL mode and
     a 5 s busy timeout on every connection, so several processes can share one file; an in-memory
-    SQLite database is one connection that threads take in turn. Fork-safe: a process forked
+    SQLite database is one connection that threads take in turn. Errors leave a statement's
+    parameters out (``hide_parameters``: payloads and labels are data). Fork-safe: a process forked
     after connections were opened (a preforking server's workers) opens its own, and never uses
     nor closes its parent's.
 
@@ -169,13 +161,15 @@ def make_engine(url: str | sa.URL, *, pgbouncer: str | None = None, **engine_kwa
         parsed = sa.make_url(url)
     except (sa_exc.ArgumentError, ValueError):
         raise ConfigurationError(
-            f"store URL {masked(url)!r} is not a SQLAlchemy URL (e.g. 'sqlite:///failover.db')"
+            f"store URL {masked_url(url)!r} is not a SQLAlchemy URL (e.g. 'sqlite:///failover.db')"
         ) from None
     parsed, pooler = _pooler(parsed, pgbouncer)
     sqlite = parsed.get_backend_name() == "sqlite"
     fast = not sqlite and is_psycopg(parsed)
     defaults = _pool(parsed, sqlite, fast, pooler, engine_kwargs)
-    engine = _created(parsed, {**defaults, **engine_kwargs})
+    # SQLAlchemy's errors quote a statement's parameters (payloads, labels: argument values), and
+    # a failed store operation is logged at WARNING with its traceback: the SQL only.
+    engine = _created(parsed, {"hide_parameters": True, **defaults, **engine_kwargs})
     if pooler in ("transaction", "statement"):
         _UNPREPARED.add(engine)
     if not (sqlite and is_memory(parsed)):  # one in-memory database: the child's own copy
@@ -214,7 +208,7 @@ def _pool(
         folder = Path(parsed.database or "").parent
         if not parsed.query.get("uri") and not folder.is_dir():
             raise ConfigurationError(
-                f"store URL {masked(parsed)!r}: the folder {str(folder)!r} does not exist"
+                f"store URL {masked_url(parsed)!r}: the folder {str(folder)!r} does not exist"
             )
         return {"poolclass": sa.QueuePool, **_SQLITE_POOL}
     kwargs = dict(_SERVER_POOL)
@@ -236,7 +230,7 @@ def _pool(
 
 def _created(parsed: sa.URL, kwargs: dict[str, Any]) -> Engine:
     """`sqlalchemy.create_engine`, its refusals as `ConfigurationError` naming the URL."""
-    shown = masked(parsed)
+    shown = masked_url(parsed)
     try:
         return sa.create_engine(parsed, **kwargs)
     except sa_exc.NoSuchModuleError:

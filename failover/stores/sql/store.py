@@ -19,6 +19,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
 from ...errors import StoreError
+from ...masking import masked_url
 from ...serialization.base import Codec
 from ...serialization.crypto import Cipher
 from ...serialization.rows import (
@@ -35,7 +36,7 @@ from ..browsing import Page, Summary
 from ..health_rows import KeepsHealthRows
 from ..tenants import TenantStores
 from .browsing import SqlBrowsing
-from .engine import first_line, make_engine, masked, prepares, shared_engine
+from .engine import first_line, make_engine, prepares, shared_engine
 from .health_rows import SqlHealthRows
 from .psycopg import PsycopgStatements, supported
 from .statements import CoreStatements, Statements
@@ -132,7 +133,7 @@ class SqlStore(KeepsHealthRows, Capabilities):
         self._schema, self._prefix = schema, prefix
         self._bind(table)
         self._create_table = create_table
-        self._where = f"SqlStore({masked(self.engine.url)}, table={self.table.fullname!r})"
+        self._where = f"SqlStore({masked_url(self.engine.url)}, table={self.table.fullname!r})"
         self._rows.where = self._where
         # The processes' health rows (Failover(publish_health=...)), in a table beside.
         self.health = SqlHealthRows(self.engine, schema, prefix, self._where, create_table)
@@ -426,9 +427,9 @@ def row_options(url: str | sa.URL) -> tuple[str | sa.URL, dict[str, Any]]:
         query = "&".join(
             f"{n}={v}" for n, vs in values.items() for v in ((vs,) if isinstance(vs, str) else vs)
         )
-        _, options = split_row_options(f"?{query}", masked(url))
+        _, options = split_row_options(f"?{query}", masked_url(url))
         return url.difference_update_query(names), options
-    return split_row_options(url, masked(url))
+    return split_row_options(url, masked_url(url))
 
 
 # -- one store per tenant (made in failover.stores.tenants) ---------------------------------------
@@ -484,7 +485,7 @@ def per_tenant_databases(url_template: str, **store_kwargs: Any) -> TenantStores
             (checked here, before the first tenant comes).
     """
     _check_settings("per_tenant_databases", store_kwargs)
-    return tenants.databases(SqlStore, masked, _check_url, url_template, **store_kwargs)
+    return tenants.databases(SqlStore, _check_url, url_template, **store_kwargs)
 
 
 def _check_settings(owner: str, store_kwargs: dict[str, Any]) -> None:
