@@ -218,8 +218,8 @@ class Call(CallContext):
             if (store_if is None or store_if(result)) and not (refused and type(result) in refused):
                 if rt.events.timed:
                     rt.timed_store(self, result)
-                else:
-                    rt.handler.store(self, result)  # sets self.now
+                elif (kept := rt.handler.store(self, result)) is not None:  # sets self.now
+                    rt.events.superseded(kept.kept)
             else:
                 self.now = rt.clock()
         except SerializationError as exc:

@@ -166,10 +166,11 @@ class MultiTenantStore(BrowsingLayer, Capabilities):
         found: dict[str, Payload] = await store.afind_many(name, keys)
         return found
 
-    async def astore_many(self, payloads: Sequence[Payload]) -> None:
+    async def astore_many(self, payloads: Sequence[Payload]) -> int | None:
         """The current tenant's `astore_many` (only when `native_async`)."""
         store: Any = self.current()
-        await store.astore_many(payloads)
+        kept: int | None = await store.astore_many(payloads)
+        return kept
 
     async def aclose(self) -> None:
         """Close this loop's async clients of every tenant's store made so far."""
@@ -278,13 +279,13 @@ class MultiTenantStore(BrowsingLayer, Capabilities):
 
     # -- the current tenant's store -------------------------------------------------------------
 
-    def store(self, payload: Payload) -> None:
+    def store(self, payload: Payload) -> int | None:
         """Insert or replace one entry of the current tenant."""
-        self.current().store(payload)
+        return self.current().store(payload)
 
-    def store_many(self, payloads: Sequence[Payload]) -> None:
+    def store_many(self, payloads: Sequence[Payload]) -> int | None:
         """Insert or replace several entries of the current tenant."""
-        self.current().store_many(payloads)
+        return self.current().store_many(payloads)
 
     def find(self, name: str, key: str) -> Payload | None:
         """The current tenant's entry, or ``None``."""
