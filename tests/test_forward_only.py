@@ -10,6 +10,7 @@ real registry's text output.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import threading
 from collections.abc import Callable, Iterator
 from datetime import timedelta
@@ -337,3 +338,66 @@ def test_in_process_stores_compare(kind: str, clock: FakeClock) -> None:
         assert found.payload == "newer"
     finally:
         store.close()
+
+
+def test_a_queued_batch_of_several_names_counts_each_names_superseded(clock: FakeClock) -> None:
+    registry = CollectorRegistry()
+    inner = Gate()
+    store = AsyncWriteStore(inner, metrics=PrometheusMetrics(registry))
+    newer = entry(clock, "k", "stored by a later call", 10)
+    try:
+        inner.store(dataclasses.replace(newer, name="b"))  # e.g. by another process
+        store.store(entry(clock, "parked", "x"))
+        assert inner.entered.wait(WAIT)
+        store.store_many([dataclasses.replace(entry(clock, "k", v), name=v) for v in "ab"])
+        inner.gate.set()  # the two names go in one batch: the store says 1, read back which
+        assert store.flush(WAIT)
+        assert writes(registry, "a") == {"queued": 1, "written": 1}
+        assert writes(registry, "b") == {"queued": 1, "superseded": 1}
+        found = inner.find("b", "k")
+        assert found is not None
+        assert found.payload == "stored by a later call"
+    finally:
+        inner.gate.set()
+        store.close()
+
+
+async def test_an_async_refresh_ahead_older_than_the_stored_entry_is_refused(
+    clock: FakeClock,
+) -> None:
+    store = InMemoryStore()
+    registry = CollectorRegistry()
+    ahead = Failover(store, clock=clock, metrics=registry)
+    other = Failover(store, clock=clock, metrics=False)
+    asked, answer = asyncio.Event(), asyncio.Event()
+    version = ["first"]
+
+    @failover.failover("rates", engine=ahead, fresh_for="10m", refresh_ahead=0.8)
+    async def rates(base: str) -> str:
+        if version[0] == "refresh":
+            asked.set()
+            await answer.wait()
+        return version[0]
+
+    @failover.failover("rates", engine=other)
+    async def rates_now(base: str) -> str:
+        return "asked later"
+
+    try:
+        assert await rates("EUR") == "first"
+        clock.advance(minutes=8)
+        version[0] = "refresh"
+        assert await rates("EUR") == "first"  # fresh; a refresh task starts (as of now)
+        await asyncio.wait_for(asked.wait(), WAIT)
+        clock.advance(minutes=1)
+        assert await rates_now("EUR") == "asked later"
+        answer.set()
+        await auntil(lambda: ahead.refreshes.running == 0, "the refresh")
+        found = rates.peek("EUR")
+        assert found is not None
+        assert (found.payload, found.as_of) == ("asked later", clock())
+        assert writes(registry, "rates") == {"written": 1, "superseded": 1}
+    finally:
+        answer.set()
+        ahead.close()
+        other.close()

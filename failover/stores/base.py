@@ -33,7 +33,6 @@ __all__ = [
     "flush",
     "isolating",
     "keeps_health",
-    "kept",
     "native_async",
     "older",
     "walk",
@@ -321,11 +320,6 @@ def older(payload: Payload, stored: Payload | None) -> bool:
         return False
     new, old = payload.as_of, stored.as_of
     return new is not None and old is not None and new < old
-
-
-def kept(counts: Iterable[int | None]) -> int:
-    """The superseded entries of several writes (``None``: a store that does not say, 0)."""
-    return sum(n for n in counts if n)
 
 
 def does_io(store: object) -> bool:
