@@ -12,6 +12,8 @@ from .writes import forward_fallback
 
 __all__ = ["Commands"]
 
+_SCRIPT_CALLS = ("EVALSHA", "EVAL")
+
 
 class Commands:
     """Runs a store's commands, its errors turned into `StoreError` naming the store.
@@ -62,10 +64,16 @@ class Commands:
     def _execute(self, commands: Iterable[tuple[Any, ...]]) -> list[Any]:
         """The replies of ``commands`` in one round trip, a refused command's error among
         them."""
-        pipe = self.client.pipeline(transaction=False)
+        client: Any = self.client
+        pipe = client.pipeline(transaction=False)
         queue: Callable[..., Any] = pipe.execute_command  # untyped in redis-py
         for command in commands:
-            queue(*command)
+            if self.cluster and command[0] in _SCRIPT_CALLS:
+                # Routed here by its one key: redis-py's cluster pipeline would otherwise ask a
+                # node for the keys of each script call (COMMAND GETKEYS, a round trip each).
+                queue(*command, target_nodes=client.get_node_from_key(command[3]))
+            else:
+                queue(*command)
         replies: list[Any] = pipe.execute(raise_on_error=False)
         return replies
 
