@@ -76,8 +76,10 @@ def engines(
 ) -> Iterator[tuple[Failover, Failover, CollectorRegistry, CollectorRegistry]]:
     queued = getattr(request, "param", False)
     registries = CollectorRegistry(), CollectorRegistry()
+    # No store deadline: a loaded host's first write to a cluster (its slot map, the script
+    # loaded) may take longer than the default, and the deadline is not what is tested here.
     made = [
-        Failover(shared(), clock=clock, metrics=registry, async_writes=queued)
+        Failover(shared(), clock=clock, metrics=registry, async_writes=queued, store_timeout=None)
         for registry in registries
     ]
     yield made[0], made[1], registries[0], registries[1]
