@@ -37,7 +37,7 @@ sys.path.insert(0, str(ROOT))  # tests/postgres.py starts the --postgres server
 
 from failover.payload import ReferentialPayload, envelope  # noqa: E402
 from failover.stores.sql import SqlStore  # noqa: E402
-from failover.stores.sql.psycopg import supported  # noqa: E402
+from failover.stores.sql.psycopg import PsycopgStatements, supported  # noqa: E402
 
 BATCH = 1_000
 
@@ -120,8 +120,8 @@ def against_raw(store: SqlStore) -> list[tuple[str, str, str, str]]:
     url = store.engine.url.set(drivername="postgresql").render_as_string(hide_password=False)
     raw = psycopg.connect(url, autocommit=True)
     cursor = raw.cursor()
-    fast = store._fast
-    assert fast is not None
+    fast = store._statements
+    assert isinstance(fast, PsycopgStatements)
     prefix = f"raw{uuid.uuid4().hex[:6]}-"
     store.store_many(payloads(prefix, BATCH))
     keys = [f"{prefix}{i:06d}" for i in range(BATCH)]
@@ -159,11 +159,15 @@ def against_raw(store: SqlStore) -> list[tuple[str, str, str, str]]:
     )
 
     # Writes: each round writes fresh keys (inserts) and then the same keys again (upserts).
+    columns = ["name", "key", "as_of", "expire_on", "payload", "payload_type"]
+    columns += ["label"] if "label" in store.table.c else []  # a table of an earlier version
+    replaced = ", ".join(f"{c} = excluded.{c}" for c in columns[2:])
     upsert = (
-        f"INSERT INTO {store.table.fullname} (name, key, as_of, expire_on, payload, payload_type) "
-        "VALUES (%s, %s, %s, %s, %s, %s) ON CONFLICT (name, key) DO UPDATE SET "
-        "as_of = excluded.as_of, expire_on = excluded.expire_on, payload = excluded.payload, "
-        "payload_type = excluded.payload_type"
+        f"INSERT INTO {store.table.fullname} ({', '.join(columns)}) "
+        f"VALUES ({', '.join(['%s'] * len(columns))}) ON CONFLICT (name, key) DO UPDATE SET "
+        f"{replaced}"
+        # As the store's: a row stored by a call that started later stays.
+        f" WHERE {store.table.fullname}.as_of <= excluded.as_of"
     )
     batches = iter(range(10**9))
 
@@ -172,7 +176,7 @@ def against_raw(store: SqlStore) -> list[tuple[str, str, str, str]]:
 
     def raw_executemany(batch: list[dict[str, Any]]) -> None:
         with raw.transaction(), raw.cursor() as c:
-            c.executemany(upsert, [tuple(r.values()) for r in batch])
+            c.executemany(upsert, [tuple(r[col] for col in columns) for r in batch])
 
     def raw_json(batch: list[dict[str, Any]]) -> None:
         # The store's own statement: the rows (payloads already encoded) as one JSON document.

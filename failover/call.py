@@ -64,7 +64,13 @@ def call_of(
     call.binder = binder
     call.args = args
     call.kwargs = kwargs
-    call.now = None
+    try:
+        # The call's time, on the engine's clock: its result is as of when it was asked for, so
+        # that a result of a call asked later is never replaced by this one (stores keep the
+        # entry with the latest `as_of`).
+        call.now = rt.clock()
+    except Exception:  # a failing clock: the store meets it again, as store trouble
+        call.now = None
     call._arguments = None
     call.stored_key = None
     if kwargs or not binder.simple or len(args) != binder.n:
@@ -151,13 +157,13 @@ class Call(CallContext):
         a ``None`` too (logged at debug: the call's own path meets it again)."""
         rt = self.rt
         try:
-            self.now = now = rt.clock()
+            now = self.now  # the call's time (`call_of`)
+            if now is None:
+                self.now = now = rt.clock()
             found = rt.handler.fresh(self, now - rt.fresh_window)
         except Exception:
             log.debug("failover %r: the fresh read failed", self.definition.name, exc_info=True)
             found = None
-        if found is None:
-            self.now = None  # the call goes on as any call: its own time when it ends
         return found
 
     def narrowed(
@@ -212,8 +218,8 @@ class Call(CallContext):
             if (store_if is None or store_if(result)) and not (refused and type(result) in refused):
                 if rt.events.timed:
                     rt.timed_store(self, result)
-                else:
-                    rt.handler.store(self, result)  # sets self.now
+                elif (kept := rt.handler.store(self, result)) is not None:  # sets self.now
+                    rt.events.superseded(kept.kept)
             else:
                 self.now = rt.clock()
         except SerializationError as exc:

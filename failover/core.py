@@ -292,14 +292,21 @@ class Runtime:
         )
 
     def timed_store(self, ctx: CallContext, result: Any) -> None:
-        """Store ``result``, telling the observers how long it took and whether it worked."""
+        """Store ``result``, telling the observers how long it took and whether it worked,
+        and which of its entries a newer stored one kept out (a write none of whose entries
+        was written is not `stored`)."""
         start = perf_counter()
         try:
-            self.handler.store(ctx, result)
+            kept = self.handler.store(ctx, result)
         except Exception:
             self.events.stored(False, perf_counter() - start)
             raise
-        self.events.stored(True, perf_counter() - start)
+        if kept is None:
+            self.events.stored(True, perf_counter() - start)
+            return
+        self.events.superseded(kept.kept)
+        if kept.kept < kept.entries:
+            self.events.stored(True, perf_counter() - start)
 
     def looked_up(self, lookup: Lookup, found: ReferentialPayload[Any] | Miss) -> None:
         """A recovery's read is done: timed for the observers; a failed one is logged (once a

@@ -2,7 +2,8 @@
 
 The core (`failover.call.Call`) says what happened: a call ended live, fresh (served from the
 store within ``fresh_for``), recovered, not recovered or raised; a live result was stored (or
-the store failed); the store was read for a recovery; the ``on_recovered`` hook failed; a value
+the store failed), or some of its entries were superseded by newer ones; the store was read
+for a recovery; the ``on_recovered`` hook failed; a value
 that is not live was served. Observers
 subscribe by overriding the `Observer` methods they want: the health statistics
 (`failover.health.FailoverStats`), the Prometheus metrics (`failover.metrics.MetricsObserver`),
@@ -63,6 +64,11 @@ class Observer:
     def stored(self, ok: bool, seconds: float) -> None:
         """A live result was written to the store (``ok``) or the write failed."""
 
+    def superseded(self, count: int) -> None:
+        """A live result's write on the caller's thread left ``count`` entries unwritten: a
+        newer entry of their key (a later ``as_of``) was stored. A write all of whose entries
+        were superseded is not `stored` too."""
+
     def read(self, outcome: str, seconds: float, found: ReferentialPayload[Any] | None) -> None:
         """The store was read for a recovery: ``outcome`` is ``recovered`` (``found``),
         ``not_recovered`` or ``error``."""
@@ -85,6 +91,7 @@ FACTS = (
     "raised",
     "hook_failed",
     "stored",
+    "superseded",
     "read",
     "served",
 )
@@ -106,6 +113,7 @@ class Events:
     raised: Callable[[float, Exception], None]
     hook_failed: Callable[[], None]
     stored: Callable[[bool, float], None]
+    superseded: Callable[[int], None]
     read: Callable[[str, float, ReferentialPayload[Any] | None], None]
     served: Callable[[ReferentialPayload[Any]], None]
 

@@ -60,6 +60,10 @@ class MetricsObserver(Observer):
         else:
             self.metrics.stored(self.name, ok, seconds)
 
+    def superseded(self, count: int) -> None:
+        """Count the entries of a write a newer stored entry kept out."""
+        self.metrics.write_results(self.name, "superseded", count)
+
     def read(self, outcome: str, seconds: float, found: Payload | None) -> None:
         """Count a recovery's read, with the recovered value's age, and whether it found only
         some of a scatter/gather call's slices."""

@@ -192,3 +192,7 @@ class OtelObserver(Observer):
         self.otel.writes.add(
             1, {"failover.name": self.name, "failover.result": "stored" if ok else "failed"}
         )
+
+    def superseded(self, count: int) -> None:
+        """Count the entries of a write a newer stored entry kept out."""
+        self.otel.writes.add(count, {"failover.name": self.name, "failover.result": "superseded"})

@@ -26,7 +26,8 @@ class ReferentialPayload(Generic[T]):
         name: the effective failover name (the domain when one is set).
         key: the entry's key within that name.
         payload: the value itself.
-        as_of: when the value was obtained from the upstream (aware UTC), or ``None`` when the
+        as_of: when the call that obtained the value from the upstream started (aware UTC, on
+            the engine's clock: the value is at least that fresh), or ``None`` when the
             value was made by an exception policy.
         expire_on: when the stored entry stops being served (aware UTC), or ``None``.
         up_to_date: ``True`` for a live result, ``False`` for a recovered or default one.

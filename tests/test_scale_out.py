@@ -102,6 +102,29 @@ def test_scatter_gather_of_1000_slices_is_one_round_trip_per_node(
         store.close()
 
 
+def test_a_batch_of_1000_writes_is_one_round_trip_per_node(
+    clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The write script (entries only move forward) is called once per entry on a cluster; each
+    # call is routed by its key, never by asking a node for its keys (a round trip each).
+    cluster = redis_ha.cluster()
+    store = RedisStore(cluster.url, prefix=redis_server.unique_prefix(), clock=clock)
+    now = clock()
+    batch = [
+        ReferentialPayload("n", f"k{i}", {"i": i}, now, now + timedelta(hours=1), True)
+        for i in range(1000)
+    ]
+    try:
+        store.store_many(batch)  # every master loads the script (EVAL, on NOSCRIPT)
+        sent = count_round_trips(monkeypatch)
+        assert store.store_many(batch) == 0
+        counted = dict(sent)
+        assert len(store.find_many("n", [p.key for p in batch])) == 1000
+        assert counted == dict.fromkeys(cluster.masters(), 1)  # one pipeline to each master
+    finally:
+        store.close()
+
+
 # -- load with a failover --------------------------------------------------------------------------
 
 

@@ -351,7 +351,12 @@ def test_the_portable_upsert_of_other_databases(tmp_path: Path, clock: FakeClock
         store.store_many([entry(clock, "a", {"v": 3}), entry(clock, "b", {"v": 4})])
     assert [p.payload for p in store.find_all("n")] == [{"v": 3}, {"v": 4}]
     verbs = [s.split()[0] for s, _ in seen.seen]
-    assert verbs == ["UPDATE", "INSERT", "UPDATE", "UPDATE", "UPDATE", "INSERT"]
+    # Not updated: a new key (inserted), or a newer row (left as it is): one SELECT tells.
+    assert verbs == ["UPDATE", "SELECT", "INSERT", "UPDATE", "UPDATE", "UPDATE", "SELECT", "INSERT"]
+    # Entries only move forward there too: an older write leaves the row.
+    clock.advance(-1)
+    assert store.store(entry(clock, "a", {"v": 0})) == 1
+    assert store.find("n", "a").payload == {"v": 3}  # type: ignore[union-attr]
     store.close()
 
 

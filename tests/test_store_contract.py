@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 
 from failover import ReferentialPayload
-from failover.stores import FailoverStore
-from failover.stores.base import browsable
+from failover.stores import AsyncWriteStore, FailoverStore
+from failover.stores.base import browsable, flush, walk
 from failover.stores.browsing import Browsable, Page, Summary
 
 from .conftest import FakeClock
@@ -220,3 +220,26 @@ def test_delete_many(store: Any, clock: FakeClock) -> None:
     store.delete_many("n", [])
     assert sorted(p.key for p in store.find_all("n")) == ["k1", "k3", "k5"]
     assert store.find("n", "k2") is None
+
+
+def test_entries_only_move_forward(store: Any, clock: FakeClock) -> None:
+    """A write replaces the stored entry of its key only if its ``as_of`` is not older (a tie
+    replaces); ``store``/``store_many`` say how many a newer entry kept out (a queue: 0, it
+    counts them itself)."""
+    newer = entry(clock, "k", {"v": "newer"})
+    clock.advance(-5)
+    older = entry(clock, "k", {"v": "older"})
+    clock.advance(5)
+    assert not store.store(newer)
+    # Written through a queue (a tenant's store is made by the first write): the queue counts.
+    kept = 0 if any(isinstance(s, AsyncWriteStore) for s in walk(store)) else 1
+    assert (store.store(older) or 0) == kept
+    assert (store.store_many([older, entry(clock, "j", {"v": "j"})]) or 0) == kept
+    assert flush(store, 10)
+    found = store.find("n", "k")
+    assert found is not None
+    assert (found.payload, found.as_of) == ({"v": "newer"}, clock())
+    assert store.find_many("n", ["k", "j"])["k"].payload == {"v": "newer"}
+    assert not store.store(entry(clock, "k", {"v": "same age"}))  # a tie: the later write
+    assert flush(store, 10)
+    assert store.find("n", "k").payload == {"v": "same age"}

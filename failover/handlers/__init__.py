@@ -9,7 +9,7 @@ What the layers do is observed by the core's event stream (``failover/events.py`
 layer of its own.
 """
 
-from .base import Handler, Partial, envelope_key, expire_on, key_of
+from .base import Handler, Partial, Superseded, envelope_key, expire_on, key_of
 from .default import DefaultHandler
 from .scatter import ScatterGatherHandler
 
@@ -18,6 +18,7 @@ __all__ = [
     "Handler",
     "Partial",
     "ScatterGatherHandler",
+    "Superseded",
     "envelope_key",
     "expire_on",
     "key_of",

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from datetime import datetime
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 from ..context import CallContext
 from ..definition import FailoverDefinition
@@ -16,6 +16,7 @@ from .lookup import Lookup
 
 __all__ = [
     "Handler",
+    "Superseded",
     "drop_all_expired",
     "drop_expired",
     "envelope_key",
@@ -25,11 +26,22 @@ __all__ = [
 ]
 
 
+class Superseded(NamedTuple):
+    """A write some of whose entries were not written: a newer entry of their key (a later
+    ``as_of``) was stored (entries only move forward)."""
+
+    kept: int
+    """The entries kept out."""
+    entries: int
+    """The entries of the write."""
+
+
 class Handler(Protocol):
     """One layer of the handler chain."""
 
-    def store(self, ctx: CallContext, result: Any) -> None:
-        """Keep a live result (``ctx.now`` is its time)."""
+    def store(self, ctx: CallContext, result: Any) -> Superseded | None:
+        """Keep a live result (``ctx.now`` is its time); ``None`` when every entry was written
+        (or queued), else what a newer stored entry kept out."""
         ...
 
     def lookup(self, ctx: CallContext, cause: Exception | None, report: bool = True) -> Lookup:

@@ -15,7 +15,7 @@ from ..labels import call_label
 from ..payload import Building, ReferentialPayload
 from ..stores.base import FailoverStore, Payload, does_io
 from ..stores.batching import ReadBatcher
-from .base import drop_expired, key_of
+from .base import Superseded, drop_expired, key_of
 from .lookup import Lookup, lookup_of
 
 __all__ = ["DefaultHandler"]
@@ -68,8 +68,9 @@ class DefaultHandler:
     def __repr__(self) -> str:
         return f"DefaultHandler({self.store_!r})"
 
-    def store(self, ctx: CallContext, result: Any) -> None:
-        """Store the live result under the call's key with its expiry."""
+    def store(self, ctx: CallContext, result: Any) -> Superseded | None:
+        """Store the live result under the call's key with its expiry; ``None``, or what
+        kept it out (a newer stored entry of its key)."""
         definition = ctx.definition
         now = ctx.now
         if now is None:
@@ -86,9 +87,9 @@ class DefaultHandler:
             slot = self._slot(key) if self.tenant is not None else key
             until = self._until.get(slot)
             if until is not None and now < until:
-                return  # stored within the interval: the common case when coalescing pays
+                return None  # stored within the interval: the common case when coalescing pays
             if self._coalesced(slot, now, interval):
-                return
+                return None
         try:
             label = None if definition.label is None else call_label(ctx)
             expiry = definition.expiry
@@ -108,11 +109,12 @@ class DefaultHandler:
             obj.label = label
             obj.partial = False
             obj.__class__ = ReferentialPayload
-            self.store_.store(obj)
+            kept = self.store_.store(obj)
         except BaseException:
             if interval:  # nothing stored: the next success tries again
                 self._unmark(self._slot(key), now + interval)
             raise
+        return None if not kept else Superseded(kept, 1)
 
     def coalesced(self, ctx: CallContext, now: datetime) -> bool:
         """Whether a success of the call at ``now`` falls within the store interval of its

@@ -24,7 +24,7 @@ from ..payload import enrich, envelope
 from ..scatter import CallArguments, Narrowing, StoreContext, slice_context
 from ..scatter.contexts import SLICE_ARGUMENT
 from ..stores.base import Payload, delete_many
-from .base import Partial, drop_all_expired, envelope_key, expire_on, slice_key
+from .base import Partial, Superseded, drop_all_expired, envelope_key, expire_on, slice_key
 from .default import DefaultHandler
 from .lookup import Lookup, lookup_of
 from .mistyped import KeyTypes
@@ -63,8 +63,9 @@ class ScatterGatherHandler:
 
     # -- store ------------------------------------------------------------------------------
 
-    def store(self, ctx: CallContext, result: Any) -> None:
-        """Store each slice of the live result, in one batch.
+    def store(self, ctx: CallContext, result: Any) -> Superseded | None:
+        """Store each slice of the live result, in one batch; ``None``, or the slices a newer
+        stored entry kept out.
 
         Raises:
             SplitterError: the splitter raised (the core logs and counts it as a failed store;
@@ -73,13 +74,12 @@ class ScatterGatherHandler:
         d = ctx.definition
         splitter = d.splitter
         if splitter is None:
-            self.inner.store(ctx, result)
-            return
+            return self.inner.store(ctx, result)
         now = ctx.now
         if now is None:
             ctx.now = now = self.clock()
         if self.inner.coalesced(ctx, now):
-            return
+            return None
         name, expires = d.effective_name, expire_on(d, now)
         try:
             try:
@@ -101,11 +101,11 @@ class ScatterGatherHandler:
                 ]
             except Exception as exc:
                 raise _failed(d, "split_on_store", exc) from exc
-            if payloads:
-                self.store_.store_many(payloads)
+            kept = self.store_.store_many(payloads) if payloads else None
         except BaseException:  # nothing stored: the next success tries again
             self.inner.uncoalesce(ctx, now)
             raise
+        return None if not kept else Superseded(kept, len(payloads))
 
     # -- recover ----------------------------------------------------------------------------
 

@@ -49,9 +49,12 @@ class Metrics(Protocol):
     def write_results(self, name: str, result: str, count: int = 1) -> None:
         """``count`` writes of the entries of ``name`` (the failover's effective name) through
         the async-writes queue: ``queued`` as its worker takes them (off the callers' threads),
-        then each ``written`` or ``failed``; a write the queue drops is ``queued`` and
-        ``failed`` at once. A write superseded by a newer one of its key while queued counts
-        as written: the newer one is written in its place."""
+        then each ``written``, ``failed`` or ``superseded``; a write the queue drops is
+        ``queued`` and ``failed`` at once. A write overtaken by a later one of its key while
+        queued counts as written: the later one is written in its place. ``superseded``: a
+        newer entry of its key (a later ``as_of``) is stored or queued, so it was not written
+        (entries only move forward); made on the caller's thread, the count of such entries of
+        one write."""
         return None
 
     def recovered(

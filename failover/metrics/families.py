@@ -41,7 +41,10 @@ def declare() -> dict[str, Any]:
         ),
         "ttl": gauge("failover_ttl_seconds", "A registered failover's time to live.", "name"),
         "writes": counter(
-            "failover_writes", "Writes of live results: queued, written, failed.", "name", "result"
+            "failover_writes",
+            "Writes of live results: queued, written, failed, superseded.",
+            "name",
+            "result",
         ),
         "write_seconds": histogram(
             "failover_write_seconds", "Time spent writing live results.", "name"

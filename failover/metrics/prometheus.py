@@ -111,7 +111,8 @@ class PrometheusMetrics:
 
     @safe
     def write_results(self, name: str, result: str, count: int = 1) -> None:
-        """Writes through the async-writes queue: ``queued``, ``written`` or ``failed``."""
+        """Writes through the async-writes queue (``queued``, ``written``, ``failed``,
+        ``superseded``), and superseded entries of writes on the caller's thread."""
         self._tally(name).writes[WRITE_RESULTS.index(result)] += count
 
     def recovered(

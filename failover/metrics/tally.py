@@ -21,9 +21,12 @@ OTHER = "__other__"
 
 SECONDS_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0)
 STALE_AGE_BUCKETS = (1.0, 10.0, 60.0, 300.0, 900.0, 3600.0, 4 * 3600.0, 86400.0, 7 * 86400.0)
-WRITE_RESULTS = ("queued", "written", "failed")
+WRITE_RESULTS = ("queued", "written", "failed", "superseded")
 """``failover_writes_total``'s results: a write handed to the async-writes queue is ``queued``,
-then ``written`` or ``failed``; one made on the caller's thread is ``written`` or ``failed``."""
+then ``written``, ``failed`` or ``superseded`` (per entry: a newer entry of its key was stored,
+so it was not written); one made on the caller's thread is ``written`` or ``failed``, and its
+entries a newer one kept out are ``superseded`` (a write all of whose entries were is not
+``written`` too)."""
 RECOVERY_OUTCOMES = ("recovered", "not_recovered", "error")
 
 
@@ -64,7 +67,7 @@ class Tally:
     )
 
     def __init__(self) -> None:
-        self.writes = [0, 0, 0]  # queued, written, failed (WRITE_RESULTS)
+        self.writes = [0, 0, 0, 0]  # queued, written, failed, superseded (WRITE_RESULTS)
         self.write_seconds = Histogram(SECONDS_BUCKETS)
         self.recoveries = [0, 0, 0]  # recovered, not_recovered, error
         self.recovery_seconds = Histogram(SECONDS_BUCKETS)

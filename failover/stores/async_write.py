@@ -3,11 +3,13 @@
 How it stays correct:
 
 - *Order per key.* Every write not yet written is recorded in ``pending`` under its
-  ``(name, key)``, replacing any older one. A write reaches the inner store only if it is still
-  the newest of its key when its turn comes, and every write to the inner store happens under
-  ``io_lock``. So an older write never lands after a newer one, whether the newer one went
-  through the queue or was written on the caller's thread (``rejection="caller_runs"``);
-  superseded writes are skipped.
+  ``(name, key)``, replacing the one there unless that one is newer (its ``as_of`` later: a
+  write of a call that started earlier is refused, counted ``superseded``). A write reaches the
+  inner store only if it is still the newest of its key when its turn comes, and every write to
+  the inner store happens under ``io_lock``. So an older write never lands after a newer one,
+  whether the newer one went through the queue or was written on the caller's thread
+  (``rejection="caller_runs"``); overtaken writes are skipped. The inner store compares too
+  (entries only move forward across processes): what it keeps out is counted ``superseded``.
 - *Read-your-writes.* Reads look at ``pending`` first (a payload, or a tombstone for a delete),
   then at the inner store. A write leaves ``pending`` only after it was written.
 - *Flush.* Writes are counted when accepted (queued, or made on the caller's thread) and when
@@ -40,8 +42,9 @@ __all__ = ["REJECTIONS", "AsyncWriteStore"]
 class AsyncWriteStore(HealthRowsLayer, BrowsingLayer, Layer):
     """Writes go to a bounded queue that one daemon thread drains in batches (`store_many`).
 
-    Reads see the writes still queued (read-your-writes within the process). Writes of one key
-    land in the order they were made; a write superseded while queued is skipped. At interpreter
+    Reads see the writes still queued (read-your-writes within the process). Of the writes of
+    one key, the newest by ``as_of`` is kept (the later made, on a tie); a write overtaken while
+    queued is skipped. At interpreter
     exit, queued writes are flushed (for at most 30 seconds): only a hard kill (``SIGKILL``, a
     power loss, ``os._exit``) loses what is queued. No thread starts before the first write; the
     worker runs in a copy of the context of the thread that made that write.
@@ -142,22 +145,24 @@ class AsyncWriteStore(HealthRowsLayer, BrowsingLayer, Layer):
 
     # -- writes -----------------------------------------------------------------------------------
 
-    def store(self, payload: Payload) -> None:
-        """Queue one entry.
+    def store(self, payload: Payload) -> int:
+        """Queue one entry; 0: the queue counts what becomes of it (``superseded`` included).
 
         Raises:
             StoreError: the queue is full and ``rejection="abort"``.
         """
         self._q.submit([(payload.name, payload.key, payload)])
+        return 0
 
-    def store_many(self, payloads: Sequence[Payload]) -> None:
-        """Queue several entries; they are admitted, or rejected, together.
+    def store_many(self, payloads: Sequence[Payload]) -> int:
+        """Queue several entries; they are admitted, or rejected, together. 0, as `store`.
 
         Raises:
             StoreError: the queue is full and ``rejection="abort"``.
         """
         if payloads:
             self._q.submit([(p.name, p.key, p) for p in payloads])
+        return 0
 
     def delete(self, name: str, key: str) -> None:
         """Queue a delete; reads stop seeing the entry at once.
@@ -218,9 +223,9 @@ class AsyncWriteStore(HealthRowsLayer, BrowsingLayer, Layer):
         found = await as_async(self.inner).afind_many(name, rest) if rest else {}
         return _laid_over(found, queued)
 
-    async def astore_many(self, payloads: Sequence[Payload]) -> None:
+    async def astore_many(self, payloads: Sequence[Payload]) -> int:
         """`store_many`: queued, never waiting on I/O."""
-        self.store_many(payloads)
+        return self.store_many(payloads)
 
     async def aclose(self) -> None:
         """Close the inner store's async clients of this loop."""

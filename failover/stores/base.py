@@ -34,6 +34,7 @@ __all__ = [
     "isolating",
     "keeps_health",
     "native_async",
+    "older",
     "walk",
     "writes_async",
 ]
@@ -44,14 +45,23 @@ Payload = ReferentialPayload[Any]
 @runtime_checkable
 class FailoverStore(Protocol):
     """Where envelopes are kept. Synchronous and thread-safe; entries are addressed by
-    ``(name, key)``. Layers (copying, async writes, multi-tenant) implement it too."""
+    ``(name, key)``. Layers (copying, async writes, multi-tenant) implement it too.
 
-    def store(self, payload: Payload) -> None:
-        """Insert or replace one entry."""
+    Entries only move forward: a write replaces the stored entry of its ``(name, key)`` only
+    if its ``as_of`` is not older than the stored entry's (equal: it replaces), atomically
+    (`older` is the comparison). ``store`` and ``store_many`` return how many of their entries
+    were not written for that reason (superseded: the engine counts them); ``None`` counts as
+    0, so a store that never compares may return nothing."""
+
+    def store(self, payload: Payload) -> int | None:
+        """Insert one entry, or replace the stored one unless it is newer (`older`); return 1
+        when a newer entry kept it out, else 0."""
         ...
 
-    def store_many(self, payloads: Sequence[Payload]) -> None:
-        """Insert or replace several entries, in one round trip where the store does I/O."""
+    def store_many(self, payloads: Sequence[Payload]) -> int | None:
+        """`store` for several entries, in one round trip where the store does I/O; return
+        how many a newer stored entry kept out (of two writes of one key in ``payloads``, the
+        newer one is written and the other counts too)."""
         ...
 
     def find(self, name: str, key: str) -> Payload | None:
@@ -92,8 +102,8 @@ class AsyncFailoverStore(Protocol):
         """`FailoverStore.find_many`, awaited."""
         ...
 
-    async def astore_many(self, payloads: Sequence[Payload]) -> None:
-        """`FailoverStore.store_many`, awaited."""
+    async def astore_many(self, payloads: Sequence[Payload]) -> int | None:
+        """`FailoverStore.store_many`, awaited: how many a newer stored entry kept out."""
         ...
 
     async def aclose(self) -> None:
@@ -299,6 +309,17 @@ class _Members(Capabilities):
         """The store's own ``flush`` (`Flushable`); a store without one queues nothing."""
         store = self.store
         return bool(store.flush(timeout)) if isinstance(store, Flushable) else True
+
+
+def older(payload: Payload, stored: Payload | None) -> bool:
+    """Whether ``payload`` is older than the ``stored`` entry of its key, so that writing it
+    would move the entry backwards: its ``as_of`` (when the call that got it started) is
+    before the stored one's. An equal ``as_of`` is not older (the write replaces), and an entry
+    without an ``as_of`` is never compared."""
+    if stored is None:
+        return False
+    new, old = payload.as_of, stored.as_of
+    return new is not None and old is not None and new < old
 
 
 def does_io(store: object) -> bool:

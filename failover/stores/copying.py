@@ -107,13 +107,13 @@ class CopyingStore(HealthRowsLayer, BrowsingLayer, Layer):
         """The inner store: entries are listed as stored, nothing to copy."""
         return self.inner
 
-    def store(self, payload: Payload) -> None:
+    def store(self, payload: Payload) -> int | None:
         """Store a copy."""
-        self.inner.store(copied(payload))
+        return self.inner.store(copied(payload))
 
-    def store_many(self, payloads: Sequence[Payload]) -> None:
+    def store_many(self, payloads: Sequence[Payload]) -> int | None:
         """Store copies."""
-        self.inner.store_many([copied(p) for p in payloads])
+        return self.inner.store_many([copied(p) for p in payloads])
 
     def find(self, name: str, key: str) -> Payload | None:
         """A copy of the stored entry."""
@@ -134,9 +134,9 @@ class CopyingStore(HealthRowsLayer, BrowsingLayer, Layer):
         found = await as_async(self.inner).afind_many(name, keys)
         return {k: copied(p) for k, p in found.items()}
 
-    async def astore_many(self, payloads: Sequence[Payload]) -> None:
+    async def astore_many(self, payloads: Sequence[Payload]) -> int | None:
         """`store_many`, awaited."""
-        await as_async(self.inner).astore_many([copied(p) for p in payloads])
+        return await as_async(self.inner).astore_many([copied(p) for p in payloads])
 
     async def aclose(self) -> None:
         """Close the inner store's async clients of this loop."""

@@ -274,19 +274,17 @@ class DeadlineStore(HealthRowsLayer, BrowsingLayer, Layer):
         """The entries found, within the deadline."""
         return self._run("find_many", self.inner.find_many, name, list(keys))
 
-    def store(self, payload: Payload) -> None:
+    def store(self, payload: Payload) -> int | None:
         """Store, within the deadline unless the write is queued below."""
         if self._queued:
-            self.inner.store(payload)
-        else:
-            self._run("store", self.inner.store, payload)
+            return self.inner.store(payload)
+        return self._run("store", self.inner.store, payload)
 
-    def store_many(self, payloads: Sequence[Payload]) -> None:
+    def store_many(self, payloads: Sequence[Payload]) -> int | None:
         """Store several, within the deadline unless the writes are queued below."""
         if self._queued:
-            self.inner.store_many(payloads)
-        else:
-            self._run("store_many", self.inner.store_many, payloads)
+            return self.inner.store_many(payloads)
+        return self._run("store_many", self.inner.store_many, payloads)
 
     async def afind(self, name: str, key: str) -> Payload | None:
         """`find`, awaited within the deadline."""
@@ -296,13 +294,12 @@ class DeadlineStore(HealthRowsLayer, BrowsingLayer, Layer):
         """`find_many`, awaited within the deadline."""
         return await self._arun("find_many", as_async(self.inner).afind_many(name, keys))
 
-    async def astore_many(self, payloads: Sequence[Payload]) -> None:
+    async def astore_many(self, payloads: Sequence[Payload]) -> int | None:
         """`store_many`, awaited (within the deadline unless the writes are queued below)."""
         inner = as_async(self.inner)
         if self._queued:
-            await inner.astore_many(payloads)
-        else:
-            await self._arun("store_many", inner.astore_many(payloads))
+            return await inner.astore_many(payloads)
+        return await self._arun("store_many", inner.astore_many(payloads))
 
     async def aclose(self) -> None:
         """Close the inner store's async clients of this loop."""

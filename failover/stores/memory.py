@@ -8,7 +8,7 @@ from collections.abc import Iterable, Sequence
 from datetime import datetime
 
 from ..errors import ConfigurationError
-from .base import Capabilities, Payload
+from .base import Capabilities, Payload, older
 from .browsing import Page, Summary, page_of, summary_of
 
 __all__ = ["InMemoryStore"]
@@ -52,24 +52,27 @@ class InMemoryStore(Capabilities):
     def __len__(self) -> int:
         return len(self._entries)
 
-    def store(self, payload: Payload) -> None:
-        """Insert or replace one entry, evicting the least recently used past the cap."""
+    def store(self, payload: Payload) -> int:
+        """Insert or replace one entry, evicting the least recently used past the cap; 1 (not
+        written) when the stored entry is newer."""
         ident = (payload.name, payload.key)
         entries = self._entries
         lock = self._lock
         lock.acquire()  # not `with`: half the cost, and this is on every success's path
         try:
+            if older(payload, entries.get(ident)):
+                return 1
             entries[ident] = payload
             entries.move_to_end(ident)
             if self.max_entries and len(entries) > self.max_entries:
                 entries.popitem(last=False)
         finally:
             lock.release()
+        return 0
 
-    def store_many(self, payloads: Sequence[Payload]) -> None:
-        """Insert or replace several entries."""
-        for payload in payloads:
-            self.store(payload)
+    def store_many(self, payloads: Sequence[Payload]) -> int:
+        """Insert or replace several entries; how many a newer stored entry kept out."""
+        return sum(self.store(payload) for payload in payloads)
 
     def find(self, name: str, key: str) -> Payload | None:
         """The entry or ``None``; a hit counts as a use for the LRU order."""

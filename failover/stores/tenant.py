@@ -237,10 +237,11 @@ class MultiTenantStore(BrowsingLayer, Capabilities):
             found: dict[str, Payload] = await store.afind_many(name, keys)  # type: ignore[attr-defined]
             return found
 
-    async def astore_many(self, payloads: Sequence[Payload]) -> None:
+    async def astore_many(self, payloads: Sequence[Payload]) -> int | None:
         """The current tenant's `astore_many` (only when `native_async`)."""
         with self._use() as store:
-            await store.astore_many(payloads)  # type: ignore[attr-defined]
+            kept: int | None = await store.astore_many(payloads)  # type: ignore[attr-defined]
+            return kept
 
     async def aclose(self) -> None:
         """Close this loop's async clients of every tenant's store open."""
@@ -440,15 +441,15 @@ class MultiTenantStore(BrowsingLayer, Capabilities):
 
     # -- the current tenant's store -------------------------------------------------------------
 
-    def store(self, payload: Payload) -> None:
+    def store(self, payload: Payload) -> int | None:
         """Insert or replace one entry of the current tenant."""
         with self._use() as store:
-            store.store(payload)
+            return store.store(payload)
 
-    def store_many(self, payloads: Sequence[Payload]) -> None:
+    def store_many(self, payloads: Sequence[Payload]) -> int | None:
         """Insert or replace several entries of the current tenant."""
         with self._use() as store:
-            store.store_many(payloads)
+            return store.store_many(payloads)
 
     def find(self, name: str, key: str) -> Payload | None:
         """The current tenant's entry, or ``None``."""

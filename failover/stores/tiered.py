@@ -132,17 +132,18 @@ class TieredStore(HealthRowsLayer, BrowsingLayer, Capabilities):
 
     # -- writes -----------------------------------------------------------------------------------
 
-    def store(self, payload: Payload) -> None:
-        """Store in both tiers (in the far one through its queue)."""
+    def store(self, payload: Payload) -> int | None:
+        """Store in both tiers (in the far one through its queue); each keeps its newer
+        entry. What the far one kept out (the shared store)."""
         with self._lock:
             self.near.store(payload)
-        self.far.store(payload)
+        return self.far.store(payload)
 
-    def store_many(self, payloads: Sequence[Payload]) -> None:
-        """Store in both tiers (in the far one through its queue)."""
+    def store_many(self, payloads: Sequence[Payload]) -> int | None:
+        """Store in both tiers (in the far one through its queue); what the far one kept out."""
         with self._lock:
             self.near.store_many(payloads)
-        self.far.store_many(payloads)
+        return self.far.store_many(payloads)
 
     def delete(self, name: str, key: str) -> None:
         """Delete from both tiers."""
@@ -320,9 +321,9 @@ class TieredStore(HealthRowsLayer, BrowsingLayer, Capabilities):
             log.debug("failover: the far store failed; answering from the near one", exc_info=True)
             return None
 
-    async def astore_many(self, payloads: Sequence[Payload]) -> None:
+    async def astore_many(self, payloads: Sequence[Payload]) -> int | None:
         """`store_many`: the near store at once, the far one queued: no waiting on I/O."""
-        self.store_many(payloads)
+        return self.store_many(payloads)
 
     async def aclose(self) -> None:
         """Close the far store's async clients of this loop."""

@@ -10,7 +10,7 @@ from typing import Any
 import cachetools
 
 from ..errors import ConfigurationError
-from .base import Capabilities, Payload
+from .base import Capabilities, Payload, older
 from .browsing import Page, Summary, page_of, summary_of
 
 __all__ = ["CachetoolsStore"]
@@ -54,16 +54,22 @@ class CachetoolsStore(Capabilities):
     def _ttu(_key: Any, payload: Payload, _now: float) -> float:
         return payload.expire_on.timestamp() if payload.expire_on is not None else float("inf")
 
-    def store(self, payload: Payload) -> None:
-        """Insert or replace one entry."""
-        with self._lock:
-            self._cache[(payload.name, payload.key)] = payload
+    def store(self, payload: Payload) -> int:
+        """Insert or replace one entry; 1 (not written) when the stored entry is newer."""
+        return self.store_many((payload,))
 
-    def store_many(self, payloads: Sequence[Payload]) -> None:
-        """Insert or replace several entries."""
+    def store_many(self, payloads: Sequence[Payload]) -> int:
+        """Insert or replace several entries; how many a newer stored entry kept out."""
+        kept = 0
+        cache = self._cache
         with self._lock:
             for payload in payloads:
-                self._cache[(payload.name, payload.key)] = payload
+                ident = (payload.name, payload.key)
+                if older(payload, cache.get(ident)):
+                    kept += 1
+                else:
+                    cache[ident] = payload
+        return kept
 
     def find(self, name: str, key: str) -> Payload | None:
         """The live entry or ``None`` (expired entries are already gone)."""

@@ -21,7 +21,7 @@ from ..errors import SerializationError, StoreError
 from ..forks import AfterFork
 from ..logs import LogLimiter
 from ..metrics import NULL_METRICS, Metrics
-from .base import FailoverStore, Payload, delete_many
+from .base import FailoverStore, Payload, delete_many, older
 
 __all__ = ["DELETED", "REJECTIONS", "Tombstone", "Write", "WriteQueue"]
 
@@ -99,7 +99,14 @@ class WriteQueue:
             writes = [w for w in writes if not self._refused(w)]
             if not writes:
                 return
+        behind: list[Write] = []
         with self.lock:
+            if self.pending:  # entries only move forward: a newer queued write of a key stays
+                writes, behind = self._forward(writes)
+                if behind:
+                    self._superseded(behind)
+                    if not writes:
+                        return
             if not self.stopped:
                 queue = self.queue
                 # An empty queue takes a batch larger than queue_size, which could never fit.
@@ -166,6 +173,33 @@ class WriteQueue:
             if never:
                 self._handled(len(writes))
             raise
+
+    def _forward(self, writes: list[Write]) -> tuple[list[Write], list[Write]]:
+        """``writes`` (``lock`` held) split into those to queue and those older than the
+        queued write of their key (`older`), which would never replace it in the store."""
+        pending = self.pending
+        ahead: list[Write] = []
+        behind: list[Write] = []
+        for write in writes:
+            queued = pending.get((write[0], write[1]))
+            value = write[2]
+            if (
+                queued is not None
+                and not isinstance(value, Tombstone)
+                and not isinstance(queued[2], Tombstone)
+                and older(value, queued[2])
+            ):
+                behind.append(write)
+            else:
+                ahead.append(write)
+        return ahead, behind
+
+    def _superseded(self, writes: list[Write]) -> None:
+        """Count ``writes``, refused for a newer queued write of their keys: handed to the
+        queue, and superseded there (so that queued = written + failed + superseded)."""
+        values = [w[2] for w in writes]
+        self.count("queued", values)
+        self.count("superseded", values)
 
     def _mark_pending(self, writes: list[Write]) -> None:
         # Called with `lock` held: each write becomes the newest of its key.
@@ -267,7 +301,7 @@ class WriteQueue:
             with self.lock:
                 pending = self.pending
                 newest = [w for w in writes if pending.get((w[0], w[1])) is w]
-            if len(newest) < len(writes):  # superseded: written, by the newer write of its key
+            if len(newest) < len(writes):  # overtaken: written, by the newer write of its key
                 kept = {id(w) for w in newest}
                 self.count("written", (w[2] for w in writes if id(w) not in kept))
             stores: list[Payload] = []
@@ -279,12 +313,13 @@ class WriteQueue:
                     stores.append(write[2])
             if stores:
                 lost: list[Payload] = []
+                superseded: Counter[str] = Counter()
                 try:
-                    self.inner.store_many(stores)
+                    superseded = self._by_name(stores, self.inner.store_many(stores))
                 except SerializationError:
                     # A value the store cannot encode must not cost the rest of its batch: the
                     # store refused before writing, and encoding again one by one is cheap.
-                    lost = self._store_each(stores)
+                    lost = self._store_each(stores, superseded)
                 except Exception:
                     lost = stores
                     self.logs.report(
@@ -297,7 +332,9 @@ class WriteQueue:
                 self.count("failed", lost)
                 if len(lost) < len(stores):
                     gone = {id(p) for p in lost}
-                    self.count("written", (p for p in stores if id(p) not in gone))
+                    self._count_written(
+                        Counter(p.name for p in stores if id(p) not in gone), superseded
+                    )
             by_name: dict[str, list[str]] = {}
             for name, key, _ in deletes:
                 by_name.setdefault(name, []).append(key)
@@ -318,12 +355,50 @@ class WriteQueue:
         if failed:
             self.metrics.async_failed(failed)
 
-    def _store_each(self, payloads: list[Payload]) -> list[Payload]:
-        """Store one by one; the payloads that failed."""
+    def _by_name(self, stores: list[Payload], kept: int | None) -> Counter[str]:
+        """The ``kept`` entries of ``stores`` (written in one `store_many`) that a newer stored
+        entry kept out, per name."""
+        if not kept:
+            return Counter()
+        names = dict.fromkeys(p.name for p in stores)
+        if len(names) == 1:
+            return Counter({stores[0].name: kept})
+        # Rare (a race between processes, in a batch of several names): the store says how
+        # many, read back which (an entry stored newer than what was written).
+        found: Counter[str] = Counter()
+        try:
+            for name in names:
+                mine = [p for p in stores if p.name == name]
+                there = self.inner.find_many(name, [p.key for p in mine])
+                found[name] = sum(older(p, there.get(p.key)) for p in mine)
+        except Exception:  # unread: the count stands, put on the batch's first name
+            log.debug("failover: reading back superseded writes failed", exc_info=True)
+            found = Counter()
+        rest = kept - found.total()
+        if rest > 0:
+            found[stores[0].name] += rest
+        return found
+
+    def _count_written(self, stored: Counter[str], superseded: Counter[str]) -> None:
+        """Count, per name, the entries stored that were ``superseded`` (a newer entry of their
+        key was stored) and the rest as written."""
+        if self.metrics is NULL_METRICS:
+            return
+        for name, n in stored.items():
+            kept = min(superseded.get(name, 0), n)
+            if kept:
+                self.metrics.write_results(name, "superseded", kept)
+            if n > kept:
+                self.metrics.write_results(name, "written", n - kept)
+
+    def _store_each(self, payloads: list[Payload], superseded: Counter[str]) -> list[Payload]:
+        """Store one by one; the payloads that failed (those a newer entry kept out are
+        added to ``superseded``, per name)."""
         failed: list[Payload] = []
         for payload in payloads:
             try:
-                self.inner.store(payload)
+                if self.inner.store(payload):
+                    superseded[payload.name] += 1
             except SerializationError as exc:
                 failed.append(payload)
                 self._refuse(payload, exc)

@@ -22,7 +22,7 @@ from redis.backoff import NoBackoff
 from ..base import Payload
 from .client import Errors, Keys
 from .values import Values
-from .writes import write_commands
+from .writes import forward_fallback, write_commands
 
 __all__ = ["AsyncClients", "AsyncRedisMethods", "async_url"]
 
@@ -84,6 +84,28 @@ class AsyncClients:
                 queue(*command)
             replies: list[Any] = await pipe.execute()
             return replies
+
+    async def scripted(self, operation: str, commands: Sequence[tuple[Any, ...]]) -> list[Any]:
+        """`pipelined`, for a write whose script calls a server may not know yet (as
+        `failover.stores.redis.commands.Commands.scripted`)."""
+        with Errors(self.where, operation):
+            replies = await self._execute(commands)
+            places, again = forward_fallback(commands, replies)
+            if again:
+                for place, reply in zip(places, await self._execute(again), strict=True):
+                    replies[place] = reply
+            for reply in replies:
+                if isinstance(reply, Exception):
+                    raise reply
+            return replies
+
+    async def _execute(self, commands: Iterable[tuple[Any, ...]]) -> list[Any]:
+        pipe = self.client().pipeline(transaction=False)
+        queue: Callable[..., Any] = pipe.execute_command  # untyped in redis-py
+        for command in commands:
+            queue(*command)
+        replies: list[Any] = await pipe.execute(raise_on_error=False)
+        return replies
 
     async def aclose(self) -> None:
         """Close the running loop's client."""
@@ -157,11 +179,13 @@ class AsyncRedisMethods:
         raws = await self._async().one("find_many", "MGET", *[prefix + k for k in wanted])
         return self._values.decoded(name, zip(wanted, raws, strict=True))
 
-    async def astore_many(self, payloads: Sequence[Payload]) -> None:
-        """`RedisStore.store_many`, awaited (one pipeline)."""
-        commands = write_commands(self._keys, self._values, payloads)
-        if commands:
-            await self._async().pipelined("store", commands)
+    async def astore_many(self, payloads: Sequence[Payload]) -> int:
+        """`RedisStore.store_many`, awaited (one pipeline); how many a newer stored entry kept
+        out."""
+        writes = write_commands(self._keys, self._values, payloads, False)
+        if not writes.commands:
+            return 0
+        return writes.kept(await self._async().scripted("store", writes.commands))
 
     async def aclose(self) -> None:
         """Close the running loop's async client."""

@@ -3,13 +3,16 @@ turned into `StoreError`s naming the store."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from .client import Errors
 from .topology import Client
+from .writes import forward_fallback
 
 __all__ = ["Commands"]
+
+_SCRIPT_CALLS = ("EVALSHA", "EVAL")
 
 
 class Commands:
@@ -43,6 +46,36 @@ class Commands:
                 queue(*command)
             replies: list[Any] = pipe.execute()
             return replies
+
+    def scripted(self, operation: str, commands: Sequence[tuple[Any, ...]]) -> list[Any]:
+        """`pipelined`, for a write whose script calls (``EVALSHA``) a server may not know
+        yet: those are sent again by the script's text (`forward_fallback`)."""
+        with Errors(self.where, operation):
+            replies = self._execute(commands)
+            places, again = forward_fallback(commands, replies)
+            if again:
+                for place, reply in zip(places, self._execute(again), strict=True):
+                    replies[place] = reply
+            for reply in replies:
+                if isinstance(reply, Exception):
+                    raise reply
+            return replies
+
+    def _execute(self, commands: Iterable[tuple[Any, ...]]) -> list[Any]:
+        """The replies of ``commands`` in one round trip, a refused command's error among
+        them."""
+        client: Any = self.client
+        pipe = client.pipeline(transaction=False)
+        queue: Callable[..., Any] = pipe.execute_command  # untyped in redis-py
+        for command in commands:
+            if self.cluster and command[0] in _SCRIPT_CALLS:
+                # Routed here by its one key: redis-py's cluster pipeline would otherwise ask a
+                # node for the keys of each script call (COMMAND GETKEYS, a round trip each).
+                queue(*command, target_nodes=client.get_node_from_key(command[3]))
+            else:
+                queue(*command)
+        replies: list[Any] = pipe.execute(raise_on_error=False)
+        return replies
 
     def mget(self, operation: str, keys: list[str]) -> list[Any]:
         """The values of ``keys`` (``None`` where missing): one ``MGET``; on a cluster one per

@@ -212,26 +212,29 @@ class RedisStore(KeepsHealthRows, AsyncRedisMethods, Capabilities):
 
     # -- FailoverStore ----------------------------------------------------------------------------
 
-    def store(self, payload: Payload) -> None:
-        """Insert or replace one entry (one round trip).
+    def store(self, payload: Payload) -> int:
+        """Insert one entry, or replace the stored one unless it is newer (one round trip); 1
+        when a newer one kept it out.
 
         Raises:
             SerializationError: the codec cannot encode the value (nothing is written).
             StoreError: Redis cannot be reached, or refused.
         """
-        self.store_many((payload,))
+        return self.store_many((payload,))
 
-    def store_many(self, payloads: Sequence[Payload]) -> None:
-        """Insert or replace several entries, in one pipeline (one round trip); the last write
-        of a repeated key wins.
+    def store_many(self, payloads: Sequence[Payload]) -> int:
+        """Insert or replace several entries (each unless the stored one is newer: one script,
+        atomic), in one pipeline (one round trip); of two writes of one key, the newer wins
+        (the later on a tie). How many a newer entry kept out.
 
         Raises:
             SerializationError: the codec cannot encode one of the values (nothing is written).
             StoreError: Redis cannot be reached, or refused.
         """
-        commands = write_commands(self._keys, self._values, payloads)
-        if commands:
-            self._redis.pipelined("store", commands)
+        writes = write_commands(self._keys, self._values, payloads, self._redis.cluster)
+        if not writes.commands:
+            return 0
+        return writes.kept(self._redis.scripted("store", writes.commands))
 
     def find(self, name: str, key: str) -> Payload | None:
         """The entry, or ``None`` (Redis has removed expired ones).

@@ -14,8 +14,10 @@ psycopg on one connection: a ping on every checkout (``pool_pre_ping``, one more
   shared by every store on it, at most half the pool (and 4), so that other users of the pool
   never starve; each keeps one cursor;
 - a batch of writes is one statement: the rows travel as one JSON document, which the server
-  unpacks in C (``json_to_recordset``) into one ``INSERT ... ON CONFLICT DO UPDATE``; six array
-  parameters cost twice as much, psycopg dumping arrays element by element in Python;
+  unpacks in C (``json_to_recordset``) into one ``INSERT ... ON CONFLICT DO UPDATE ... WHERE``
+  (a row replaced only when its ``as_of`` is not after the new one's: entries only move
+  forward); six array parameters cost twice as much, psycopg dumping arrays element by
+  element in Python;
 - instead of a ping per checkout, `make_engine` pings connections idle for more than 5 s
   (`ping_when_idle`); a connection that still turns out broken is dropped and the statement run
   once more on another.
@@ -256,12 +258,14 @@ class PsycopgStatements:
             "ON CONFLICT (name, key) DO UPDATE SET "
             "as_of = excluded.as_of, expire_on = excluded.expire_on, "
             "payload = excluded.payload, payload_type = excluded.payload_type"
-            f"{', label = excluded.label' if label else ''}"
+            f"{', label = excluded.label' if label else ''} "
+            # Entries only move forward: a row stored by a call that started later stays.
+            f"WHERE {t}.as_of <= excluded.as_of"
         )
 
     def _run(self, sql: str, params: Sequence[Any], fetch: int) -> Any:
         """Run one statement in autocommit (once more, on another connection, when this one
-        turns out broken); ``fetch``: 0 nothing, 1 one row, 2 every row."""
+        turns out broken); ``fetch``: 0 nothing, 1 one row, 2 every row, 3 the rows changed."""
         spares = self._spares
         for attempt in (1, 2):
             fairy = spares.take()
@@ -273,7 +277,12 @@ class PsycopgStatements:
                 # make_engine) a prepared statement may be missing on the next server session.
                 prepare = fairy.driver_connection.prepare_threshold is not None
                 cursor.execute(sql, params, prepare=prepare)
-                result = cursor.fetchone() if fetch == 1 else cursor.fetchall() if fetch else None
+                if fetch == 3:
+                    result = cursor.rowcount
+                else:
+                    result = (
+                        cursor.fetchone() if fetch == 1 else cursor.fetchall() if fetch else None
+                    )
             except self._broken:
                 if fairy.driver_connection.broken and attempt == 1:
                     spares.drop(fairy)
@@ -327,8 +336,9 @@ class PsycopgStatements:
         """Remove the rows of ``name`` under ``keys``, in one statement (one array)."""
         self._run(self._delete_many, (name, keys), 0)
 
-    def upsert(self, rows: Sequence[dict[str, Any]]) -> None:
-        """Insert or replace ``rows`` (no two with one name and key), in one statement."""
+    def upsert(self, rows: Sequence[dict[str, Any]]) -> int:
+        """Insert ``rows`` (no two with one name and key), or replace the stored rows not
+        newer than them, in one statement; how many a newer stored row kept out."""
         batch = _rows_json(
             [
                 {
@@ -343,4 +353,5 @@ class PsycopgStatements:
                 for r in rows
             ]
         )
-        self._run(self._upsert, (batch,), 0)
+        changed: int = self._run(self._upsert, (batch,), 3)
+        return len(rows) - changed if 0 <= changed <= len(rows) else 0

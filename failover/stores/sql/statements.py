@@ -2,11 +2,17 @@
 
 `Statements` is what the store asks of a driver path: read one row, some rows, every row of a
 name; upsert rows; delete one. `CoreStatements` runs them through SQLAlchemy Core on every
-database (``INSERT ... ON CONFLICT (name, key) DO UPDATE`` on SQLite and PostgreSQL, an
-update-then-insert transaction elsewhere; on PostgreSQL ``find_many`` sends the keys as one array
+database (``INSERT ... ON CONFLICT (name, key) DO UPDATE ... WHERE`` on SQLite and PostgreSQL,
+an update-then-insert transaction elsewhere; on PostgreSQL ``find_many`` sends the keys as one array
 parameter). `failover.stores.sql.psycopg.PsycopgStatements` is the PostgreSQL fast path. Rows come
 back as ``(payload, payload_type, as_of, expire_on)``, then ``label`` when the table has the
 column, with the key first for ``find_many`` and ``find_all``.
+
+Entries only move forward: every upsert replaces a row only when the row's ``as_of`` is not
+after the new one's (``WHERE {table}.as_of <= excluded.as_of``: an older write leaves the row
+as it is), in the same one statement per batch, so two processes racing on a key end with the
+entry of the call that started last. Rows written by earlier versions have an ``as_of`` too
+(when they were stored): they compare as any row.
 """
 
 from __future__ import annotations
@@ -50,8 +56,10 @@ class Statements(Protocol):
         """Remove the rows of ``name`` under ``keys`` (distinct), in one statement."""
         ...
 
-    def upsert(self, rows: Sequence[dict[str, Any]]) -> None:
-        """Insert or replace ``rows`` (no two with one name and key), atomically."""
+    def upsert(self, rows: Sequence[dict[str, Any]]) -> int:
+        """Insert ``rows`` (no two with one name and key), or replace the stored rows that are
+        not newer (their ``as_of`` not after the row's), atomically; how many were not written
+        for a newer stored row."""
         ...
 
     def close(self) -> None:
@@ -70,6 +78,8 @@ def _upsert(table: sa.Table, dialect: str) -> sa.Executable | None:
     upsert: sa.Executable = stmt.on_conflict_do_update(
         index_elements=[table.c.name, table.c.key],
         set_={c: stmt.excluded[c] for c in replaced(table)},
+        # Entries only move forward: a row stored by a call that started later stays.
+        where=table.c.as_of <= stmt.excluded.as_of,
     )
     return upsert
 
@@ -90,6 +100,11 @@ class CoreStatements:
         self._upsert = _upsert(table, dialect)
         self._replaced = replaced(table)
         self._update = table.update().where(
+            c.name == sa.bindparam("b_name"),
+            c.key == sa.bindparam("b_key"),
+            c.as_of <= sa.bindparam("b_as_of"),
+        )
+        self._exists = sa.select(c.key).where(
             c.name == sa.bindparam("b_name"), c.key == sa.bindparam("b_key")
         )
         columns = (c.payload, c.payload_type, c.as_of, c.expire_on, *label_of(table))
@@ -154,37 +169,45 @@ class CoreStatements:
             raise StoreError(f"{where}: cannot connect: {first_line(exc)}") from exc
         self.chunk = limit - 1  # one parameter is the name
 
-    def upsert(self, rows: Sequence[dict[str, Any]]) -> None:
-        """Insert or replace ``rows``: one statement (one batch) where the database has an
-        upsert, else an update-then-insert transaction, run again when another writer inserted
-        one of the keys meanwhile."""
+    def upsert(self, rows: Sequence[dict[str, Any]]) -> int:
+        """Insert ``rows``, or replace the stored rows not newer than them: one statement (one
+        batch) where the database has an upsert, else an update-then-insert transaction, run
+        again when another writer inserted one of the keys meanwhile. How many rows a newer
+        stored row kept out (the rows the statement did not change)."""
         if self._upsert is not None:
             if len(rows) == 1:
                 with self.single.begin() as conn:
-                    conn.execute(self._upsert, rows[0])
-                return
-            # A batch is many statements on some drivers: one transaction.
-            with self.engine.begin() as conn:
-                conn.execute(self._upsert, list(rows))
-            return
+                    changed = conn.execute(self._upsert, rows[0]).rowcount
+            else:
+                # A batch is many statements on some drivers: one transaction.
+                with self.engine.begin() as conn:
+                    changed = conn.execute(self._upsert, list(rows)).rowcount
+            # A driver that cannot count (-1) says nothing: none counted.
+            return len(rows) - changed if 0 <= changed <= len(rows) else 0
         try:
-            self._portable_upsert(rows)
+            return self._portable_upsert(rows)
         except sa_exc.IntegrityError:
-            self._portable_upsert(rows)  # another writer inserted one of the keys meanwhile
+            return self._portable_upsert(rows)  # another writer inserted one of the keys
 
-    def _portable_upsert(self, rows: Sequence[dict[str, Any]]) -> None:
-        """Update each row, then insert those that were not there, in one transaction."""
+    def _portable_upsert(self, rows: Sequence[dict[str, Any]]) -> int:
+        """Update each row not newer, then insert those that were not there, in one
+        transaction; how many a newer stored row kept out."""
+        kept = 0
         with self.engine.begin() as conn:
             missing = []
             for row in rows:
+                ident = {"b_name": row["name"], "b_key": row["key"]}
                 values = {c: row[c] for c in self._replaced}
-                result = conn.execute(
-                    self._update, {"b_name": row["name"], "b_key": row["key"], **values}
-                )
-                if result.rowcount == 0:
+                result = conn.execute(self._update, {**ident, "b_as_of": row["as_of"], **values})
+                if result.rowcount != 0:
+                    continue
+                if conn.execute(self._exists, ident).first() is None:
                     missing.append(row)
+                else:
+                    kept += 1  # there, and newer: left as it is
             if missing:
                 conn.execute(self.table.insert(), missing)
+        return kept
 
     def find(self, name: str, key: str) -> Any:
         """The row of ``(name, key)``, or ``None``."""

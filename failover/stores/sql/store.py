@@ -31,7 +31,7 @@ from ...serialization.rows import (
     split_row_options,
 )
 from .. import tenants
-from ..base import Capabilities, FailoverStore, Payload
+from ..base import Capabilities, FailoverStore, Payload, older
 from ..browsing import Page, Summary
 from ..health_rows import KeepsHealthRows
 from ..tenants import TenantStores
@@ -245,30 +245,38 @@ class SqlStore(KeepsHealthRows, Capabilities):
 
     # -- FailoverStore --------------------------------------------------------------------------
 
-    def store(self, payload: Payload) -> None:
-        """Insert or replace one entry, in one statement.
+    def store(self, payload: Payload) -> int:
+        """Insert one entry, or replace the stored one unless it is newer, in one statement;
+        1 when a newer one kept it out.
 
         Raises:
             SerializationError: the codec cannot encode the value (nothing is written).
         """
-        self._write([self._row(payload)])
+        return self._write([self._row(payload)])
 
-    def store_many(self, payloads: Sequence[Payload]) -> None:
-        """Insert or replace several entries, in one transaction and one batch.
+    def store_many(self, payloads: Sequence[Payload]) -> int:
+        """Insert or replace several entries (each unless the stored one is newer), in one
+        transaction and one batch; how many a newer entry kept out.
 
         Raises:
             SerializationError: the codec cannot encode one of the values (nothing is written).
         """
-        # The last write of a key wins, as one store() after another would; sorted, so that
-        # concurrent batches lock rows in one order and cannot deadlock.
-        rows = {(p.name, p.key): self._row(p) for p in payloads}
-        if rows:
-            self._write([rows[k] for k in sorted(rows)])
+        # Of two writes of a key, the newer wins (the later one on a tie), as one store() after
+        # another would; sorted, so that concurrent batches lock rows in one order and cannot
+        # deadlock.
+        newest: dict[tuple[str, str], Payload] = {}
+        for p in payloads:
+            if not older(p, newest.get((p.name, p.key))):
+                newest[p.name, p.key] = p
+        if not newest:
+            return 0
+        rows = [self._row(newest[k]) for k in sorted(newest)]
+        return len(payloads) - len(newest) + self._write(rows)
 
-    def _write(self, rows: list[dict[str, Any]]) -> None:
+    def _write(self, rows: list[dict[str, Any]]) -> int:
         if not self._ready:
             self._prepare()
-        self._statements.upsert(rows)
+        return self._statements.upsert(rows)
 
     def find(self, name: str, key: str) -> Payload | None:
         """The entry, expired or not, or ``None``.
@@ -320,9 +328,9 @@ class SqlStore(KeepsHealthRows, Capabilities):
         rows = await (await self._aready()).afind_many(self._aio, name, wanted)
         return dict(self._decoded(name, rows))
 
-    async def astore_many(self, payloads: Sequence[Payload]) -> None:
+    async def astore_many(self, payloads: Sequence[Payload]) -> int:
         """`store_many` on a worker thread (writes from async callers are queued anyway)."""
-        await asyncio.to_thread(self.store_many, payloads)
+        return await asyncio.to_thread(self.store_many, payloads)
 
     async def aclose(self) -> None:
         """Close the running loop's async connections."""
