@@ -297,7 +297,7 @@ class TieredStore(HealthRowsLayer, BrowsingLayer, Capabilities):
             # An earlier far read still out: the far store is slow, near answers at once.
             far = (
                 None
-                if self._far_out()
+                if self._tasks and self._far_out()
                 else await self._ahedged(far_store.afind_many(name, keys), near, deletes)
             )
         else:
