@@ -111,6 +111,27 @@ def at_rest(layer: DeadlineStore) -> bool:
     return not layer._trial
 
 
+def trial_clock(clock: FakeClock) -> Callable[[], datetime]:
+    """``clock``, with an event (``.read``) set when an open breaker first reads it: admitting
+    a trial (`admitted` waits for it)."""
+    read = threading.Event()
+
+    def watched() -> datetime:
+        read.set()
+        return clock()
+
+    watched.read = read  # type: ignore[attr-defined]
+    return watched
+
+
+def admitted(layer: DeadlineStore) -> None:
+    """Wait until another thread's operation is the trial of ``layer``'s open breaker."""
+    read = layer.clock.read  # type: ignore[attr-defined]
+    assert read.wait(WAIT), "no operation was admitted"
+    with layer._lock:  # its admission is done
+        assert layer._trial
+
+
 def join_workers(layer: DeadlineStore) -> None:
     """Wait until the operations the layer's workers run now have ended (a hung one included,
     once its store is resumed): one more job through every worker."""
@@ -273,6 +294,31 @@ def test_store_trial_refused_a_worker_leaves_the_next_operation_the_trial(
     _recovers(backend, layer, clock)
 
 
+def test_store_trial_failing_on_the_callers_own_value_gives_no_verdict(
+    tmp_path: Path, clock: FakeClock
+) -> None:
+    """A trial write of a value the store cannot encode: the caller's error, not the store's.
+    The breaker stays due, and the next operation is the trial (before: skipped for good)."""
+    path = tmp_path / "own.db"
+    store = SqlStore(f"sqlite:///{path}")
+    store.store(payload("k", clock))
+    backend = Backend(
+        store, lambda layer: layer.store(payload("k", clock)), lambda: sqlite_locked(path)
+    )
+    layer = backend.layer(clock)
+    _opened(backend, layer)
+    clock.advance(RESET)
+    now = clock()
+    unencodable = ReferentialPayload("n", "bad", object(), now, now + timedelta(days=1), True)
+    with pytest.raises(failover.SerializationError):
+        layer.store(unencodable)
+    assert at_rest(layer)
+    layer.timeout = WAIT
+    backend.op(layer)  # due at once: no new open time, the trial answers
+    assert layer.up
+    store.close()
+
+
 def test_store_trial_refused_at_the_connection_opens_it_again(
     redis_srv: RedisServer, clock: FakeClock
 ) -> None:
@@ -413,7 +459,7 @@ def test_a_cancelled_async_trial_on_postgresql_leaves_the_next_one_the_trial(
 
 def test_close_ends_a_trial_under_way(redis_srv: RedisServer, clock: FakeClock) -> None:
     store = RedisStore(redis_srv.url, prefix="closed:", socket_timeout=WAIT)
-    layer = DeadlineStore(store, WAIT, clock, open_for=RESET)
+    layer = DeadlineStore(store, WAIT, trial_clock(clock), open_for=RESET)
     assert redis_srv.process is not None
     layer._open_until = clock()  # open, and due: the next operation is the trial
     with stopped([redis_srv.process.pid]):
@@ -427,8 +473,7 @@ def test_close_ends_a_trial_under_way(redis_srv: RedisServer, clock: FakeClock) 
 
         trial = threading.Thread(target=run_trial)
         trial.start()
-        while layer._trial is None and trial.is_alive():  # admitted within a few bytecodes
-            trial.join(0.001)
+        admitted(layer)
         layer.close()
         assert at_rest(layer)
     trial.join(WAIT)
@@ -887,7 +932,7 @@ def test_a_child_forked_during_a_store_trial_runs_a_trial_of_its_own(
     """The parent's store trial runs on a worker the child does not have: before, the child
     skipped the store for good."""
     store = RedisStore(redis_srv.url, prefix="fork:", socket_timeout=WAIT)
-    layer = DeadlineStore(store, WAIT, clock, open_for=RESET)
+    layer = DeadlineStore(store, WAIT, trial_clock(clock), open_for=RESET)
     assert redis_srv.process is not None
     pid = redis_srv.process.pid
     layer._open_until = clock()  # open, and due: the next operation is the trial
@@ -895,8 +940,7 @@ def test_a_child_forked_during_a_store_trial_runs_a_trial_of_its_own(
     with stopped([pid]):
         trial = threading.Thread(target=lambda: answers.append(_find(layer)))
         trial.start()
-        while layer._trial is None and trial.is_alive():  # admitted within a few bytecodes
-            trial.join(0.001)
+        admitted(layer)
         assert layer._trial is not None
 
         def child() -> Any:
