@@ -133,11 +133,13 @@ def admitted(layer: DeadlineStore) -> None:
 
 
 def join_workers(layer: DeadlineStore) -> None:
-    """Wait until the operations the layer's workers run now have ended (a hung one included,
-    once its store is resumed): one more job through every worker."""
+    """Wait until the operations the layer's workers run now have ended, their ends counted (a
+    hung one included, once its store is resumed): one job per worker, all meeting at a
+    barrier, so that every worker has taken one."""
     pool = layer._pool
     if pool is not None:
-        for future in [pool.submit(lambda: None) for _ in range(layer.workers)]:
+        met = threading.Barrier(layer.workers)
+        for future in [pool.submit(met.wait, WAIT) for _ in range(layer.workers)]:
             future.result(WAIT)
 
 
@@ -1159,9 +1161,7 @@ def test_stress_store_breaker_returns_to_rest(tmp_path: Path, clock: FakeClock) 
                 if i % 3:
                     layer.find_many("n", [key])
                 else:
-                    layer.hedged(
-                        "find_many", store.find_many, "n", [key], budget=0.005, late=seen.update
-                    )
+                    layer.hedged("find_many", store.find_many, "n", [key], budget=0.005, late=len)
             except (StoreTimeout, StoreUnavailable, ConnectionError) as exc:
                 seen[type(exc).__name__] += 1
 
