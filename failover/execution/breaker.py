@@ -17,6 +17,11 @@ such as `pybreaker.CircuitRedisStorage`), the counters, the listeners and the tr
 - a cancelled or interrupted call (a `BaseException` that is not an `Exception`) is neither a
   success nor a failure: the upstream did not answer, nor fail.
 - a listener or a storage that raises is logged, never turned into the call's outcome.
+
+The trial ends in one place, `BreakerGuard.exit`, whichever way it went: a success (closes the
+breaker, or counts towards ``success_threshold``), a failure (opens it again), an exception that
+does not count or a cancellation (no verdict: the next call is the trial). A forked child starts
+with no trial in flight: the parent's, run by a thread the child does not have, never ends there.
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ from typing import Any, ClassVar
 
 import pybreaker
 
+from ..forks import AfterFork
 from .base import Guard
 from .circuit import Circuit
 
@@ -60,15 +66,15 @@ class _Gate:
 
 
 _gates: weakref.WeakKeyDictionary[pybreaker.CircuitBreaker, _Gate] = weakref.WeakKeyDictionary()
-_gates_lock = threading.Lock()
 
 
 def _gate(breaker: pybreaker.CircuitBreaker) -> _Gate:
-    with _gates_lock:
-        gate = _gates.get(breaker)
-        if gate is None:
-            gate = _gates[breaker] = _Gate()
-        return gate
+    gate = _gates.get(breaker)
+    if gate is None:
+        # setdefault is one step (the breaker's hash is its id): two guards made at once get
+        # one gate, and no module lock is left for a fork to catch held.
+        gate = _gates.setdefault(breaker, _Gate())
+    return gate
 
 
 class BreakerGuard(Guard):
@@ -87,6 +93,7 @@ class BreakerGuard(Guard):
         self.counts = counts
         self._gate = _gate(breaker)
         self._circuit = Circuit(breaker)
+        _FORKS.add(self)
 
     def __repr__(self) -> str:
         return f"BreakerGuard({self.breaker.name!r}, state={self.breaker.current_state})"
@@ -141,6 +148,15 @@ class BreakerGuard(Guard):
             if trial:
                 self._gate.trial = False
 
+    def forked(self) -> None:
+        """In a forked child: no trial in flight (the parent's never ends here), and new locks
+        (the parent's threads may have held them at the fork). Each guard of a breaker resets
+        their shared gate: the same reset, made again."""
+        gate = self._gate
+        gate.lock = threading.Lock()
+        gate.trial = False
+        self._circuit.forked()
+
     def _success(self, trial: bool) -> None:
         cb, circuit = self.breaker, self._circuit
         storage = circuit.storage
@@ -186,6 +202,9 @@ def _quietly(step: Callable[[], object]) -> None:
         step()
     except Exception:  # a listener that raises: logged, the transition is made all the same
         log.warning("circuit breaker listener failed", exc_info=True)
+
+
+_FORKS = AfterFork(BreakerGuard.forked)
 
 
 class StateListener(pybreaker.CircuitBreakerListener):

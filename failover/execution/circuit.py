@@ -9,6 +9,7 @@ call). The names read here are checked against the installed pybreaker by
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -48,6 +49,12 @@ class Circuit:
     def count_failure(self) -> None:
         """Count one failure in the storage (pybreaker's own ``_inc_counter``)."""
         self.storage.increment_counter()
+
+    def forked(self) -> None:
+        """In a forked child: a new lock for the breaker (another thread of the parent may
+        have held pybreaker's, in a transition or a listener, at the fork: the child's next
+        transition would wait for it for ever)."""
+        self.breaker._lock = threading.RLock()
 
     def listeners(self) -> Sequence[pybreaker.CircuitBreakerListener]:
         """The breaker's listeners, uncopied."""

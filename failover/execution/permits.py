@@ -11,7 +11,9 @@ values: ``None`` waits without limit, a deadline already past (``0.0``) does not
 brings the lock in. Permits are then handed over in arrival order to whoever waits (a thread on
 a `threading.Event`, a task on a future of its own loop). A waiter enqueues itself and then
 looks for free permits, under the lock, and a release that finds waiters hands its permits over
-under the same lock: a permit released while a waiter enqueues is never missed.
+under the same lock: a permit released while a waiter enqueues is never missed. A waiter that
+leaves (its deadline, a cancellation, an interruption) gives back what was handed to it
+meanwhile. A forked child starts with every permit free.
 """
 
 from __future__ import annotations
@@ -22,6 +24,8 @@ import threading
 from collections import deque
 from time import monotonic
 from typing import Any, Protocol, runtime_checkable
+
+from ..forks import AfterFork
 
 __all__ = ["Kinded", "LocalPermits", "PermitSource", "SupportsTake", "remaining"]
 
@@ -148,9 +152,18 @@ class LocalPermits:
         self._lock = threading.Lock()
         self._free: list[None] = [None] * permits
         self._waiters: deque[_Waiter] = deque()
+        _FORKS.add(self)
 
     def __repr__(self) -> str:
         return f"LocalPermits({self.permits}, free={len(self._free)})"
+
+    def forked(self) -> None:
+        """In a forked child (a preforking server's worker): every permit free, nobody waiting.
+        The parent's calls that held permits or waited at the fork run on threads and loops
+        the child does not have: never given back there, their permits would stay taken."""
+        self._lock = threading.Lock()
+        self._free = [None] * self.permits
+        self._waiters = deque()
 
     def bind(self, pool: str, permits: int, fair: bool) -> LocalPermits:
         """A new in-process source of ``permits``."""
@@ -283,3 +296,6 @@ class LocalPermits:
                 self._waiters.remove(waiter)
             self._hand_over()
             return False
+
+
+_FORKS = AfterFork(LocalPermits.forked)

@@ -27,6 +27,7 @@ from time import monotonic
 
 from ..errors import ConfigurationError
 from ..expiry import parse_ttl
+from ..forks import AfterFork
 from .permits import LocalPermits, remaining
 
 try:
@@ -45,6 +46,18 @@ _PLACE_MS = 1_000  # a waiter's place lapses this long after its last ask (or 3 
 _LOG_EVERY = 60.0  # seconds between two warnings of an unreachable Redis
 _DOUBTS = 10_000  # asks given up on, kept to forget in Redis (older ones lapse there)
 _FORGET_BATCH = 1_000  # lease ids per round trip when forgetting them
+
+
+class _Asking:
+    """The asks of one waiting task: ``out`` while one runs on a worker thread, ``gone`` once
+    the task stopped waiting. Both change under the source's lock: whichever of the worker and
+    the task sees the other's gives the lease back, exactly once."""
+
+    __slots__ = ("gone", "out")
+
+    def __init__(self) -> None:
+        self.gone = False
+        self.out = False
 
 
 class RedisPermits:
@@ -137,7 +150,20 @@ class RedisPermits:
         bound._doubtful = {}
         bound._closed = threading.Event()
         bound._renewer = None
+        _FORKS.add(bound)
         return bound
+
+    def forked(self) -> None:
+        """In a forked child: the leases held, and the asks in doubt, are the parent's (it
+        gives them back, or they lapse); the child holds none and renews none, its renewal
+        thread starts with its own first lease. Its in-process fall-back permits start free."""
+        closed = self._closed.is_set()
+        self._lock = threading.Lock()
+        self._held, self._doubtful, self._waiting = {}, {}, 0
+        self._closed = threading.Event()
+        if closed:
+            self._closed.set()
+        self._renewer = None
 
     # -- one ask: the decision, made by Redis ------------------------------------------------
 
@@ -213,27 +239,27 @@ class RedisPermits:
     async def aacquire(self, weight: int, deadline: float | None) -> object | None:
         """`acquire` for a task: each ask runs on a worker thread (a Redis round trip never
         blocks the event loop), and is given up on past the deadline plus a margin (a hung
-        Redis, busy workers); cancelled, the task takes nothing."""
+        Redis, busy workers); cancelled, the task takes nothing: what an ask got after the
+        task stopped waiting goes back from the worker thread (`_ask_for`), not through the
+        loop, which may be closed by then."""
         lease, pause, queued = uuid.uuid4().hex, 0.002, False
         loop = asyncio.get_running_loop()
-
-        def leave_later(_: object = None) -> None:  # whatever the ask got goes back
-            loop.run_in_executor(None, self._leave, lease)
-
+        asking = _Asking()
         self._enter_wait()
         try:
             while True:
                 queue = deadline is None or deadline > monotonic()
-                ask = loop.run_in_executor(None, self._ask, lease, weight, queue)
+                asking.out = True
+                ask = loop.run_in_executor(None, self._ask_for, asking, lease, weight, queue)
                 limit = (remaining(deadline) or 0.0) + self._margin
                 try:
                     async with asyncio.timeout(limit):
                         granted = await asyncio.shield(ask)
                 except TimeoutError as exc:
-                    ask.add_done_callback(leave_later)
+                    self._give_up(asking, lease)
                     raise unanswered(f"no answer from Redis in {limit:g}s") from exc
                 except asyncio.CancelledError:
-                    ask.add_done_callback(leave_later)
+                    self._give_up(asking, lease)
                     raise
                 if granted:
                     return lease, weight
@@ -246,7 +272,7 @@ class RedisPermits:
                 try:
                     await asyncio.sleep(pause if left is None else min(pause, left))
                 except asyncio.CancelledError:
-                    leave_later()
+                    self._give_up(asking, lease)
                     raise
                 pause = min(pause * 2, self.poll)
         except Unreachable as exc:
@@ -254,6 +280,29 @@ class RedisPermits:
             return None if local is None else (None, local)
         finally:
             self._exit_wait()
+
+    def _ask_for(self, asking: _Asking, lease: str, weight: int, queue: bool) -> bool:
+        """`_ask` for a task, on a worker thread: when the task stopped waiting meanwhile,
+        whatever the ask got goes back here."""
+        try:
+            return self._ask(lease, weight, queue)
+        finally:
+            with self._lock:
+                asking.out = False
+                gone = asking.gone
+            if gone:
+                self._leave(lease)
+
+    def _give_up(self, asking: _Asking, lease: str) -> None:
+        """The task stops waiting: an ask still running gives its lease back when it ends;
+        with none running, the lease (a place in the queue) goes back now, off the loop."""
+        with self._lock:
+            asking.gone = True
+            out = asking.out
+        if not out:
+            threading.Thread(
+                target=self._leave, args=(lease,), name="failover-permits-leave", daemon=True
+            ).start()
 
     def _fall_back(self, exc: Unreachable) -> LocalPermits:
         """Redis could not answer: the in-process permits, or (``"refuse"``) ``exc`` again.
@@ -350,3 +399,6 @@ class RedisPermits:
         if renewer is not None and renewer is not threading.current_thread():
             renewer.join(timeout=5)
         self._redis.close()
+
+
+_FORKS = AfterFork(RedisPermits.forked)

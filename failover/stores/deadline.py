@@ -8,7 +8,11 @@ write is dropped and counted) and the worker finishes, or fails, on its own. Whe
 is still held by a hung operation, further operations are refused at once instead of queueing.
 
 Only a timeout opens the breaker: an error that comes back (a refused connection, a value the
-store cannot encode) costs the caller no wait, and says nothing about the next operation.
+store cannot encode) costs the caller no wait, and says nothing about the next operation. Once
+open, the breaker lets one operation through as a trial after ``open_for``; every way a trial
+ends reaches `DeadlineStore._ended`, the one place that ends it: answered (closed), timed out or
+failed (open for another ``open_for``), or without a verdict (refused a worker, cancelled,
+interrupted: the next operation is the trial). A forked child starts with no worker, no trial.
 """
 
 from __future__ import annotations
@@ -16,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import functools
-import os
+import operator
 import threading
 from collections import Counter
 from collections.abc import Awaitable, Callable, Iterable, Sequence
@@ -25,7 +29,8 @@ from concurrent.futures import TimeoutError as FutureTimeout
 from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
-from ..errors import StoreError
+from ..errors import SerializationError, StoreError
+from ..forks import AfterFork
 from .async_write import AsyncWriteStore
 from .base import (
     FailoverStore,
@@ -112,10 +117,12 @@ class DeadlineStore(HealthRowsLayer, BrowsingLayer, Layer):
         self._lock = threading.Lock()
         self._busy = 0
         self._pool: ThreadPoolExecutor | None = None
-        self._pid = os.getpid()  # the process the pool's workers run in
         self._open_until: datetime | None = None
-        self._trial = False  # a trial operation is under way: others are still skipped
+        # The trial operation under way (others are still skipped): its token, which only
+        # that operation's end (or a close, or a fork) clears.
+        self._trial: object | None = None
         self._abandoned: set[asyncio.Future[Any]] = set()  # async operations given up, ending
+        _FORKS.add(self)
         # Read once: a queued write passes straight through on the hot path.
         self._queued = writes_async(inner)
         if isinstance(inner, AsyncWriteStore):
@@ -137,56 +144,88 @@ class DeadlineStore(HealthRowsLayer, BrowsingLayer, Layer):
 
     # -- the breaker --------------------------------------------------------------------------
 
-    def _admit(self, operation: str) -> None:
+    def _admit(self, operation: str) -> object | None:
+        """Let the operation through: ``None``, or the trial's token when it is the trial of
+        an open breaker (the caller then owes `_ended` that token, whatever happens).
+
+        Raises:
+            StoreUnavailable: the breaker is open, or another operation is its trial.
+        """
         with self._lock:
             until = self._open_until
             if until is None:
-                return
-            if not self._trial and self.clock() >= until:
-                self._trial = True
-                return
+                return None
+            if self._trial is None and self.clock() >= until:
+                self._trial = token = object()
+                return token
         self.errors[(operation, "breaker_open")] += 1
         raise StoreUnavailable(f"store skipped for {operation}: its breaker is open")
 
-    def _failed(self, operation: str, reason: str) -> None:
-        with self._lock:
-            self.errors[(operation, reason)] += 1
-            self._trial = False
-            self._open_until = self.clock() + self.open_for
+    def _ended(self, trial: object | None, outcome: str | None) -> None:
+        """An operation the breaker admitted ended: the one place its verdict reaches the
+        breaker, and the one place a trial ends, whichever way it went.
 
-    def _answered(self) -> None:
-        if self._open_until is None:
-            return  # the common case, without the lock
+        Args:
+            trial: the token `_admit` gave the trial; ``None`` for any other operation.
+            outcome: ``"answered"`` (closes the breaker), ``"timeout"`` (opens it, for
+                ``open_for`` from now), ``"error"`` (a store error that came back: opens it
+                again when it was the trial), or ``None``: no verdict (refused a worker,
+                cancelled, interrupted, or an error that is the caller's own); the breaker
+                stays as it was and, open, lets the next operation through as its trial.
+        """
+        closed = self._open_until is None
+        if trial is None and outcome != "timeout" and (outcome != "answered" or closed):
+            return  # the common case: nothing changes, no lock
         with self._lock:
-            self._trial = False
-            self._open_until = None
+            if trial is not None and self._trial is trial:
+                self._trial = None
+            if outcome == "answered":
+                self._open_until = None
+            elif outcome == "timeout" or (outcome == "error" and trial is not None):
+                self._open_until = self.clock() + self.open_for
+
+    def _failure(self, operation: str, exc: BaseException) -> str | None:
+        """Count an error that came back; its outcome for `_ended` (a value the store could
+        not encode or decode is the caller's, not the store's: no verdict)."""
+        self.errors[(operation, "error")] += 1
+        return None if isinstance(exc, SerializationError) else "error"
+
+    def forked(self) -> None:
+        """In a forked child (a preforking server's worker): the parent's workers did not come
+        along, and its pool would take operations no thread ever runs; a trial they ran is
+        not the child's. The child starts with no worker and no trial (what the breaker
+        learnt of the store stays)."""
+        self._lock = threading.Lock()  # another thread may have held it at the fork
+        self._pool, self._busy, self._trial = None, 0, None
+        self._abandoned = set()
 
     # -- running under the deadline -----------------------------------------------------------
 
     def _run(self, operation: str, fn: Callable[..., T], *args: Any, guarded: bool = True) -> T:
         # guarded=False: bounded by the deadline, but neither skipped by the breaker nor
         # opening it (the health publisher's own writes: not a caller's, see failover.publish).
-        if guarded:
-            self._admit(operation)
-        future, flag = self._start(operation, fn, *args)
+        trial = self._admit(operation) if guarded else None
+        outcome: str | None = None  # no verdict unless the operation answers or fails
         try:
-            result = future.result(self.timeout)
-        except FutureTimeout:
-            flag.set()  # its connection is discarded when the operation ends
-            raise self._timed_out(operation, guarded) from None
-        except Exception:
-            self.errors[(operation, "error")] += 1
-            raise
-        if guarded:
-            self._answered()
-        return result
+            future, flag = self._start(operation, fn, *args)
+            try:
+                result = future.result(self.timeout)
+            except FutureTimeout:
+                flag.set()  # its connection is discarded when the operation ends
+                outcome = "timeout"
+                raise self._timed_out(operation) from None
+            except Exception as exc:
+                outcome = self._failure(operation, exc)
+                raise
+            outcome = "answered"
+            return result
+        finally:
+            if guarded:
+                self._ended(trial, outcome)
 
-    def _timed_out(self, operation: str, guarded: bool = True) -> StoreTimeout:
-        """Count a timeout (opening the breaker when ``guarded``); the error to raise."""
-        if guarded:
-            self._failed(operation, "timeout")
-        else:
-            self.errors[(operation, "timeout")] += 1
+    def _timed_out(self, operation: str) -> StoreTimeout:
+        """Count a timeout; the error to raise (the caller's `_ended` opens the breaker)."""
+        self.errors[(operation, "timeout")] += 1
         return StoreTimeout(f"store {operation} did not answer within {self.timeout:g} s")
 
     def _start(
@@ -198,10 +237,6 @@ class DeadlineStore(HealthRowsLayer, BrowsingLayer, Layer):
             StoreTimeout: every worker is held by an earlier operation.
         """
         with self._lock:
-            if self._pid != os.getpid():
-                # A forked child (a preforking server's worker): the parent's workers did not
-                # come along, and its pool would take operations that no thread ever runs.
-                self._pool, self._busy, self._pid = None, 0, os.getpid()
             if self._busy >= self.workers:
                 full = True
             else:
@@ -226,40 +261,45 @@ class DeadlineStore(HealthRowsLayer, BrowsingLayer, Layer):
 
     async def _arun(self, operation: str, work: Awaitable[T]) -> T:
         try:
-            self._admit(operation)
+            trial = self._admit(operation)
         except StoreUnavailable:
             if asyncio.iscoroutine(work):
                 work.close()
             raise
-        task = asyncio.ensure_future(work)
+        outcome: str | None = None
         try:
-            done, _ = await asyncio.wait((task,), timeout=self.timeout)
-        except BaseException:  # the caller was cancelled: so is the operation, left to end
-            self._abandon(task)
-            raise
-        if not done:
-            # Cancelled past the deadline, and not awaited (asyncio.wait_for would be): a store
-            # may take seconds winding a cancelled statement down (psycopg asks the server to
-            # cancel it, and waits; a hung server never answers). The async stores discard a
-            # connection cancelled mid-statement when it ends, so it is never reused.
-            self._abandon(task)
-            raise self._timed_out(operation)
-        try:
-            result = task.result()
-        except Exception:
-            self.errors[(operation, "error")] += 1
-            raise
-        self._answered()
-        return result
+            task = asyncio.ensure_future(work)
+            try:
+                done, _ = await asyncio.wait((task,), timeout=self.timeout)
+            except BaseException:  # the caller was cancelled: so is the operation, left to end
+                self._abandon(task)
+                raise
+            if not done:
+                # Cancelled past the deadline, and not awaited (asyncio.wait_for would be): a
+                # store may take seconds winding a cancelled statement down (psycopg asks the
+                # server to cancel it, and waits; a hung server never answers). The async stores
+                # discard a connection cancelled mid-statement when it ends: never reused.
+                self._abandon(task)
+                outcome = "timeout"
+                raise self._timed_out(operation)
+            try:
+                result = task.result()
+            except Exception as exc:
+                outcome = self._failure(operation, exc)
+                raise
+            outcome = "answered"
+            return result
+        finally:
+            self._ended(trial, outcome)
 
     def _abandon(self, task: asyncio.Future[Any]) -> None:
         """``task`` cancelled and left to end on its own (held until then: a task nobody
         references may be collected mid-way)."""
         task.cancel()
         self._abandoned.add(task)
-        task.add_done_callback(self._ended)
+        task.add_done_callback(self._wound_down)
 
-    def _ended(self, task: asyncio.Future[Any]) -> None:
+    def _wound_down(self, task: asyncio.Future[Any]) -> None:
         self._abandoned.discard(task)
         if not task.cancelled():
             task.exception()  # retrieved: nobody waits for it any more
@@ -333,9 +373,14 @@ class DeadlineStore(HealthRowsLayer, BrowsingLayer, Layer):
         return self.inner.clean_by_expiry(now)
 
     def close(self) -> None:
-        """Close the inner store; workers still held by a hung operation are not waited for."""
+        """Close the inner store; workers still held by a hung operation are not waited for.
+        A trial under way ends here (its late end changes nothing)."""
         with self._lock:
             pool, self._pool = self._pool, None
+            self._trial = None
         if pool is not None:
             pool.shutdown(wait=False, cancel_futures=True)
         self.inner.close()
+
+
+_FORKS = AfterFork(operator.methodcaller("forked"))  # a subclass's own reset included

@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
-from typing import Any, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 from .deadline import DeadlineStore
 
@@ -31,8 +31,8 @@ class HedgingDeadline(DeadlineStore):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        # Operations a hedge stopped waiting for: their deadline, operation and flag.
-        self._late: dict[Future[Any], tuple[float, str, threading.Event]] = {}
+        # Operations a hedge stopped waiting for: their deadline, operation, flag and trial.
+        self._late: dict[Future[Any], _Late] = {}
 
     @property
     def up(self) -> bool:
@@ -41,10 +41,10 @@ class HedgingDeadline(DeadlineStore):
             self._overdue()
         return super().up
 
-    def _admit(self, operation: str) -> None:
+    def _admit(self, operation: str) -> object | None:
         if self._late:
             self._overdue()
-        super()._admit(operation)
+        return super()._admit(operation)
 
     def hedged(
         self,
@@ -70,40 +70,48 @@ class HedgingDeadline(DeadlineStore):
             self._overdue()
             if self._late:  # an earlier read is still out: no second one piled on a slow store
                 return False, None
-        self._admit(operation)
-        future, flag = self._start(operation, fn, *args)
+        trial = self._admit(operation)
+        outcome: str | None = None
         try:
-            result = future.result(budget)
-        except FutureTimeout:
-            self._watch(operation, future, flag, late, time.monotonic() + self.timeout - budget)
-            return False, None
-        except Exception:
-            self.errors[(operation, "error")] += 1
-            raise
-        self._answered()
-        return True, result
+            future, flag = self._start(operation, fn, *args)
+            try:
+                result = future.result(budget)
+            except FutureTimeout:
+                deadline = time.monotonic() + self.timeout - budget
+                self._watch(operation, future, _Late(deadline, operation, flag, trial), late)
+                trial = None  # the watch ends it now
+                return False, None
+            except Exception as exc:
+                outcome = self._failure(operation, exc)
+                raise
+            outcome = "answered"
+            return True, result
+        finally:
+            self._ended(trial, outcome)
 
     def _watch(
-        self,
-        operation: str,
-        future: Future[T],
-        flag: threading.Event,
-        late: Callable[[T], Any],
-        deadline: float,
+        self, operation: str, future: Future[T], entry: _Late, late: Callable[[T], Any]
     ) -> None:
+        """Watch an operation a hedge stopped waiting for: its end (or `_overdue`, whichever
+        comes first, once) ends it for the breaker."""
         with self._lock:
-            self._late[future] = (deadline, operation, flag)
+            self._late[future] = entry
 
         def landed(done: Future[T]) -> None:
             with self._lock:
-                if self._late.pop(done, None) is None:
-                    return  # past its deadline: counted as a timeout already
-            if done.cancelled():
-                return
-            if done.exception() is not None:
-                self.errors[(operation, "error")] += 1
-                return
-            self._answered()
+                if self._late.pop(done, None) is not entry:
+                    return  # past its deadline (a timeout already), or forgotten by a close
+            outcome: str | None = None
+            try:
+                if done.cancelled():
+                    return  # never ran (the pool was shut down): no verdict
+                exc = done.exception()
+                if exc is not None:
+                    outcome = self._failure(operation, exc)
+                    return
+                outcome = "answered"
+            finally:
+                self._ended(entry.trial, outcome)
             try:
                 late(done.result())
             except Exception:  # the answer is only kept for later: nobody waits on it
@@ -115,9 +123,31 @@ class HedgingDeadline(DeadlineStore):
         """Operations a hedge left running past their deadline: timeouts, as if waited for."""
         now = time.monotonic()
         with self._lock:
-            over = [(f, entry) for f, entry in self._late.items() if entry[0] <= now]
+            over = [(f, entry) for f, entry in self._late.items() if entry.deadline <= now]
             for f, _ in over:
                 del self._late[f]
-        for _, (_, operation, flag) in over:
-            flag.set()
-            self._failed(operation, "timeout")
+        for _, entry in over:
+            entry.flag.set()
+            self._timed_out(entry.operation)
+            self._ended(entry.trial, "timeout")
+
+    def forked(self) -> None:
+        """`DeadlineStore.forked`; the operations the parent's hedges left running are its
+        own (in the child they never end: they would count as timeouts and hold reads off)."""
+        super().forked()
+        self._late = {}
+
+    def close(self) -> None:
+        """`DeadlineStore.close`; the operations left running are no longer watched."""
+        with self._lock:
+            self._late.clear()
+        super().close()
+
+
+class _Late(NamedTuple):
+    """An operation a hedge stopped waiting for."""
+
+    deadline: float  # time.monotonic(): past it, the operation is a timeout
+    operation: str
+    flag: threading.Event  # its "given up" flag
+    trial: object | None  # the breaker's trial token, if it is the trial

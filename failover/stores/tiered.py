@@ -11,6 +11,7 @@ from typing import Any, TypeVar
 
 from ..errors import ConfigurationError
 from ..expiry import parse_ttl
+from ..forks import AfterFork
 from ..metrics import Metrics
 from .async_write import AsyncWriteStore
 from .base import (
@@ -102,6 +103,7 @@ class TieredStore(HealthRowsLayer, BrowsingLayer, Capabilities):
         self._lock = threading.Lock()
         self._deletes = 0
         self._tasks: set[asyncio.Future[Any]] = set()  # hedged async reads still running
+        _FORKS.add(self)
 
     def guard_far(self, timeout: float, clock: Callable[[], datetime], reset: float) -> None:
         """Put the engine's store deadline (``timeout`` seconds; its breaker open ``reset``
@@ -116,6 +118,12 @@ class TieredStore(HealthRowsLayer, BrowsingLayer, Capabilities):
 
     def __repr__(self) -> str:
         return f"TieredStore(near={self.near!r}, far={self.far!r})"
+
+    def forked(self) -> None:
+        """In a forked child: the parent's hedged reads run on its loops, not the child's (kept,
+        they would keep the child's reads off ``far``), and its lock may have been held."""
+        self._lock = threading.Lock()
+        self._tasks = set()
 
     @property
     def does_io(self) -> bool:
@@ -290,31 +298,45 @@ class TieredStore(HealthRowsLayer, BrowsingLayer, Capabilities):
             # An earlier far read still out: the far store is slow, near answers at once.
             far = (
                 None
-                if self._tasks
+                if self._tasks and self._far_out()
                 else await self._ahedged(far_store.afind_many(name, keys), near, deletes)
             )
         else:
             far = await self._afrom_far(far_store.afind_many(name, keys), bool(near), "find_many")
         return self._merged(near, far, deletes)
 
+    def _far_out(self) -> bool:
+        """Whether an earlier hedged far read is still running (the task of a loop closed
+        meanwhile never ends: it is dropped, not waited for)."""
+        for task in list(self._tasks):
+            if not task.get_loop().is_closed():
+                return True
+            self._tasks.discard(task)
+        return False
+
     async def _ahedged(
         self, read: Awaitable[dict[str, Payload]], near: dict[str, Payload], deletes: int
     ) -> dict[str, Payload] | None:
-        """`_hedged`, awaited: the far read goes on as a task past ``hedge_after`` (under its
-        deadline, which cancels it and opens the breaker), its answer kept in ``near``."""
+        """`_hedged`, awaited: the far read goes on as a task past ``hedge_after``, or when the
+        caller is cancelled (under its deadline, which cancels it and opens the breaker), its
+        answer kept in ``near``. The task is held while it runs, and never once it ended,
+        however its caller left: a task kept would keep every later read off ``far``."""
         task = asyncio.ensure_future(read)
         self._tasks.add(task)  # held until done: a running task must not be collected
-        done, _ = await asyncio.wait((task,), timeout=self.hedge_after)
+        task.add_done_callback(self._tasks.discard)
+        done: set[asyncio.Future[dict[str, Payload]]] = set()
 
         def landed(t: asyncio.Future[dict[str, Payload]]) -> None:
-            self._tasks.discard(t)
             if not t.cancelled() and t.exception() is None:
                 self._merged(near, t.result(), deletes)
 
+        try:
+            done, _ = await asyncio.wait((task,), timeout=self.hedge_after)
+        finally:
+            if not done:  # past hedge_after, or the caller was cancelled: kept for later
+                task.add_done_callback(landed)
         if not done:
-            task.add_done_callback(landed)
             return None
-        self._tasks.discard(task)
         try:
             return task.result()
         except Exception:
@@ -362,3 +384,6 @@ class TieredStore(HealthRowsLayer, BrowsingLayer, Capabilities):
             self.far.close()
         finally:
             self.near.close()
+
+
+_FORKS = AfterFork(TieredStore.forked)
