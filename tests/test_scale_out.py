@@ -48,7 +48,9 @@ def test_a_names_entries_spread_over_the_slots_and_the_masters(clock: FakeClock)
         client = store.client.get()
         entry_keys = [f"{store.prefix}e:n:k{i}" for i in range(300)]
         slots = {client.keyslot(k) for k in entry_keys}
-        assert len(slots) > 250  # a key each: no hot slot for the name
+        # A key each: no hot slot for the name. CRC16 is linear, so the count depends on the
+        # random prefix: 210..300 distinct slots over 2,000 prefixes (never near one slot).
+        assert len(slots) > 150
         owners = {client.get_node_from_key(k).port for k in entry_keys}
         assert owners == set(cluster.masters())
         assert len(store.find_all("n")) == 300
