@@ -17,13 +17,9 @@ from __future__ import annotations
 
 import asyncio
 import gc
-import json
 import os
 import random
-import select
 import signal
-import subprocess
-import sys
 import threading
 import time
 from collections import Counter
@@ -51,6 +47,9 @@ from failover.stores.sql import SqlStore
 from .conftest import FakeClock
 from .own_servers import children, own_postgres, running, stopped
 from .redis_server import RedisServer
+from .test_flight_gates import switching_often
+from .test_lifecycle_edges import _in_child
+from .test_store_hung import sqlite_locked
 
 CLOSED = pybreaker.STATE_CLOSED
 WAIT = 10.0  # the most a test waits for something that must happen (a hang guard)
@@ -60,45 +59,6 @@ REFUSED = r"(?i)refused|connect|reset|terminat|closed"  # a store's error for a 
 
 
 # -- helpers --------------------------------------------------------------------------------------
-
-
-def _in_child(work: Callable[[], Any]) -> Any:
-    """Fork; run ``work`` in the child and return what it returned (or the repr of what it
-    raised), read back through a pipe; the child never returns into pytest, and one that has
-    not answered within `WAIT` is killed (the test fails instead of hanging)."""
-    reading, writing = os.pipe()
-    pid = os.fork()
-    if pid == 0:
-        try:
-            try:
-                said: Any = ["ok", work()]
-            except BaseException as exc:
-                said = ["raised", repr(exc)]
-            os.write(writing, json.dumps(said).encode())
-        finally:
-            os._exit(0)
-    os.close(writing)
-    try:
-        ready, _, _ = select.select([reading], [], [], WAIT)
-        if not ready:
-            os.kill(pid, signal.SIGKILL)
-        with os.fdopen(reading) as pipe:
-            text = pipe.read()
-    finally:
-        os.waitpid(pid, 0)
-    assert ready, "the child never answered"
-    return json.loads(text)
-
-
-@contextmanager
-def fast_switches() -> Iterator[None]:
-    """Threads switch between almost any two bytecodes inside the block (restored after)."""
-    before = sys.getswitchinterval()
-    sys.setswitchinterval(1e-6)
-    try:
-        yield
-    finally:
-        sys.setswitchinterval(before)
 
 
 def payload(key: str, clock: FakeClock) -> ReferentialPayload[Any]:
@@ -173,32 +133,6 @@ class Backend:
 
     def layer(self, clock: FakeClock, workers: int = 32) -> DeadlineStore:
         return DeadlineStore(self.store, TIMEOUT, clock, open_for=RESET, workers=workers)
-
-
-@contextmanager
-def sqlite_locked(path: Path) -> Iterator[None]:
-    """Another process holds the file's write lock (``BEGIN EXCLUSIVE``) inside the block."""
-    holder = subprocess.Popen(
-        [
-            sys.executable,
-            "-c",
-            "import sqlite3, sys\n"
-            f"c = sqlite3.connect({str(path)!r}, isolation_level=None)\n"
-            "c.execute('BEGIN EXCLUSIVE')\n"
-            "print('locked', flush=True)\n"
-            "sys.stdin.readline()\n",
-        ],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        assert holder.stdout is not None
-        assert holder.stdout.readline().strip() == "locked"
-        yield
-    finally:
-        holder.kill()
-        holder.communicate(timeout=WAIT)
 
 
 @contextmanager
@@ -1103,7 +1037,7 @@ def test_stress_upstream_breaker_returns_to_rest(clock: FakeClock) -> None:
                 task.cancel()  # some cancelled mid-call, some before they started
             await asyncio.gather(*batch, return_exceptions=True)
 
-    with fast_switches():
+    with switching_often():
         threads = [threading.Thread(target=calls, args=(i,)) for i in range(4)]
         threads.append(threading.Thread(target=asyncio.run, args=(tasks(9),)))
         for thread in threads:
@@ -1176,7 +1110,7 @@ def test_stress_store_breaker_returns_to_rest(tmp_path: Path, clock: FakeClock) 
             for result in await asyncio.gather(*batch, return_exceptions=True):
                 seen[type(result).__name__] += 1
 
-    with fast_switches():
+    with switching_often():
         threads = [threading.Thread(target=calls, args=(i,)) for i in range(4)]
         threads.append(threading.Thread(target=asyncio.run, args=(tasks(7),)))
         for thread in threads:
@@ -1219,7 +1153,7 @@ def test_stress_tiered_hedge_keeps_no_task(redis_srv: RedisServer, clock: FakeCl
         for _ in range(100):
             tiered.find_many("n", ["k"])
 
-    with fast_switches():
+    with switching_often():
         threads = [threading.Thread(target=asyncio.run, args=(reads(i),)) for i in range(2)]
         threads.append(threading.Thread(target=sync_reads))
         for thread in threads:
@@ -1276,7 +1210,7 @@ def test_stress_bulkhead_gives_every_permit_back(clock: FakeClock) -> None:
                 task.cancel()  # some holding permits, some waiting, some not started
             await asyncio.gather(*batch, return_exceptions=True)
 
-    with fast_switches():
+    with switching_often():
         threads = [threading.Thread(target=calls, args=(i,)) for i in range(4)]
         threads += [threading.Thread(target=asyncio.run, args=(tasks(i),)) for i in (8, 9)]
         for thread in threads:
