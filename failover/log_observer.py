@@ -49,6 +49,7 @@ class LogObserver(Observer):
         "_changes",
         "_first",
         "_kinds",
+        "_last_change",
         "_line",
         "_refusals",
         "_state",
@@ -73,6 +74,7 @@ class LogObserver(Observer):
         # The success path reads this one attribute, nothing else.
         self._watch = False
         self._line: datetime | None = None  # when the latest state line was logged
+        self._last_change: datetime | None = None  # when callers' state last changed
         self._changes: dict[str, int] = {}  # changes left out since then, per state reached
         self._kinds: dict[str, int] = {}  # ... and the upstream's exception types among them
         self._first: datetime | None = None  # ... the first of them
@@ -119,38 +121,39 @@ class LogObserver(Observer):
         self._changed(state, type(cause).__name__, as_of)
 
     def _changed(self, state: str, kind: str | None, as_of: datetime | None) -> None:
-        """Callers now get ``state``: log it now after a quiet spell, else count it for the
-        summary, logged at the first call once the interval is over."""
+        """Callers now get ``state``: logged now after a quiet spell (no change for an
+        interval), else counted for the summary, logged at the first call once an interval has
+        passed since the last line."""
+        if state == self._state and not self._changes:  # the same state: nothing to say
+            return
         try:
-            now = self.clock()
+            now: datetime | None = self.clock()
         except Exception:  # a failing clock: the line is logged as is
             now = None
         with self.lock:
-            previous = self._state
-            changed = previous != state
+            changed = state != self._state
             self._state = state
+            last = self._last_change
+            if changed:
+                self._last_change = now
+            interval = self.interval
+            quiet = changed and (now is None or last is None or now - last >= interval)
             line = self._line
-            due = now is None or line is None or now - line >= self.interval
-            if changed and due and not self._changes:  # after a quiet spell: now
-                self._line = now
-                self._watch = state != _UP
-                summary = None
-            elif due and (changed or self._changes):  # the interval is over: the summary
+            owed = bool(self._changes) and (now is None or line is None or now - line >= interval)
+            if not quiet:
                 if changed:
                     self._count(state, kind, now)
-                summary = self._changes, self._kinds, self._first
-                self._changes, self._kinds, self._first = {}, {}, None
-                self._line = now
-                self._watch = state != _UP
-            else:
-                if changed:
-                    self._count(state, kind, now)
-                    self._watch = True  # a summary is owed
-                return
+                if not owed:
+                    self._watch = True  # a summary is owed, later
+                    return
+            summary = (self._changes, self._kinds, self._first) if self._changes else None
+            self._changes, self._kinds, self._first = {}, {}, None
+            self._line = now
+            self._watch = state != _UP
         try:
-            if summary is None:
-                self._log(state, kind, as_of, now)
-            else:
+            if quiet:
+                self._log(state, kind, as_of, now, summary)
+            elif summary is not None:
                 self._summarize(state, *summary)
         except Exception:  # a log line never breaks a call
             pass
@@ -163,43 +166,55 @@ class LogObserver(Observer):
             self._first = now
 
     def _log(
-        self, state: str, kind: str | None, as_of: datetime | None, now: datetime | None
+        self,
+        state: str,
+        kind: str | None,
+        as_of: datetime | None,
+        now: datetime | None,
+        before: tuple[dict[str, int], dict[str, int], datetime | None] | None,
     ) -> None:
+        args: list[object]
         if state == _UP:
-            log.warning("failover %r: the upstream answers again; calls are live", self.name)
+            msg, args = "failover %r: the upstream answers again; calls are live", [self.name]
         elif state == _STALE:
-            age = (
-                "unknown"
-                if as_of is None or now is None
-                else f"{(now - as_of).total_seconds():.0f}s"
-            )
-            log.warning(
-                "failover %r: the upstream fails (%s); serving stored values, stale age %s",
-                self.name,
-                kind,
-                age,
-            )
+            age = "unknown"
+            if as_of is not None and now is not None:
+                age = f"{(now - as_of).total_seconds():.0f}s"
+            msg = "failover %r: the upstream fails (%s); serving stored values, stale age %s"
+            args = [self.name, kind, age]
         else:
-            log.warning(
+            msg = (
                 "failover %r: the upstream fails (%s) and nothing usable is stored; "
-                "callers get the exception policy's answer",
-                self.name,
-                kind,
+                "callers get the exception policy's answer"
             )
+            args = [self.name, kind]
+        if before is not None:  # changes still untold, from before the quiet spell
+            more, more_args = _counts(*before)
+            msg, args = f"{msg} ({more})", [*args, *more_args]
+        log.warning(msg, *args)
 
     def _summarize(
         self, state: str, changes: dict[str, int], kinds: dict[str, int], first: datetime | None
     ) -> None:
-        failing = changes.get(_STALE, 0) + changes.get(_DOWN, 0)
-        types = ", ".join(f"{k} x{n}" for k, n in sorted(kinds.items(), key=lambda i: -i[1]))
-        log.warning(
-            "failover %r: the upstream flaps: %d state changes since the last such line, the "
-            "first at %s (failing %d times: %s; answering again %d times); %s now",
-            self.name,
+        more, args = _counts(changes, kinds, first)
+        log.warning("failover %r: the upstream flaps: " + more + "; %s now",
+                    self.name, *args, _NOW[state])  # fmt: skip
+
+
+def _counts(
+    changes: dict[str, int], kinds: dict[str, int], first: datetime | None
+) -> tuple[str, list[object]]:
+    """The summary of ``changes`` left out: its text and arguments."""
+    failing = changes.get(_STALE, 0) + changes.get(_DOWN, 0)
+    types = ", ".join(f"{k} x{n}" for k, n in sorted(kinds.items(), key=lambda i: -i[1]))
+    return (
+        "%d state changes since the last such line, the first at %s (failing %d times: %s; "
+        "answering again %d times)",
+        [
             sum(changes.values()),
             "unknown" if first is None else first.isoformat(),
             failing,
             types or "-",
             changes.get(_UP, 0),
-            _NOW[state],
-        )
+        ],
+    )
