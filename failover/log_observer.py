@@ -1,8 +1,9 @@
 """The logs of one failover, as an observer of its event stream (`failover.events`): what its
 callers get (live, served stale, nothing usable) when it changes, and its guards' refusals.
 
-- A state change after a quiet spell (no state line for an interval) is logged when it happens,
-  naming the upstream's own exception type.
+- A state change after a quiet spell (no change for an interval) is logged when it happens,
+  naming the upstream's own exception type; so is the recovery that follows it when nothing
+  else changed in between (a clean outage is two lines: its start and its end).
 - Changes within an interval of the last state line (a flapping upstream changes state on almost
   every call) are counted, then told in one summary line with the counts, the exception types
   and the state now, at the first call once the interval is over.
@@ -53,6 +54,7 @@ class LogObserver(Observer):
         "_line",
         "_refusals",
         "_state",
+        "_told",
         "_watch",
         "clock",
         "interval",
@@ -75,6 +77,7 @@ class LogObserver(Observer):
         self._watch = False
         self._line: datetime | None = None  # when the latest state line was logged
         self._last_change: datetime | None = None  # when callers' state last changed
+        self._told = 0  # changes logged as they happened since the latest quiet spell
         self._changes: dict[str, int] = {}  # changes left out since then, per state reached
         self._kinds: dict[str, int] = {}  # ... and the upstream's exception types among them
         self._first: datetime | None = None  # ... the first of them
@@ -122,8 +125,8 @@ class LogObserver(Observer):
 
     def _changed(self, state: str, kind: str | None, as_of: datetime | None) -> None:
         """Callers now get ``state``: logged now after a quiet spell (no change for an
-        interval), else counted for the summary, logged at the first call once an interval has
-        passed since the last line."""
+        interval), or as the end of the outage just logged; else counted for the summary,
+        logged at the first call once an interval has passed since the last line."""
         if state == self._state and not self._changes:  # the same state: nothing to say
             return
         try:
@@ -138,6 +141,11 @@ class LogObserver(Observer):
                 self._last_change = now
             interval = self.interval
             quiet = changed and (now is None or last is None or now - last >= interval)
+            # An outage's end, right after its start was logged (nothing counted since): told
+            # now too. One failure and its recovery are not flapping.
+            back = changed and state == _UP and self._told == 1 and not self._changes
+            self._told = 1 if quiet else 2 if back else self._told
+            quiet = quiet or back
             line = self._line
             owed = bool(self._changes) and (now is None or line is None or now - line >= interval)
             if not quiet:

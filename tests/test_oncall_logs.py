@@ -86,8 +86,19 @@ def test_an_outage_after_a_quiet_spell_is_logged_at_its_first_call(
         up.down = True
         get(1)
         (line,) = lines(caplog)  # logged at its first call, not a minute later
-    assert "'orders'" in line
-    assert "the upstream fails (ConnectError)" in line
+        assert "'orders'" in line
+        assert "the upstream fails (ConnectError)" in line
+        with caplog.at_level(logging.DEBUG, "failover.health"):
+            get(1)  # the outage's calls: their tracebacks at debug, no warning
+        (debug,) = [r for r in caplog.records if r.levelno == logging.DEBUG]
+        assert debug.exc_info is not None
+        assert debug.exc_info[0] is ConnectError
+        caplog.clear()
+        clock.advance(15)
+        up.down = False
+        assert get(1) == 1  # a clean outage's end: logged when it happens too
+        (end,) = lines(caplog)
+    assert "'orders': the upstream answers again" in end
 
 
 async def test_an_async_outage_after_a_quiet_spell_is_logged_at_its_first_call(
@@ -133,12 +144,15 @@ def test_flapping_within_an_interval_is_one_summary_line_with_counts(
         (first,) = lines(caplog)
         assert "the upstream fails (ConnectError)" in first
         caplog.clear()
-        for _ in range(5):  # five more flaps within the interval: nothing yet
+        clock.advance(1)
+        up.down = False
+        get(1)  # its end, at once: one failure and its recovery are not flapping
+        (back,) = lines(caplog)
+        assert "the upstream answers again" in back
+        caplog.clear()
+        for i in range(9):  # nine more changes within the interval: nothing yet
             clock.advance(1)
-            up.down = False
-            get(1)
-            clock.advance(1)
-            up.down = True
+            up.down = i % 2 == 0
             get(1)
         assert lines(caplog) == []
         clock.advance(60)
@@ -146,9 +160,9 @@ def test_flapping_within_an_interval_is_one_summary_line_with_counts(
         get(1)
         (summary,) = lines(caplog)
     assert "'flaps'" in summary
-    assert "10 state changes since the last such line" in summary
+    assert "9 state changes since the last such line" in summary
     assert "failing 5 times: ConnectError x5" in summary
-    assert "answering again 5 times" in summary
+    assert "answering again 4 times" in summary
     assert "serving stored values now" in summary
 
 
@@ -172,6 +186,7 @@ def test_a_full_bulkhead_is_a_refusal_never_an_upstream_failure(
     up.down = True
     get(1)  # the upstream's own failure
     up.down = False
+    assert get(1) == 1  # and it answers again
     with caplog.at_level(logging.INFO, "failover"):
         caplog.clear()
         worker = threading.Thread(target=get, args=(1, True))
