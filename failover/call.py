@@ -28,7 +28,7 @@ from time import perf_counter
 from typing import TYPE_CHECKING, Any
 
 from .context import CallContext, Miss, RecoverContext
-from .errors import SerializationError
+from .errors import SerializationError, refused_by
 from .execution import Wait
 from .handlers import Partial, envelope_key
 from .handlers.lookup import Lookup, failed_lookup, stale
@@ -268,6 +268,8 @@ class Call(CallContext):
         lookup that answers `Miss.ERROR`."""
         rt = self.rt
         self.seconds = seconds = perf_counter() - self.start
+        if rt.execution is not None and (guard := refused_by(cause)) is not None:
+            rt.events.refused(guard, cause)  # a guard's refusal, not the upstream's failure
         recovers = rt.recovers
         if not (isinstance(cause, recovers) if recovers is not None else rt.accepts(cause)):
             rt.events.raised(seconds, cause)

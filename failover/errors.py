@@ -10,11 +10,17 @@ The tree::
     ├── BulkheadFull              no bulkhead permit could be had (a recovery cause)
     └── SoftTimeoutError          the upstream was slower than ``timeout=`` (also a TimeoutError)
 
+A guard's refusal carries the guard's name (``guard``: ``bulkhead``, ``breaker``, ``timeout``…):
+`refused_by` reads it, and the event stream reports the refusal as that guard's, never as a
+failure of the upstream. A new guard's exception sets ``guard`` the same way.
+
 The upstream's own exceptions are never wrapped: with the ``rethrow`` policy the caller gets the
 original exception back, with a note (``add_note``) saying why nothing was recovered.
 """
 
 from __future__ import annotations
+
+from typing import ClassVar
 
 __all__ = [
     "BulkheadFull",
@@ -24,6 +30,7 @@ __all__ = [
     "SoftTimeoutError",
     "SplitterError",
     "StoreError",
+    "refused_by",
 ]
 
 
@@ -48,9 +55,30 @@ class SplitterError(FailoverError):
 
 
 class BulkheadFull(FailoverError):
-    """No bulkhead permit was available in time; the call goes to recovery."""
+    """No bulkhead permit was available in time; the call goes to recovery.
+
+    Attributes:
+        guard: ``"bulkhead"``, the guard that refused.
+        pool: the pool whose permits could not be had (``None`` when raised elsewhere).
+    """
+
+    guard: ClassVar[str] = "bulkhead"
+    pool: str | None = None
 
 
 class SoftTimeoutError(FailoverError, TimeoutError):
     """The upstream did not answer within the failover's ``timeout=``; the call goes to
-    recovery while the upstream call goes on in the background (its result is stored)."""
+    recovery while the upstream call goes on in the background (its result is stored).
+
+    Attributes:
+        guard: ``"timeout"``, the guard that cut the wait.
+    """
+
+    guard: ClassVar[str] = "timeout"
+
+
+def refused_by(exc: BaseException) -> str | None:
+    """The name of the guard whose refusal ``exc`` is (its ``guard`` attribute), or ``None``
+    when it is not a guard's refusal (the upstream's own exception)."""
+    guard = getattr(exc, "guard", None)
+    return guard if isinstance(guard, str) else None

@@ -1,13 +1,15 @@
 """The facts of one failover's calls, emitted once by the core to the observers subscribed.
 
-The core (`failover.call.Call`) says what happened: a call ended live, fresh (served from the
-store within ``fresh_for``), recovered, not recovered or raised; a live result was stored (or
+The core (`failover.call.Call`) says what happened: a guard refused a call (which guard:
+`refused`, before the call's recovery); a call ended live, fresh (served from the store within
+``fresh_for``), recovered, not recovered or raised; a live result was stored (or
 the store failed), or some of its entries were superseded by newer ones; the store was read
 for a recovery; the ``on_recovered`` hook failed; a value
 that is not live was served. Observers
 subscribe by overriding the `Observer` methods they want: the health statistics
-(`failover.health.FailoverStats`), the Prometheus metrics (`failover.metrics.MetricsObserver`),
-the stale report of a unit of work (`failover.served.ServedObserver`). Adding one is a new
+(`failover.recorder.FailoverStats`), the Prometheus metrics (`failover.metrics_observer`), the
+logs (`failover.log_observer`), OpenTelemetry (`failover.otel`), the stale report of a unit of
+work (`failover.served.ServedObserver`). Adding one is a new
 module with an `Observer` subclass, given to the engine's wiring; the core does not change.
 """
 
@@ -48,6 +50,12 @@ class Observer:
         """A call was answered at ``now`` from the store within ``fresh_for`` (the upstream not
         called)."""
 
+    def refused(self, guard: str, cause: Exception) -> None:
+        """Guard ``guard`` (``bulkhead``, ``breaker``, ``timeout``…: the refusal's
+        `failover.errors.refused_by`) refused the call with ``cause``; the call's recovery
+        (`recovered` or `not_recovered`, with the same ``cause``) follows. Never an upstream
+        failure: the upstream was not called, or not waited for."""
+
     def recovered(self, seconds: float | None, cause: Exception, as_of: datetime | None) -> None:
         """A call failed with ``cause`` and was served the value stored at ``as_of``;
         ``seconds`` is ``None`` when a guard refused it (the upstream was not called)."""
@@ -84,6 +92,7 @@ class Observer:
 
 
 FACTS = (
+    "refused",
     "live",
     "fresh",
     "recovered",
@@ -106,6 +115,7 @@ class Events:
 
     __slots__ = (*FACTS, "observers", "timed")
 
+    refused: Callable[[str, Exception], None]
     live: Callable[[datetime | None, float], None]
     fresh: Callable[[datetime | None], None]
     recovered: Callable[[float | None, Exception, datetime | None], None]
@@ -138,6 +148,14 @@ def _fan(fact: str, observers: list[Observer]) -> Callable[..., None]:
         return _nothing
     if len(observers) == 1 and observers[0].safe:
         return observers[0].method(fact)
+    if len(observers) == 2 and observers[0].safe and observers[1].safe:
+        first, second = observers[0].method(fact), observers[1].method(fact)
+
+        def both(*args: Any) -> None:  # the success path's usual pair: no loop, no checks
+            first(*args)
+            second(*args)
+
+        return both
     methods = tuple((o, o.method(fact)) for o in observers)
 
     def fan(*args: Any) -> None:

@@ -99,9 +99,13 @@ class FailoverHealth:
             thresholds of `failover.Failover.health`), ``degraded`` (fewer did, calls served
             stale, or the breaker is open), ``up`` (calls answered live), ``idle`` (no call).
         counts: calls per outcome in the window: ``live``, ``recovered``, ``not_recovered``.
-        last_failure: the latest failed upstream call, in the window or not; ``None`` if none.
+        last_failure: the upstream's own latest exception (a failed upstream call), in the
+            window or not; ``None`` if none. A guard's refusal (`refused`) is never one.
         breaker: ``closed``, ``half-open`` or ``open``; ``None`` without a circuit breaker.
         stale_age: the age, in seconds, of the latest value served stale; ``None`` if none.
+        refused: calls refused in the window, per guard (``bulkhead``, ``breaker``,
+            ``timeout``…); guards that refused none are left out. These calls are in
+            ``counts`` too, by what their callers got.
     """
 
     name: str
@@ -110,6 +114,7 @@ class FailoverHealth:
     last_failure: Failure | None = None
     breaker: str | None = None
     stale_age: float | None = None
+    refused: Mapping[str, int] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready dictionary."""
@@ -122,6 +127,7 @@ class FailoverHealth:
             else {"type": failure.type, "at": failure.at.isoformat()},
             "breaker": self.breaker,
             "stale_age_seconds": self.stale_age,
+            "refused": dict(self.refused),
         }
 
 

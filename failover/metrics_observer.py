@@ -1,5 +1,6 @@
 """The Prometheus metrics as an observer of one failover's calls: the store's write and read
-timings and the failed hooks, passed on to the engine's `failover.metrics.Metrics`.
+timings, the guards' refusals and the failed hooks, passed on to the engine's
+`failover.metrics.Metrics`.
 
 The per-call counts are not pushed: the collector reads them from the failover's
 `failover.recorder.FailoverStats` at scrape time, which keeps the call path cheap.
@@ -12,6 +13,7 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import ClassVar
 
+from .errors import BulkheadFull
 from .events import Observer
 from .metrics import Metrics
 from .stores.base import Payload
@@ -76,6 +78,12 @@ class MetricsObserver(Observer):
         self.metrics.recovered(self.name, outcome, seconds, age)
         if found is not None and found.partial:
             self.metrics.partial(self.name)
+
+    def refused(self, guard: str, cause: Exception) -> None:
+        """Count a guard's refusal (``failover_refused_total``), once: a bulkhead's, by its pool,
+        is ``failover_bulkhead_rejected_total`` too."""
+        pool = cause.pool if isinstance(cause, BulkheadFull) else None
+        self.metrics.refused(self.name, guard, pool)
 
     def hook_failed(self) -> None:
         """Count a failed ``on_recovered`` hook."""

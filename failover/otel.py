@@ -4,7 +4,8 @@
 `OtelObserver` turns each fact of the event stream (`failover.events`) into a span: one per
 upstream call (``failover.call``) and one per recovery read (``failover.recover``), with the
 failover's name, the outcome, the cause, the stale age and the breaker state as attributes; a
-guard's refusal (the upstream not called) is an event of the call's span. The library's counters
+guard's refusal is an event of the call's span naming the guard (``failover.guard``), and is
+counted in ``failover.refused`` by guard. The library's counters
 are OTel metrics too, for those who do not use Prometheus. The events come after the fact, so a
 span's start is its end less the time the core measured.
 """
@@ -16,7 +17,7 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import Any, ClassVar
 
-from .errors import ConfigurationError
+from .errors import ConfigurationError, refused_by
 from .events import Observer
 from .stores.base import Payload
 
@@ -53,6 +54,9 @@ class OpenTelemetry:
         )
         self.stale_age = meter.create_histogram(
             "failover.stale.age", unit="s", description="Age of the values recovered"
+        )
+        self.refused = meter.create_counter(
+            "failover.refused", unit="{call}", description="Calls a guard refused, by guard"
         )
         self.writes = meter.create_counter(
             "failover.store.writes", unit="{write}", description="Live results written or failed"
@@ -131,11 +135,16 @@ class OtelObserver(Observer):
         state = self.breaker()
         if state is not None:
             attributes["failover.breaker.state"] = state
+        guard = None if cause is None else refused_by(cause)
+        if guard is not None:
+            attributes["failover.guard"] = guard
         end = time.time_ns()
         start = end - int((seconds or 0.0) * 1e9)
         span = self.otel.tracer.start_span("failover.call", start_time=start, attributes=attributes)
-        if seconds is None:
-            span.add_event("failover.guard_refused", {"failover.name": self.name})
+        if guard is not None:  # a guard's refusal: the upstream not called, or not waited for
+            span.add_event(
+                "failover.guard_refused", {"failover.name": self.name, "failover.guard": guard}
+            )
         if cause is not None:
             span.set_status(self.otel.error, type(cause).__qualname__)
         span.end(end_time=end)
@@ -147,6 +156,10 @@ class OtelObserver(Observer):
         if as_of is None:
             return None
         return max(0.0, (self.clock() - as_of).total_seconds())
+
+    def refused(self, guard: str, cause: Exception) -> None:
+        """Count a guard's refusal in ``failover.refused`` (its span is the call's)."""
+        self.otel.refused.add(1, {"failover.name": self.name, "failover.guard": guard})
 
     def live(self, now: datetime | None, seconds: float) -> None:
         """A ``failover.call`` span, outcome ``live``."""

@@ -1,10 +1,11 @@
 """One failover's record on one engine: what its callers got, in constant time and memory.
 
 `FailoverStats` observes the core's event stream (`failover.events`): exactly one of `live`,
-`recovered`, `not_recovered` or `raised` per call. Two readers share it: `Failover.health` (a
-ring of one-second slots over the last minute, turned into a `failover.health.FailoverHealth`)
-and the Prometheus collector (monotonic totals, read at scrape time). It also logs the state
-changes of the failover (up → serving stale → up), once each, not once per call.
+`recovered`, `not_recovered` or `raised` per call, and `refused` before a guard's refusal is
+recovered. Two readers share it: `Failover.health` (a ring of one-second slots over the last
+minute, turned into a `failover.health.FailoverHealth`) and the Prometheus collector (monotonic
+totals, read at scrape time). The log lines of the failover's state changes are another observer's
+(`failover.log_observer`).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import ClassVar, Protocol
 
+from .errors import refused_by
 from .events import Observer
 from .health import (
     BREAKER_STATES,
@@ -28,7 +30,6 @@ from .health import (
     Failure,
     Status,
 )
-from .logs import LogLimiter
 
 __all__ = ["MAX_ERROR_KINDS", "OTHER", "UPSTREAM_BUCKETS", "FailoverStats", "RareEvents"]
 
@@ -36,13 +37,10 @@ log = logging.getLogger("failover.health")
 
 
 class RareEvents(Protocol):
-    """What the statistics pass on to the metrics (a `failover.metrics.Metrics` has these)."""
+    """What the statistics pass on to the metrics (a `failover.metrics.Metrics` has this)."""
 
     def circuit_state(self, name: str, state: int) -> None:
         """A breaker changed state (0 closed, 1 half-open, 2 open)."""
-
-    def bulkhead_rejected(self, name: str, pool: str | None = None) -> None:
-        """A call found no permit in bulkhead ``pool``."""
 
 
 UPSTREAM_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0)
@@ -56,14 +54,6 @@ OTHER = "__other__"
 _LIVE, _RECOVERED, _NOT_RECOVERED, _FRESH = 0, 1, 2, 3
 _K = len(OUTCOMES)  # counts per slot of the window
 _ZEROS = (0,) * _K
-_UP, _STALE, _DOWN = 0, 1, 2  # what the failover's callers get lately, for the log
-
-
-def _owed(state: int) -> int:
-    """``state``, its line not logged yet (rate-limited): never equal to a state, so that the
-    next call asks again."""
-    return -1 - state
-
 
 _N = len(UPSTREAM_BUCKETS) + 1
 _FIRST = UPSTREAM_BUCKETS[0]
@@ -81,8 +71,8 @@ class FailoverStats(Observer):
     Args:
         name: the failover's name.
         clock: the engine's clock (aware datetimes).
-        metrics: where the rare events of the guards (`circuit_state`, `bulkhead_rejected`)
-            are passed on; per-call counts are read from here instead, at scrape time.
+        metrics: where the breaker's state changes (`circuit_state`) are passed on; per-call
+            counts are read from here instead, at scrape time.
     """
 
     safe: ClassVar[bool] = True
@@ -92,15 +82,13 @@ class FailoverStats(Observer):
         "_end",
         "_failure",
         "_latest",
-        "_logs",
+        "_refusals",
         "_ring",
         "_slot",
         "_stale",
         "_stamps",
         "_start",
-        "_state",
         "breaker",
-        "bulkhead_rejections",
         "calls",
         "clock",
         "errors",
@@ -129,7 +117,6 @@ class FailoverStats(Observer):
         self.upstream_ok_sum = 0.0
         self.upstream_error_sum = 0.0
         self.errors: dict[str, int] = {}
-        self.bulkhead_rejections = 0
         self.hook_errors = 0
         # The window: slot i counts the calls of one second (stamp: which), one count per outcome.
         self._stamps = [-1] * WINDOW
@@ -137,12 +124,12 @@ class FailoverStats(Observer):
         self._slot = 0  # the current slot's first index in _ring
         self._latest = -1  # the latest second counted: older than the window means idle
         self._start = self._end = _NEVER  # the current slot's second: no call yet
-        self._failure: tuple[str, datetime] | None = None  # the latest failure: kind, when
+        self._failure: tuple[str, datetime] | None = None  # the upstream's latest: kind, when
+        # Refusals per guard, per second of the window: guard -> {second: count} (refusals only).
+        self._refusals: dict[str, dict[int, int]] = {}
         self._stale: tuple[datetime, datetime] | None = None  # the latest stale value: as_of, when
         self.breaker: str | None = None
         self.info: dict[str, str] = {}
-        self._state = _UP
-        self._logs = LogLimiter(log, clock)
 
     def __repr__(self) -> str:
         return f"FailoverStats({self.name!r})"
@@ -172,8 +159,6 @@ class FailoverStats(Observer):
             self.calls[0] += 1
             self.upstream_ok[bucket] += 1
             self.upstream_ok_sum += seconds
-            if self._state != _UP:
-                self._change(_UP)
         except Exception:
             _dropped()
 
@@ -225,12 +210,10 @@ class FailoverStats(Observer):
                     errors[kind] = 1 if n is None else n + 1
             if outcome == _LIVE:
                 return
-            self._failure = (kind, now)
+            if refused_by(cause) is None:  # a guard's refusal is not the upstream's failure
+                self._failure = (kind, now)
             if as_of is not None:
                 self._stale = (as_of, now)
-            state = _STALE if outcome == _RECOVERED else _DOWN
-            if state != self._state:
-                self._change(state, kind, as_of, now)
         except Exception:
             _dropped()
 
@@ -258,57 +241,6 @@ class FailoverStats(Observer):
         self._end = self._start + _SECOND
         self._slot = i
 
-    def _change(
-        self,
-        state: int,
-        kind: str | None = None,
-        as_of: datetime | None = None,
-        now: datetime | None = None,
-    ) -> None:
-        """Log a change of what callers get: once per change (under the lock: once only), at
-        most once a minute (`failover.logs.LogLimiter`: a flapping upstream changes state on
-        almost every call). A change left out leaves its state owed: the next call logs it
-        once the minute is over, with the count of changes left out."""
-        with self.lock:
-            previous, self._state = self._state, state
-        if previous == state:
-            return
-        owed = previous == _owed(state)  # the same state, still to be logged: no new change
-        stale_age = None if as_of is None or now is None else (now - as_of).total_seconds()
-        if state == _UP:
-            logged = self._logs.report(
-                "state",
-                "failover %r: the upstream answers again; calls are live",
-                self.name,
-                count=not owed,
-                what="state changes",
-            )
-        elif state == _STALE:
-            age = "unknown" if stale_age is None else f"{stale_age:.0f}s"
-            logged = self._logs.report(
-                "state",
-                "failover %r: the upstream fails (%s); serving stored values, stale age %s",
-                self.name,
-                kind,
-                age,
-                count=not owed,
-                what="state changes",
-            )
-        else:
-            logged = self._logs.report(
-                "state",
-                "failover %r: the upstream fails (%s) and nothing usable is stored; "
-                "callers get the exception policy's answer",
-                self.name,
-                kind,
-                count=not owed,
-                what="state changes",
-            )
-        if not logged:
-            with self.lock:
-                if self._state == state:
-                    self._state = _owed(state)
-
     # -- rare events (execution layer, hooks) ------------------------------------------------
 
     def circuit_state(self, name: str, state: int) -> None:
@@ -318,11 +250,32 @@ class FailoverStats(Observer):
         if self.metrics is not None:
             self.metrics.circuit_state(name, state)
 
-    def bulkhead_rejected(self, pool: str | None = None) -> None:
-        """A call found no permit in bulkhead ``pool``."""
-        self.bulkhead_rejections += 1
-        if self.metrics is not None:
-            self.metrics.bulkhead_rejected(self.name, pool)
+    def refused(self, guard: str, cause: Exception) -> None:
+        """Guard ``guard`` refused a call: counted apart, per guard, over the window (the call's
+        recovery is counted by its own fact)."""
+        try:
+            second = math.floor(self.clock().timestamp())
+            with self.lock:  # refusals only: never on the success path
+                seconds = self._refusals.get(guard)
+                if seconds is None:
+                    seconds = self._refusals[guard] = {}
+                seconds[second] = seconds.get(second, 0) + 1
+                if len(seconds) > WINDOW:  # keep the window's seconds only
+                    for old in [s for s in seconds if second - s >= WINDOW]:
+                        del seconds[old]
+        except Exception:
+            _dropped()
+
+    def refused_counts(self, now: datetime) -> dict[str, int]:
+        """Refusals per guard over the `WINDOW` seconds up to ``now`` (guards with none left
+        out)."""
+        second = math.floor(now.timestamp())
+        with self.lock:
+            counts = {
+                guard: sum(n for s, n in seconds.items() if 0 <= second - s < WINDOW)
+                for guard, seconds in self._refusals.items()
+            }
+        return {guard: n for guard, n in sorted(counts.items()) if n}
 
     def hook_failed(self) -> None:
         """The ``on_recovered`` hook raised (the caller got the recovered value)."""
@@ -363,7 +316,8 @@ class FailoverStats(Observer):
         failure = None if self._failure is None else Failure(*self._failure)
         stale = self._stale
         age = None if stale is None else max(0.0, (stale[1] - stale[0]).total_seconds())
-        return FailoverHealth(self.name, status, counts, failure, self.breaker, age)
+        refused = self.refused_counts(now) if self._refusals else {}
+        return FailoverHealth(self.name, status, counts, failure, self.breaker, age, refused)
 
 
 _warned: list[bool] = []

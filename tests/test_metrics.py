@@ -294,7 +294,10 @@ def test_breaker_bulkhead_and_hook_metrics(
         == 0
     )
     assert value(registry, "failover_upstream_seconds_count", name="narrow", result="error") == 0
-    assert eng.health().failovers["narrow"].last_failure.type == "BulkheadFull"  # type: ignore[union-attr]
+    # A refusal is the bulkhead's, not the upstream's failure (issue 28: it was "BulkheadFull").
+    assert eng.health().failovers["narrow"].last_failure is None
+    assert eng.health().failovers["narrow"].refused == {"bulkhead": 1}
+    assert value(registry, "failover_refused_total", name="narrow", guard="bulkhead") == 1
 
     eng.metrics.hook_failed("guarded")
     assert value(registry, "failover_hook_errors_total", name="guarded", hook="on_recovered") == 1
@@ -330,6 +333,7 @@ CONTRACT = {
     "failover_recovery_seconds": "histogram",
     "failover_stale_age_seconds": "histogram",
     "failover_circuit_state": "gauge",
+    "failover_refused_total": "counter",
     "failover_bulkhead_rejected_total": "counter",
     "failover_bulkhead_permits": "gauge",
     "failover_bulkhead_permits_in_use": "gauge",

@@ -621,10 +621,11 @@ def test_a_raising_metrics_object_never_breaks_a_call_and_health_still_counts(
     }
     assert health == dict(+ex.calls)
     # Each kind of report was tried (and failed) on the way.
-    for method in ("track", "stored", "recovered", "partial", "circuit_state", "bulkhead_rejected"):
+    for method in ("track", "stored", "recovered", "partial", "circuit_state", "refused"):
         assert metrics.tried[method], method
     assert metrics.tried["partial"] == 1
-    assert metrics.tried["bulkhead_rejected"] == 2
+    # Every guard's refusal, once (issue 28: `bulkhead_rejected` counted the bulkhead's only).
+    assert metrics.tried["refused"] == 2 + 2 + 1
     eng.close()
 
 
@@ -884,7 +885,11 @@ def test_opentelemetry_counts_the_same_calls_as_prometheus_and_health(
     spans = [s for s in tel.spans.get_finished_spans() if s.name == "failover.call"]
     assert len(spans) == sum(ex.calls.values())
     refused = [s for s in spans if any(e.name == "failover.guard_refused" for e in s.events)]
-    assert len(refused) == 2 + 2  # the open breaker's, the full bulkhead's
+    # The open breaker's, the full bulkhead's, and the soft timeout's (a guard's refusal too
+    # since issue 28: it was left out, as the upstream had been called).
+    assert len(refused) == 2 + 2 + 1
+    guards = Counter(s.attributes["failover.guard"] for s in refused)
+    assert guards == {"breaker": 2, "bulkhead": 2, "timeout": 1}
     recover_spans = Counter(
         (s.attributes["failover.name"], s.attributes["failover.outcome"])
         for s in tel.spans.get_finished_spans()

@@ -110,6 +110,7 @@ def _metric_names(expr: str) -> set[str]:
             "execution",
             "store",
             "pool",
+            "guard",
             "operation",
             "reason",
         )

@@ -27,6 +27,7 @@ from ..execution import (
 from ..execution.circuit import Circuit
 from ..flight import Flights, FlownCall
 from ..handlers import Handler, key_of
+from ..log_observer import LogObserver
 from ..metrics import NULL_METRICS, Metrics, PrometheusMetrics
 from ..metrics_observer import MetricsObserver
 from ..otel import OpenTelemetry
@@ -126,9 +127,10 @@ class Wiring:
             return rt
 
     def events(self, d: FailoverDefinition) -> Events:
-        """The event stream of failover ``d``: its health statistics, the metrics (unless
-        off) and the stale report of the unit of work observe it."""
-        observers: list[Observer] = [self.registry.stats[d.name]]
+        """The event stream of failover ``d``: its health statistics, its logs, the metrics
+        (unless off), the stale report of the unit of work and OpenTelemetry (when on) observe
+        it."""
+        observers: list[Observer] = [self.registry.stats[d.name], LogObserver(d.name, self.clock)]
         if self.metrics is not NULL_METRICS:
             queued = writes_async(self.store) and does_io(self.store)  # the queue counts
             observers.append(MetricsObserver(self.metrics, d.name, self.clock, queued))
@@ -205,7 +207,6 @@ class Wiring:
             max_concurrency=d.max_concurrency,
             weight=d.weight,
             acquire_timeout=d.acquire_timeout,
-            on_reject=self.registry.stats[d.name].bulkhead_rejected,
         )
 
 

@@ -110,23 +110,17 @@ class BreakerGuard(Guard):
         if circuit.noticed_state() != state:
             _noticed(cb)  # opened by another process
         if state == _OPEN and _still_open(circuit):  # the common refusal: no lock
-            raise pybreaker.CircuitBreakerError(
-                f"circuit breaker {cb.name!r}: open, the upstream is not called"
-            )
+            raise _refusal(f"circuit breaker {cb.name!r}: open, the upstream is not called")
         gate = self._gate
         with gate.lock:
             if gate.trial:
-                raise pybreaker.CircuitBreakerError(
-                    f"circuit breaker {cb.name!r}: half-open, a trial call is in flight"
-                )
+                raise _refusal(f"circuit breaker {cb.name!r}: half-open, a trial call is in flight")
             state = cb.current_state
             if state == _CLOSED:
                 return None
             if state == _OPEN:
                 if _still_open(circuit):
-                    raise pybreaker.CircuitBreakerError(
-                        f"circuit breaker {cb.name!r}: open, the upstream is not called"
-                    )
+                    raise _refusal(f"circuit breaker {cb.name!r}: open, the upstream is not called")
                 _quietly(cb.half_open)
             gate.trial = True
             return _TRIAL
@@ -181,6 +175,13 @@ class BreakerGuard(Guard):
             with self._gate.lock:  # concurrent failures open it once
                 if cb.current_state == _CLOSED:
                     cb.open()
+
+
+def _refusal(message: str) -> pybreaker.CircuitBreakerError:
+    """pybreaker's own error, named as the breaker's refusal (`failover.errors.refused_by`)."""
+    error = pybreaker.CircuitBreakerError(message)
+    error.guard = "breaker"  # type: ignore[attr-defined]  # pybreaker's class is not ours: the name goes on the instance
+    return error
 
 
 def _still_open(circuit: Circuit) -> bool:

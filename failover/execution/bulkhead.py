@@ -100,7 +100,6 @@ class Bulkhead(Guard):
         limit: the permits of a private pool (``max_concurrency``); ignored with ``pool``.
         acquire_timeout: seconds a call waits for permits; ``0`` refuses at once, ``None``
             waits without limit.
-        on_reject: called with the pool's name for each refused call (metrics).
         weight: permits per call.
         pool: a shared pool; default: a private in-process pool of ``limit`` permits.
     """
@@ -112,7 +111,6 @@ class Bulkhead(Guard):
         name: str,
         limit: int = 1,
         acquire_timeout: float | None = 0.0,
-        on_reject: Callable[[str], None] | None = None,
         *,
         weight: int = 1,
         pool: Pool | None = None,
@@ -129,7 +127,6 @@ class Bulkhead(Guard):
         self.limit = self.pool.permits
         self.acquire_timeout = acquire_timeout
         self.fail_fast = acquire_timeout == 0
-        self.on_reject = on_reject
         self.weight = weight
 
     def __repr__(self) -> str:
@@ -199,26 +196,24 @@ class Bulkhead(Guard):
         pool = self.pool
         with _COUNTING:  # a read then a write: threads refused at once would lose counts
             pool.rejected[self.name] = pool.rejected.get(self.name, 0) + 1
-        if self.on_reject is not None:
-            try:  # noqa: SIM105  (metrics never break a call)
-                self.on_reject(pool.name)
-            except Exception:
-                pass
         wait = "None" if self.acquire_timeout is None else f"{self.acquire_timeout:g}s"
         if cause is not None:
-            return BulkheadFull(
+            error = BulkheadFull(
                 f"failover {self.name!r}: the permits of pool {pool.name!r} could not be had "
                 f"({pool.kind}: {type(cause).__name__}: {cause})"
             )
-        if pool.private:
-            return BulkheadFull(
+        elif pool.private:
+            error = BulkheadFull(
                 f"failover {self.name!r}: all {self.limit} permits in use "
                 f"(max_concurrency={self.limit}, acquire_timeout={wait})"
             )
-        return BulkheadFull(
-            f"failover {self.name!r}: {self.weight} of the {self.limit} permits of pool "
-            f"{pool.name!r} not free (weight={self.weight}, acquire_timeout={wait})"
-        )
+        else:
+            error = BulkheadFull(
+                f"failover {self.name!r}: {self.weight} of the {self.limit} permits of pool "
+                f"{pool.name!r} not free (weight={self.weight}, acquire_timeout={wait})"
+            )
+        error.pool = pool.name  # the refusal's metrics label (`failover_bulkhead_rejected_total`)
+        return error
 
 
 class Pools:
@@ -288,7 +283,6 @@ class Pools:
         max_concurrency: int | None,
         weight: int,
         acquire_timeout: float | None,
-        on_reject: Callable[[str], None] | None,
     ) -> Bulkhead:
         """The guard of ``failover`` (one per name; remade when its settings change).
 
@@ -317,7 +311,7 @@ class Pools:
                 or guard.acquire_timeout != acquire_timeout
             ):
                 guard = self._guards[failover] = Bulkhead(
-                    failover, shared.permits, acquire_timeout, on_reject, weight=weight, pool=shared
+                    failover, shared.permits, acquire_timeout, weight=weight, pool=shared
                 )
             return guard
 

@@ -71,8 +71,9 @@ class Metrics(Protocol):
         """The circuit breaker of ``name`` is now closed (0), half-open (1) or open (2)."""
         return None
 
-    def bulkhead_rejected(self, name: str, pool: str | None = None) -> None:
-        """A call of ``name`` found no permit in bulkhead ``pool`` and went to recovery."""
+    def refused(self, name: str, guard: str, pool: str | None = None) -> None:
+        """Guard ``guard`` (``bulkhead``, ``breaker``, ``timeout``…) refused a call of ``name``,
+        which went to recovery; ``pool``: the bulkhead pool, for a bulkhead's refusal."""
         return None
 
     def hook_failed(self, name: str) -> None:

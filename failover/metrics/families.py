@@ -64,6 +64,7 @@ def declare() -> dict[str, Any]:
         "circuit": gauge(
             "failover_circuit_state", "Circuit breaker: 0 closed, 1 half-open, 2 open.", "name"
         ),
+        "refused": counter("failover_refused", "Calls a guard refused, by guard.", "name", "guard"),
         "bulkhead": counter(
             "failover_bulkhead_rejected", "Calls refused by the bulkhead.", "name", "pool"
         ),

@@ -145,13 +145,14 @@ class PrometheusMetrics:
         self._tally(name).circuit_probe = probe
 
     @safe
-    def bulkhead_rejected(self, name: str, pool: str | None = None) -> None:
-        """A call refused by the bulkhead (``pool``: its pool's name; a private pool is named
-        after its failover)."""
-        refused = self._tally(name).bulkhead
-        pool = name if pool is None else pool
+    def refused(self, name: str, guard: str, pool: str | None = None) -> None:
+        """A call refused by guard ``guard``: ``failover_refused_total``; a bulkhead's refusal
+        (``pool``: its pool's name, a private pool named after its failover) is also read as
+        ``failover_bulkhead_rejected_total``, from the same count."""
+        refused = self._tally(name).refused
+        key = (guard, (name if pool is None else pool) if guard == "bulkhead" else "")
         with self._refusals_lock:  # a read then a write: threads refused at once lost counts
-            refused[pool] = refused.get(pool, 0) + 1
+            refused[key] = refused.get(key, 0) + 1
 
     @safe
     def hook_failed(self, name: str) -> None:

@@ -42,8 +42,13 @@ def tally_samples(f: dict[str, Any], tallies: Iterable[tuple[str, Tally]]) -> No
                 circuit = t.circuit
         if circuit is not None:
             f["circuit"].add_metric((name,), circuit)
-        for pool, n in t.bulkhead.items():
-            f["bulkhead"].add_metric((name, pool), n)
+        guards: dict[str, int] = {}
+        for (guard, pool), n in list(t.refused.items()):
+            guards[guard] = guards.get(guard, 0) + n
+            if guard == "bulkhead":  # the same count, by pool, for the dashboards of old
+                f["bulkhead"].add_metric((name, pool), n)
+        for guard, n in guards.items():
+            f["refused"].add_metric((name, guard), n)
         if t.hooks:
             f["hooks"].add_metric((name, "on_recovered"), t.hooks)
 

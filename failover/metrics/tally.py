@@ -54,13 +54,13 @@ class Tally:
     """
 
     __slots__ = (
-        "bulkhead",
         "circuit",
         "circuit_probe",
         "hooks",
         "partial",
         "recoveries",
         "recovery_seconds",
+        "refused",
         "stale_age",
         "write_seconds",
         "writes",
@@ -75,5 +75,6 @@ class Tally:
         self.partial = 0
         self.circuit: int | None = None
         self.circuit_probe: Callable[[], int] | None = None  # the state read at scrape time
-        self.bulkhead: dict[str, int] = {}  # refusals per pool
+        # Refusals per (guard, bulkhead pool or ""): counted once, read as two families.
+        self.refused: dict[tuple[str, str], int] = {}
         self.hooks = 0
