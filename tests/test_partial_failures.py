@@ -1,0 +1,134 @@
+"""Failures stay where they happen (issue 28), on real servers started by the suite: a batched
+read that fails in part answers every key it could read (a Redis Cluster master out, one
+tenant's store out); `RedisPermits` with its Redis stopped leaves no unretrieved future and
+logs its trouble once; the probes answer while the store hangs; the store dashboard with its
+store out answers 503 with a reason, logged once."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import sqlite3
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import failover
+from failover.stores.base import Payload
+from failover.stores.batching import ReadBatcher
+from failover.stores.redis import RedisStore
+
+from . import redis_ha, redis_server
+from .conftest import FakeClock
+from .own_servers import running
+
+_GUARD = 30.0  # hang guard of a join: a test that needs it has failed
+
+
+class Down(Exception):
+    """The upstream's failure."""
+
+
+# -- a Redis Cluster master out --------------------------------------------------------------------
+
+
+@pytest.fixture
+def partial_cluster() -> Iterator[redis_ha.RedisCluster]:
+    """3 masters and 3 replicas whose nodes keep serving their slots while others are out
+    (``cluster-require-full-coverage no``, as the issue's deployment runs)."""
+    cluster = redis_ha.RedisCluster()
+    for node in cluster.nodes:
+        node.args += ["--cluster-require-full-coverage", "no"]
+    yield from running(cluster)
+
+
+def _out(cluster: redis_ha.RedisCluster) -> int:
+    """Kill a master and its replica: its slots stay out (no replica takes over, so the test
+    never races a promotion); the port of the master killed."""
+    master = cluster.masters()[0]
+    for port in [*cluster.replicas_of(master), master]:
+        cluster.node(port).kill()
+    return master
+
+
+def _node_of(store: RedisStore, fn: Any, key: str) -> int:
+    """The port of the cluster node holding ``fn(key)``'s entry (read before any node is out)."""
+    stored = fn.peek(key)
+    assert stored is not None
+    client: Any = store.client
+    entry_key = store._keys.entries(fn.definition.effective_name) + stored.key
+    port: int = client.get_node_from_key(entry_key).port
+    return port
+
+
+def test_a_dead_cluster_master_fails_only_its_own_keys_under_concurrent_recoveries(
+    partial_cluster: redis_ha.RedisCluster, clock: FakeClock
+) -> None:
+    store = RedisStore(partial_cluster.url, prefix=redis_server.unique_prefix(), clock=clock)
+    engine = failover.Failover(store, async_writes=False, metrics=False, clock=clock)
+    failing = threading.Event()
+
+    @failover.failover("quote", engine=engine)
+    def quote(key: str) -> str:
+        if failing.is_set():
+            raise Down(key)
+        return f"v-{key}"
+
+    @failover.failover("aquote", engine=engine)
+    async def aquote(key: str) -> str:
+        if failing.is_set():
+            raise Down(key)
+        return f"v-{key}"
+
+    keys = [f"k{i}" for i in range(40)]
+    try:
+        for key in keys:
+            assert quote(key) == f"v-{key}"
+            assert asyncio.run(aquote(key)) == f"v-{key}"
+        nodes = {k: _node_of(store, quote, k) for k in keys}
+        anodes = {k: _node_of(store, aquote, k) for k in keys}
+        master = _out(partial_cluster)
+        failing.set()
+
+        # Threads: all at once (reads queued behind one in flight share a find_many).
+        answers: dict[str, object] = {}
+        start = threading.Barrier(len(keys))
+
+        def recover(key: str) -> None:
+            start.wait(_GUARD)
+            try:
+                answers[key] = quote.referential(key).payload
+            except Down as exc:
+                answers[key] = exc
+
+        threads = [threading.Thread(target=recover, args=(k,)) for k in keys]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(_GUARD)
+
+        # Tasks: one loop turn, one find_many for all of them.
+        async def recover_all() -> list[object]:
+            async def one(key: str) -> object:
+                try:
+                    return (await aquote.referential(key)).payload
+                except Down as exc:
+                    return exc
+
+            return await asyncio.gather(*(one(k) for k in keys))
+
+        task_answers = dict(zip(keys, asyncio.run(recover_all()), strict=True))
+    finally:
+        engine.close()
+        store.close()
+    assert 0 < sum(nodes[k] == master for k in keys) < len(keys)
+    for key in keys:  # every key on a surviving master recovered; the others missed
+        assert (
+            answers[key] == f"v-{key}" if nodes[key] != master else isinstance(answers[key], Down)
+        )
+        got = task_answers[key]
+        assert got == f"v-{key}" if anodes[key] != master else isinstance(got, Down)
