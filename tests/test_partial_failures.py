@@ -12,12 +12,14 @@ import logging
 import sqlite3
 import threading
 from collections.abc import Iterator
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 import failover
+from failover.errors import StoreError
 from failover.stores.base import Payload
 from failover.stores.batching import ReadBatcher
 from failover.stores.redis import RedisStore
@@ -132,3 +134,51 @@ def test_a_dead_cluster_master_fails_only_its_own_keys_under_concurrent_recoveri
         )
         got = task_answers[key]
         assert got == f"v-{key}" if anodes[key] != master else isinstance(got, Down)
+
+
+def test_the_read_batcher_answers_every_caller_whose_key_it_could_read(
+    partial_cluster: redis_ha.RedisCluster, clock: FakeClock
+) -> None:
+    store = RedisStore(partial_cluster.url, prefix=redis_server.unique_prefix(), clock=clock)
+    batcher = ReadBatcher(store)
+    now = clock()
+    keys = [f"k{i}" for i in range(30)]
+    store.store_many(
+        [failover.ReferentialPayload("n", k, k, now, now + timedelta(hours=1), True) for k in keys]
+    )
+    client: Any = store.client
+    nodes = {k: client.get_node_from_key(store._keys.entries("n") + k).port for k in keys}
+    try:
+        master = _out(partial_cluster)
+        assert 0 < sum(nodes[k] == master for k in keys) < len(keys)
+
+        async def read_all() -> list[Payload | None | BaseException]:
+            # One loop turn: one find_many for every caller.
+            reads = [batcher.afind("n", k) for k in keys]
+            return await asyncio.gather(*reads, return_exceptions=True)
+
+        by_task = dict(zip(keys, asyncio.run(read_all()), strict=True))
+        by_thread: dict[str, Payload | None | BaseException] = {}
+        start = threading.Barrier(len(keys))
+
+        def read(key: str) -> None:
+            start.wait(_GUARD)
+            try:
+                by_thread[key] = batcher.find("n", key)
+            except Exception as exc:
+                by_thread[key] = exc
+
+        threads = [threading.Thread(target=read, args=(k,)) for k in keys]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(_GUARD)
+    finally:
+        store.close()
+    for key in keys:
+        for found in (by_task[key], by_thread[key]):
+            if nodes[key] == master:
+                assert found is None or isinstance(found, StoreError), key
+            else:
+                assert isinstance(found, failover.ReferentialPayload), (key, found)
+                assert found.payload == key
