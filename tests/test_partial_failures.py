@@ -23,10 +23,11 @@ from failover.errors import StoreError
 from failover.stores.base import Payload
 from failover.stores.batching import ReadBatcher
 from failover.stores.redis import RedisStore
+from failover.stores.sql import SqlStore
 
-from . import redis_ha, redis_server
+from . import postgres, redis_ha, redis_server
 from .conftest import FakeClock
-from .own_servers import running
+from .own_servers import children, own_postgres, running, stopped
 
 _GUARD = 30.0  # hang guard of a join: a test that needs it has failed
 
@@ -182,3 +183,95 @@ def test_the_read_batcher_answers_every_caller_whose_key_it_could_read(
             else:
                 assert isinstance(found, failover.ReferentialPayload), (key, found)
                 assert found.payload == key
+
+
+# -- one tenant's store out ----------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def pg_server() -> Iterator[Any]:
+    yield from own_postgres()  # stopped here: no other test waits on it
+
+
+def _pids(server: Any) -> list[int]:
+    """The PostgreSQL server's processes: the postmaster and its backends."""
+    postmaster = int((server.data / "postmaster.pid").read_text().split()[0])
+    return [postmaster, *children(postmaster)]
+
+
+def test_a_tenants_store_out_does_not_fail_another_tenants_reads(
+    tmp_path: Path, clock: FakeClock, pg_server: Any
+) -> None:
+    prefix = postgres.unique_prefix()
+
+    def store_of(tenant: str) -> SqlStore:
+        # Tenant a's entries in PostgreSQL (stopped below), tenant b's in a SQLite file.
+        if tenant == "a":
+            return SqlStore(pg_server.url, table_prefix=prefix)
+        return SqlStore(f"sqlite:///{tmp_path}/tenant-{tenant}.db")
+
+    engine = failover.Failover(
+        store_of,
+        tenant_resolver=failover.current_tenant,
+        async_writes=False,
+        metrics=False,
+        clock=clock,
+    )
+    failing = threading.Event()
+
+    @failover.failover("quote", engine=engine)
+    def quote(key: str) -> str:
+        if failing.is_set():
+            raise Down(key)
+        return f"v-{key}"
+
+    @failover.failover("aquote", engine=engine)
+    async def aquote(key: str) -> str:
+        if failing.is_set():
+            raise Down(key)
+        return f"v-{key}"
+
+    keys = [f"k{i}" for i in range(8)]
+    answers: dict[tuple[str, str, str], object] = {}
+    try:
+        for tenant in ("a", "b"):
+            with failover.tenant(tenant):
+                for key in keys:
+                    assert quote(key) == f"v-{key}"
+                    assert asyncio.run(aquote(key)) == f"v-{key}"
+        failing.set()
+        start = threading.Barrier(2 * len(keys))
+
+        def recover(tenant: str, key: str) -> None:
+            start.wait(_GUARD)
+            with failover.tenant(tenant):
+                try:
+                    answers[("thread", tenant, key)] = quote(key)
+                except Down as exc:
+                    answers[("thread", tenant, key)] = exc
+
+        async def arecover(tenant: str, key: str) -> None:
+            with failover.tenant(tenant):
+                try:
+                    answers[("task", tenant, key)] = await aquote(key)
+                except Down as exc:
+                    answers[("task", tenant, key)] = exc
+
+        async def tasks() -> None:
+            await asyncio.gather(*(arecover(t, k) for t in ("a", "b") for k in keys))
+
+        with stopped(_pids(pg_server)):  # tenant a's store hangs
+            threads = [
+                threading.Thread(target=recover, args=(t, k)) for t in ("a", "b") for k in keys
+            ]
+            for thread in threads:
+                thread.start()
+            asyncio.run(tasks())
+            for thread in threads:
+                thread.join(_GUARD)
+    finally:
+        engine.close()
+    for way in ("thread", "task"):
+        for key in keys:
+            assert answers[(way, "b", key)] == f"v-{key}", (way, key)
+            assert isinstance(answers[(way, "a", key)], Down), (way, key)
