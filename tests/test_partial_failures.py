@@ -7,19 +7,21 @@ store out answers 503 with a reason, logged once."""
 from __future__ import annotations
 
 import asyncio
-import json
+import gc
 import logging
-import sqlite3
 import threading
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
+from prometheus_client import CollectorRegistry, generate_latest
 
 import failover
 from failover.errors import StoreError
+from failover.execution.redis_permits import RedisPermits
 from failover.stores.base import Payload
 from failover.stores.batching import ReadBatcher
 from failover.stores.redis import RedisStore
@@ -28,6 +30,7 @@ from failover.stores.sql import SqlStore
 from . import postgres, redis_ha, redis_server
 from .conftest import FakeClock
 from .own_servers import children, own_postgres, running, stopped
+from .redis_server import RedisServer
 
 _GUARD = 30.0  # hang guard of a join: a test that needs it has failed
 
@@ -153,13 +156,13 @@ def test_the_read_batcher_answers_every_caller_whose_key_it_could_read(
         master = _out(partial_cluster)
         assert 0 < sum(nodes[k] == master for k in keys) < len(keys)
 
-        async def read_all() -> list[Payload | None | BaseException]:
+        async def read_all() -> list[Payload | BaseException | None]:
             # One loop turn: one find_many for every caller.
             reads = [batcher.afind("n", k) for k in keys]
             return await asyncio.gather(*reads, return_exceptions=True)
 
         by_task = dict(zip(keys, asyncio.run(read_all()), strict=True))
-        by_thread: dict[str, Payload | None | BaseException] = {}
+        by_thread: dict[str, Payload | BaseException | None] = {}
         start = threading.Barrier(len(keys))
 
         def read(key: str) -> None:
@@ -275,3 +278,85 @@ def test_a_tenants_store_out_does_not_fail_another_tenants_reads(
         for key in keys:
             assert answers[(way, "b", key)] == f"v-{key}", (way, key)
             assert isinstance(answers[(way, "a", key)], Down), (way, key)
+
+
+# -- RedisPermits with its Redis stopped -----------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def own_redis() -> Iterator[RedisServer]:
+    yield from running(RedisServer())  # stopped here: no other test waits on it
+
+
+class _Lines(logging.Handler):
+    """The lines logged, as (logger, level, message): no record kept, so no traceback keeps a
+    frame (and the futures it holds) alive past the test's `gc.collect`."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.lines: list[tuple[str, int, str]] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append((record.name, record.levelno, record.getMessage()))
+
+
+@pytest.fixture
+def lines() -> Iterator[_Lines]:
+    handler = _Lines()
+    root = logging.getLogger()
+    root.addHandler(handler)
+    try:
+        yield handler
+    finally:
+        root.removeHandler(handler)
+
+
+def test_redis_permits_with_redis_stopped_leave_no_unretrieved_future_and_log_once(
+    own_redis: RedisServer, lines: _Lines
+) -> None:
+    registry = CollectorRegistry()
+    engine = failover.Failover(metrics=registry)
+    source = RedisPermits(own_redis.url, socket_timeout=0.05, prefix=redis_server.unique_prefix())
+    engine.bulkhead_pool("exports", permits=4, source=source)
+
+    @failover.failover("export", bulkhead="exports", policy="never_throw", engine=engine)
+    async def export(i: int) -> int:
+        return i
+
+    unhandled: list[dict[str, Any]] = []
+    scraped: list[str] = []
+
+    async def main() -> list[Any]:
+        loop = asyncio.get_running_loop()
+        # Two workers for the asks: 80 asks of at least one socket timeout each keep some
+        # waiting past their task's margin (1 s), which then gives them up.
+        loop.set_default_executor(ThreadPoolExecutor(2))
+        loop.set_exception_handler(lambda _, context: unhandled.append(context))
+        assert await export(-1) == -1  # Redis answers: a permit taken and given back
+        assert own_redis.process is not None
+        with stopped([own_redis.process.pid]):
+            answers = await asyncio.gather(*(export(i) for i in range(80)))
+            gc.collect()
+            # Scraped while Redis is still stopped: the pool's counts are not asked of it.
+            scraped.append(generate_latest(registry).decode())
+        return answers
+
+    try:
+        answers = asyncio.run(main())
+        gc.collect()  # a future left with its exception says so when collected
+    finally:
+        engine.close()
+    assert None in answers  # refused (no permit from a stopped Redis), served by the policy
+    assert unhandled == []
+    assert not [line for line in lines.lines if line[0] == "asyncio" and line[1] >= logging.ERROR]
+    warned = [
+        line
+        for line in lines.lines
+        if line[0] == "failover.execution.redis_permits" and line[1] >= logging.WARNING
+    ]
+    assert 1 <= len(warned) <= 3, warned  # per kind of trouble, not per call
+    [text] = scraped
+    assert 'failover_store_up{store="permits"} 0.0' in text
+    assert (
+        'failover_store_errors_total{operation="acquire",reason="timeout",store="permits"}' in text
+    )
