@@ -7,19 +7,27 @@ store out answers 503 with a reason, logged once."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gc
+import json
 import logging
 import threading
+import urllib.error
+import urllib.request
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+import prometheus_client
 import pytest
+import redis
 from prometheus_client import CollectorRegistry, generate_latest
 
 import failover
+from failover.dashboard import make_asgi_app, make_store_app
+from failover.engine.clock import utcnow
 from failover.errors import StoreError
 from failover.execution.redis_permits import RedisPermits
 from failover.stores.base import Payload
@@ -31,6 +39,7 @@ from . import postgres, redis_ha, redis_server
 from .conftest import FakeClock
 from .own_servers import children, own_postgres, running, stopped
 from .redis_server import RedisServer
+from .servers import serve_asgi, serve_wsgi
 
 _GUARD = 30.0  # hang guard of a join: a test that needs it has failed
 
@@ -360,3 +369,131 @@ def test_redis_permits_with_redis_stopped_leave_no_unretrieved_future_and_log_on
     assert (
         'failover_store_errors_total{operation="acquire",reason="timeout",store="permits"}' in text
     )
+
+
+# -- probes that cannot hang -----------------------------------------------------------------------
+
+
+class _Watched(ThreadPoolExecutor):
+    """The event loop's default executor (one worker), saying when work was handed to it."""
+
+    def __init__(self) -> None:
+        super().__init__(1, "default-executor")
+        self.handed = threading.Event()
+
+    def submit(self, fn: Any, /, *args: Any, **kwargs: Any) -> Any:
+        future = super().submit(fn, *args, **kwargs)
+        self.handed.set()
+        return future
+
+
+def _get(url: str) -> tuple[int, str]:
+    """GET ``url``, within a hang guard: a probe that does not answer fails the test."""
+    request = urllib.request.Request(url)
+    try:
+        with urllib.request.urlopen(request, timeout=5) as response:
+            return response.status, response.read().decode()
+    except urllib.error.HTTPError as error:
+        with error:
+            return error.code, error.read().decode()
+
+
+def _call(url: str) -> None:
+    """A service call: its answer comes once Redis resumes; only the probes are checked."""
+    with contextlib.suppress(OSError):
+        _get(url)
+
+
+def test_probes_answer_while_the_store_hangs_and_a_call_holds_the_loops_worker(
+    own_redis: RedisServer, clock: FakeClock
+) -> None:
+    registry = CollectorRegistry()
+    # A client of the user's (no socket timeout, no async twin: async calls read it on the
+    # loop's default executor), and no store deadline: the call's read waits on the stopped
+    # server for as long as it is stopped.
+    client = redis.Redis.from_url(own_redis.url)
+    store = RedisStore(client, prefix=redis_server.unique_prefix(), clock=clock)
+    engine = failover.Failover(
+        store, metrics=registry, clock=clock, store_timeout=None, async_writes=False
+    )
+    failing = threading.Event()
+
+    @failover.failover("quote", domain="quotes", engine=engine)
+    def quote(key: str) -> str:
+        if failing.is_set():
+            raise Down(key)
+        return f"v-{key}"
+
+    @failover.failover("aquote", domain="quotes", engine=engine)  # the same entries
+    async def aquote(key: str) -> str:
+        raise Down(key)
+
+    executor = _Watched()
+    dashboard = make_asgi_app(engine)
+    metrics = prometheus_client.make_asgi_app(registry)
+
+    async def service(scope: Any, receive: Any, send: Any) -> None:
+        """A service: its calls on ``/call``, the engine's dashboard and probes, ``/metrics``."""
+        if scope["type"] == "http" and scope["path"] == "/call":
+            asyncio.get_running_loop().set_default_executor(executor)
+            with contextlib.suppress(Down):
+                await aquote("k")
+            await send({"type": "http.response.start", "status": 200, "headers": []})
+            await send({"type": "http.response.body", "body": b""})
+        elif scope["type"] == "http" and scope["path"] == "/metrics":
+            await metrics(scope, receive, send)
+        else:
+            await dashboard(scope, receive, send)
+
+    try:
+        assert quote("k") == "v-k"  # Redis answers: an entry stored
+        failing.set()
+        assert own_redis.process is not None
+        with serve_asgi(service) as url, stopped([own_redis.process.pid]):
+            caller = threading.Thread(target=_call, args=(url + "/call",), daemon=True)
+            caller.start()
+            # The call's read is on the loop's one worker thread, waiting on Redis.
+            assert executor.handed.wait(_GUARD)
+            assert _get(url + "/livez") == (200, "ok")
+            status, body = _get(url + "/health")
+            assert status == 200
+            assert json.loads(body)["failovers"]["aquote"]["status"] == "idle"  # none finished
+            status, body = _get(url + "/metrics")
+            assert status == 200
+            assert "failover_calls_total" in body
+        caller.join(_GUARD)
+    finally:
+        engine.close()
+        client.close()
+        executor.shutdown(wait=False)
+
+
+def test_the_store_dashboard_with_its_store_out_answers_503_with_a_reason_logged_once(
+    lines: _Lines,
+) -> None:
+    server = RedisServer().start()
+    store = RedisStore(server.url, prefix=redis_server.unique_prefix(), socket_timeout=1)
+    try:
+        # What `failover dashboard --store URL` serves: the store's app, on a WSGI server.
+        with serve_wsgi(make_store_app(store, utcnow)) as url:
+            status, body = _get(url + "/api/failovers")
+            assert status == 200  # the store answers
+            server.kill()  # then it is gone: connections refused
+            answers = [_get(url + "/api/failovers") for _ in range(10)]
+            pages = [_get(url + "/") for _ in range(5)]
+    finally:
+        store.close()
+        server.stop()
+    for status, body in answers:
+        assert status == 503
+        answer = json.loads(body)
+        assert answer["error"] == "store unavailable"
+        assert "Connection refused" in answer["reason"]
+    for status, page in pages:
+        assert status == 503
+        assert 'role="alert"' in page
+        assert "The store cannot be read just now" in page
+    logged = [line for line in lines.lines if line[0] == "failover.dashboard.app"]
+    warned = [line for line in logged if line[1] >= logging.WARNING]
+    assert len(warned) == 1, warned  # once, not once per request
+    assert "the store cannot be read" in warned[0][2]
