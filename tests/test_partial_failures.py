@@ -12,6 +12,7 @@ import gc
 import json
 import logging
 import threading
+import tomllib
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -497,3 +498,17 @@ def test_the_store_dashboard_with_its_store_out_answers_503_with_a_reason_logged
     warned = [line for line in logged if line[1] >= logging.WARNING]
     assert len(warned) == 1, warned  # once, not once per request
     assert "the store cannot be read" in warned[0][2]
+
+
+def test_the_install_line_lists_every_extra() -> None:
+    root = Path(__file__).parent.parent
+    extras = tomllib.loads((root / "pyproject.toml").read_text())["project"][
+        "optional-dependencies"
+    ]
+    page = (root / "docs" / "index.md").read_text()
+    missing = [
+        extra
+        for extra in extras
+        if f"failover[{extra}]" not in page and f'".[{extra}]"' not in page
+    ]
+    assert missing == []
