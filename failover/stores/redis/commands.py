@@ -103,6 +103,55 @@ class Commands:
             found: list[Any] = execute("MGET", *keys)
             return found
 
+    def get(self, operation: str, key: str) -> Any:
+        """``GET key``. On a cluster, a key whose node is out while another node answers is a
+        miss (``None``), as in `mget`: a point read and a batched one tell the same, and one
+        node out does not read as the whole store failing."""
+        with Errors(self.where, operation):
+            execute: Callable[..., Any] = self.client.execute_command  # untyped in redis-py
+            if not self.cluster:
+                return execute("GET", key)
+            try:
+                return execute("GET", key)
+            except _NODE_ERRORS as exc:
+                if not self._others_answer(key):
+                    raise
+                self._partial(operation, 1, 1, exc)
+                return None
+
+    def _others_answer(self, key: str) -> bool:
+        """Whether a master other than ``key``'s answers (one ``PING`` each, until one does)."""
+        client: Any = self.client
+        try:
+            out = client.get_node_from_key(key).name
+        except _NODE_ERRORS:
+            out = None
+        try:
+            masters = client.get_primaries()
+        except _NODE_ERRORS:
+            return False
+        for node in masters:
+            if node.name == out:
+                continue
+            try:
+                if client.execute_command("PING", target_nodes=node):
+                    return True
+            except _NODE_ERRORS:
+                continue
+        return False
+
+    def _partial(self, operation: str, failed: int, asked: int, error: Exception) -> None:
+        self._said.report(
+            ("partial", operation),
+            "failover: %s: %s: %d of %d keys unread (their cluster node is out: %s); "
+            "the other nodes' keys were answered",
+            self.where,
+            operation,
+            failed,
+            asked,
+            error,
+        )
+
     def _by_node(self, operation: str, keys: list[str], error: Exception) -> list[Any]:
         """``keys`` read again node by node after ``error`` (the one pipeline failed): each
         node's part on its own, so that one node out misses its own keys only.
@@ -135,16 +184,7 @@ class Commands:
         if not answered:
             raise error
         if failed:
-            self._said.report(
-                ("partial", operation),
-                "failover: %s: %s: %d of %d keys unread (their cluster node is out: %s); "
-                "the other nodes' keys were answered",
-                self.where,
-                operation,
-                failed,
-                len(keys),
-                error,
-            )
+            self._partial(operation, failed, len(keys), error)
         return found
 
     def spread(
