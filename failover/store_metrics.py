@@ -54,7 +54,8 @@ class StoreMetrics:
 
     def __init__(self, registry: Any) -> None:
         self.registry = registry
-        self._layers: weakref.WeakKeyDictionary[DeadlineStore, str] = weakref.WeakKeyDictionary()
+        # Deadline layers, and shared dependencies with ``up`` and ``errors`` (`track_source`).
+        self._layers: weakref.WeakKeyDictionary[Any, str] = weakref.WeakKeyDictionary()
         registry.register(_Collector(self))
 
     @classmethod
@@ -71,6 +72,11 @@ class StoreMetrics:
         for layer in walk(store):
             if isinstance(layer, DeadlineStore):
                 self._layers[layer] = store_label(layer)
+
+    def track_source(self, source: object, label: str) -> None:
+        """Export a shared dependency that is not a store (a `failover.RedisPermits` source) as
+        one: its ``up`` and ``errors`` (per operation and reason), under ``store=label``."""
+        self._layers[source] = label
 
     def samples(self) -> tuple[dict[str, int], Counter[tuple[str, str, str]]]:
         """``store -> up`` (down when any engine's breaker on it is open) and the error counts."""

@@ -216,7 +216,7 @@ def test_store_view_down(tmp_path: Path, clock: FakeClock) -> None:
     client = Client(make_store_app(store, clock))
     assert get(client, "/health")[0] == 503
     status, _, page = get(client, "/")
-    assert status == 200
+    assert status == 503  # the store cannot be read: said on the page, and by the status
     assert 'role="alert"' in page
 
 

@@ -3,20 +3,30 @@
 Routes, all read-only (``GET`` and ``HEAD``): ``/`` the page, ``/api/failovers``,
 ``/api/entries?name=…&limit=…&after=…``, ``/health`` (503 when ``down``) and ``/livez``
 (200 while the process serves).
+
+A store that cannot be read (down, refusing, timing out) answers 503 with its reason, logged
+once, then at most once per interval; the probes never wait on it: ``/livez`` is answered before
+anything else (by the ASGI adapter on the event loop itself), and no request waits for a worker
+thread that a call can hold.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hmac
 import json
 import logging
+import re
+import threading
 from collections.abc import Awaitable, Callable, Iterable, MutableMapping
 from dataclasses import dataclass
 from http import HTTPStatus
 from typing import Any
 from urllib.parse import parse_qs, quote, urlencode
 
+from ..errors import StoreError
+from ..logs import LogLimiter
 from . import page as _page
 from .views import EngineView, StoreView
 
@@ -28,6 +38,25 @@ MAX_LIMIT = 500
 COOKIE = "failover_dashboard_token"
 
 View = EngineView | StoreView
+
+# A failure raised by a store's driver is the store's trouble (503), not the dashboard's (500).
+_DRIVERS = frozenset({"redis", "sqlalchemy", "psycopg", "psycopg2", "sqlite3", "pymysql"})
+_USERINFO = re.compile(r"(\b[a-zA-Z][\w+.-]*://)[^/@\s]*@")
+
+
+def unreachable(exc: BaseException) -> bool:
+    """Whether ``exc`` says the store cannot be read (rather than a bug of the dashboard)."""
+    if isinstance(exc, StoreError | ConnectionError | TimeoutError):
+        return True
+    return type(exc).__module__.partition(".")[0] in _DRIVERS
+
+
+def reason(exc: BaseException) -> str:
+    """``exc`` in one line, for an operator: its type and its message's first line, with any
+    credentials of a URL in it masked."""
+    lines = str(exc).strip().splitlines()
+    text = _USERINFO.sub(r"\1***@", lines[0] if lines else "")[:300]
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,6 +96,7 @@ class Dashboard:
         self.show_payloads = show_payloads
         self.token = token
         self.refresh = refresh
+        self._said = LogLimiter(log)  # one line per kind of trouble, not one per request
 
     def __call__(
         self, method: str, base: str, path: str, query: str, headers: dict[str, str]
@@ -98,9 +128,28 @@ class Dashboard:
         except _BadRequest as exc:
             return _json(HTTPStatus.BAD_REQUEST, {"error": str(exc)})
         except Exception as exc:
-            log.warning("failover dashboard: %s failed", path, exc_info=True)
+            if unreachable(exc):
+                why = self._unavailable(path, exc)
+                return _json(
+                    HTTPStatus.SERVICE_UNAVAILABLE, {"error": "store unavailable", "reason": why}
+                )
+            self._said.report(("failed", path), "failover dashboard: %s failed", path, exc_info=exc)
             return _json(HTTPStatus.INTERNAL_SERVER_ERROR, {"error": type(exc).__name__})
         return _text(HTTPStatus.NOT_FOUND, "not found")
+
+    def _unavailable(self, path: str, exc: BaseException) -> str:
+        """Log that the store cannot be read (once, then at most once per interval); the
+        reason shown."""
+        why = reason(exc)
+        self._said.report(
+            "unavailable",  # one outage, whichever route meets it
+            "failover dashboard: %s: the store cannot be read (%s); answering 503 until it does",
+            path,
+            why,
+            exc_info=exc,
+            what="requests answered 503",
+        )
+        return why
 
     def _authenticate(
         self, base: str, path: str, params: dict[str, str], headers: dict[str, str]
@@ -130,11 +179,22 @@ class Dashboard:
 
     def _page(self, base: str, params: dict[str, str]) -> Response:
         overview = error = page = entries_error = None
+        status = HTTPStatus.OK
         try:
             overview = self.view.overview()
         except Exception as exc:
-            log.warning("failover dashboard: reading the overview failed", exc_info=True)
-            error = f"Reading the failovers failed: {type(exc).__name__}"
+            if unreachable(exc):
+                status = HTTPStatus.SERVICE_UNAVAILABLE
+                why = self._unavailable("/", exc)
+                error = (
+                    f"The store cannot be read just now ({why}). This page shows it again "
+                    "as soon as the store answers."
+                )
+            else:
+                self._said.report(
+                    "overview", "failover dashboard: reading the overview failed", exc_info=exc
+                )
+                error = f"Reading the failovers failed: {type(exc).__name__}"
         name = params.get("name") or None
         limit = 50
         if name is not None:
@@ -144,8 +204,15 @@ class Dashboard:
             except _BadRequest as exc:
                 entries_error = str(exc)
             except Exception as exc:
-                log.warning("failover dashboard: listing entries failed", exc_info=True)
-                entries_error = f"Listing the entries failed: {type(exc).__name__}"
+                if unreachable(exc):
+                    status = HTTPStatus.SERVICE_UNAVAILABLE
+                    why = self._unavailable("/", exc)
+                    entries_error = f"The store cannot be read just now ({why})."
+                else:
+                    self._said.report(
+                        "entries", "failover dashboard: listing entries failed", exc_info=exc
+                    )
+                    entries_error = f"Listing the entries failed: {type(exc).__name__}"
         body = _page.render(
             overview,
             base=base,
@@ -164,7 +231,7 @@ class Dashboard:
             ("Referrer-Policy", "no-referrer"),
             ("Cache-Control", "no-store"),
         ]
-        return Response(200, headers, body.encode())
+        return Response(status, headers, body.encode())
 
     def _entries(self, params: dict[str, str]) -> Response:
         name = params.get("name")
@@ -220,6 +287,36 @@ Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
 AsgiApp = Callable[[MutableMapping[str, Any], Receive, Send], Awaitable[None]]
 
 
+async def _on_own_thread(dashboard: Dashboard, *args: Any) -> Response:
+    """``dashboard(*args)`` on a daemon thread of its own: a request that waits on a hung store
+    holds only its own thread (and one left hanging never holds up the interpreter's exit)."""
+    loop = asyncio.get_running_loop()
+    done: asyncio.Future[Response] = loop.create_future()
+
+    def settle(result: Response | None, error: BaseException | None) -> None:
+        if done.cancelled():
+            return
+        if error is not None:
+            done.set_exception(error)
+        else:
+            assert result is not None
+            done.set_result(result)
+
+    def run() -> None:
+        try:
+            result = dashboard(*args)
+        except BaseException as exc:  # handed to the request's task, which raises it
+            error: BaseException | None = exc
+            result = None
+        else:
+            error = None
+        with contextlib.suppress(RuntimeError):  # the loop closed: nobody waits for it
+            loop.call_soon_threadsafe(settle, result, error)
+
+    threading.Thread(target=run, name="failover-dashboard", daemon=True).start()
+    return await done
+
+
 def wsgi(dashboard: Dashboard) -> WsgiApp:
     """The dashboard as a WSGI application (mountable: ``SCRIPT_NAME`` is its base)."""
 
@@ -247,7 +344,10 @@ def wsgi(dashboard: Dashboard) -> WsgiApp:
 def asgi(dashboard: Dashboard) -> AsgiApp:
     """The dashboard as an ASGI application (mountable: ``root_path`` is its base).
 
-    Store reads run on a worker thread, never on the event loop.
+    ``/livez`` is answered on the event loop at once. Every other request runs on a thread of
+    its own, never on the event loop, and never on the loop's default executor, which the
+    calls of the service share (a hung store's reads, permit asks): a probe never queues
+    behind them.
     """
 
     async def app(scope: MutableMapping[str, Any], receive: Receive, send: Send) -> None:
@@ -265,16 +365,21 @@ def asgi(dashboard: Dashboard) -> AsgiApp:
         path = scope.get("path", "/")
         if root and path.startswith(root):  # Starlette's Mount keeps the full path
             path = path[len(root) :]
-        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
         method = scope.get("method", "GET")
-        response = await asyncio.to_thread(
-            dashboard,
-            method,
-            root,
-            path or "/",
-            scope.get("query_string", b"").decode("latin-1"),
-            headers,
-        )
+        if method in ("GET", "HEAD") and path.rstrip("/") == "/livez":
+            response = _text(HTTPStatus.OK, "ok")  # the process serves: nothing to wait for
+        else:
+            headers = {
+                k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]
+            }
+            response = await _on_own_thread(
+                dashboard,
+                method,
+                root,
+                path or "/",
+                scope.get("query_string", b"").decode("latin-1"),
+                headers,
+            )
         await send(
             {
                 "type": "http.response.start",

@@ -7,6 +7,8 @@ import pybreaker
 
 from ..definition import FailoverDefinition
 from ..execution import Bulkhead, PermitSource, Pool, Pools
+from ..metrics import Metrics, PrometheusMetrics
+from ..store_metrics import StoreMetrics
 from .wiring import Wiring
 
 __all__ = ["Guards"]
@@ -17,6 +19,7 @@ class Guards:
 
     wiring: Wiring
     pools: Pools
+    metrics: Metrics
 
     def breaker(self, d: FailoverDefinition) -> pybreaker.CircuitBreaker:
         """The circuit breaker of failover ``d``: its own, or (``breaker=True``) the engine's
@@ -50,4 +53,8 @@ class Guards:
         Raises:
             ConfigurationError: a bad setting, or a name declared before with other settings.
         """
-        return self.pools.declare(name, permits, fair, source)
+        pool = self.pools.declare(name, permits, fair, source)
+        label = getattr(pool.source, "store_label", None)  # a shared source's health: a store's
+        if isinstance(label, str) and isinstance(self.metrics, PrometheusMetrics):
+            StoreMetrics.for_registry(self.metrics.registry).track_source(pool.source, label)
+        return pool

@@ -22,15 +22,19 @@ import logging
 import threading
 import time
 import uuid
+from collections import Counter
 from datetime import timedelta
 from time import monotonic
 
 from ..errors import ConfigurationError
 from ..expiry import parse_ttl
 from ..forks import AfterFork
+from ..logs import LogLimiter
 from .permits import LocalPermits, remaining
 
 try:
+    from redis.exceptions import TimeoutError as _RedisTimeout
+
     from ..stores.redis.permits import PermitScripts, RedisClient, Unreachable, unanswered
 except ImportError as exc:  # pragma: no cover - exercised where redis-py is not installed
     raise ImportError(
@@ -43,7 +47,7 @@ log = logging.getLogger(__name__)
 
 _UNAVAILABLE = ("refuse", "local")
 _PLACE_MS = 1_000  # a waiter's place lapses this long after its last ask (or 3 polls)
-_LOG_EVERY = 60.0  # seconds between two warnings of an unreachable Redis
+_RECOUNT = 1.0  # seconds between two counts asked of a Redis that is down (metrics scrapes)
 _DOUBTS = 10_000  # asks given up on, kept to forget in Redis (older ones lapse there)
 _FORGET_BATCH = 1_000  # lease ids per round trip when forgetting them
 
@@ -86,6 +90,9 @@ class RedisPermits:
     """
 
     kind = "redis"
+    store_label = "permits"
+    """The ``store`` label of the source's Redis in ``failover_store_up`` and
+    ``failover_store_errors_total``."""
 
     def __init__(
         self,
@@ -132,7 +139,15 @@ class RedisPermits:
         self._waiting = 0
         self._closed = threading.Event()
         self._renewer: threading.Thread | None = None
-        self._warned = 0.0
+        self._said = LogLimiter(log)
+        self._healthy()
+
+    def _healthy(self) -> None:
+        """The source's Redis as the store metrics see a store: ``up`` while its latest
+        exchange was answered, ``errors`` counted per operation and reason."""
+        self.up = True
+        self.errors: Counter[tuple[str, str]] = Counter()
+        self._tried = 0.0  # when a count was last asked of a Redis that was down
 
     def __repr__(self) -> str:
         lease = f"lease={self.lease:g}s"
@@ -150,6 +165,8 @@ class RedisPermits:
         bound._doubtful = {}
         bound._closed = threading.Event()
         bound._renewer = None
+        bound._said = LogLimiter(log)
+        bound._healthy()
         _FORKS.add(bound)
         return bound
 
@@ -164,19 +181,22 @@ class RedisPermits:
         if closed:
             self._closed.set()
         self._renewer = None
+        self._said = LogLimiter(log)  # its lock may have been held at the fork
 
     # -- one ask: the decision, made by Redis ------------------------------------------------
 
     def _ask(self, lease: str, weight: int, queue: bool) -> bool:
         lease_ms, fair = round(self.lease * 1000), int(self.fair)
         args = (self.permits, lease_ms, fair, int(queue), self._place_ms)
-        if self._doubtful:
-            self._forget(lease_ms)
         try:
+            if self._doubtful:
+                self._forget(lease_ms)
             granted = self._redis.acquire(lease, weight, *args)
-        except Unreachable:
+        except Unreachable as exc:
             self._doubt(lease)
+            self._failed("acquire", exc)
             raise
+        self.up = True
         if granted:
             with self._lock:
                 self._held[lease] = weight
@@ -191,7 +211,10 @@ class RedisPermits:
             self._redis.release(lease)
         except Unreachable as exc:
             self._doubt(lease)
+            self._failed("release", exc)
             self._warn("giving permits back", exc)
+            return
+        self.up = True
 
     def _doubt(self, lease: str) -> None:
         """``lease``'s ask or give-back went unanswered: forget it in Redis at the next ask."""
@@ -251,6 +274,10 @@ class RedisPermits:
                 queue = deadline is None or deadline > monotonic()
                 asking.out = True
                 ask = loop.run_in_executor(None, self._ask_for, asking, lease, weight, queue)
+                # Given up on (a timeout, a cancel), the ask still ends on its worker, maybe
+                # raising: shield forgets it then, so its error is taken here, not left for
+                # asyncio's "Future exception was never retrieved" (what it says is `_warn`ed).
+                ask.add_done_callback(_retrieved)
                 limit = (remaining(deadline) or 0.0) + self._margin
                 try:
                     async with asyncio.timeout(limit):
@@ -327,14 +354,32 @@ class RedisPermits:
     # -- counts -------------------------------------------------------------------------------
 
     def in_use(self) -> int:
-        """Permits taken now by every process (one round trip; raises when Redis is down)."""
-        used, _ = self._redis.count()
+        """Permits taken now by every process (one round trip; raises when Redis is down).
+
+        While the latest exchange with Redis failed, raises at once, without a round trip,
+        but once a second: a metrics scrape never waits on a Redis that hangs."""
+        used, _ = self._count()
         return used
 
     def queued(self) -> int:
-        """Calls of every process waiting now (one round trip)."""
-        _, queued = self._redis.count()
+        """Calls of every process waiting now (one round trip; as `in_use` while Redis is
+        down)."""
+        _, queued = self._count()
         return queued
+
+    def _count(self) -> tuple[int, int]:
+        if not self.up:
+            now = monotonic()
+            if now - self._tried < _RECOUNT:
+                raise unanswered(f"permit pool {self.pool!r}: Redis is down")
+            self._tried = now
+        try:
+            counts = self._redis.count()
+        except Unreachable as exc:
+            self._failed("count", exc)
+            raise
+        self.up = True
+        return counts
 
     def waiting(self) -> int:
         """Calls of this process waiting now."""
@@ -373,8 +418,10 @@ class RedisPermits:
             try:
                 lost = self._redis.renew(round(self.lease * 1000), held)
             except Unreachable as exc:
+                self._failed("renew", exc)
                 self._warn("renewing leases", exc)
                 continue
+            self.up = True
             if lost:
                 log.warning(
                     "permit pool %r: %d lease(s) expired before renewal (paused longer than "
@@ -384,13 +431,25 @@ class RedisPermits:
                     self.lease,
                 )
 
+    def _failed(self, operation: str, exc: BaseException) -> None:
+        """An exchange with Redis failed: down until one is answered, and counted."""
+        reason = "timeout" if isinstance(exc, TimeoutError | _RedisTimeout) else "error"
+        with self._lock:
+            self.up = False
+            self.errors[(operation, reason)] += 1
+
     def _warn(self, doing: str, exc: BaseException) -> None:
-        now = monotonic()
-        if now - self._warned >= _LOG_EVERY:
-            self._warned = now
-            log.warning("permit pool %r: Redis failed %s: %s", self.pool, doing, exc)
-        else:
-            log.debug("permit pool %r: Redis failed %s", self.pool, doing, exc_info=True)
+        """Redis's trouble, as every store's: once with its traceback, then at most once per
+        interval with a count (each occurrence at debug)."""
+        self._said.report(
+            ("redis", doing),
+            "permit pool %r: Redis failed %s: %s",
+            self.pool,
+            doing,
+            exc,
+            exc_info=exc,
+            what="more failures",
+        )
 
     def close(self) -> None:
         """Stop renewing (held leases then lapse after ``lease``); close an own client."""
@@ -399,6 +458,11 @@ class RedisPermits:
         if renewer is not None and renewer is not threading.current_thread():
             renewer.join(timeout=5)
         self._redis.close()
+
+
+def _retrieved(ask: asyncio.Future[bool]) -> None:
+    if not ask.cancelled():
+        ask.exception()
 
 
 _FORKS = AfterFork(RedisPermits.forked)

@@ -3,16 +3,24 @@ turned into `StoreError`s naming the store."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
+import redis
+from redis.exceptions import RedisClusterException
+
+from ...logs import LogLimiter
 from .client import Errors
 from .topology import Client
 from .writes import forward_fallback
 
 __all__ = ["Commands"]
 
+log = logging.getLogger(__name__)
+
 _SCRIPT_CALLS = ("EVALSHA", "EVAL")
+_NODE_ERRORS = (redis.RedisError, RedisClusterException)
 
 
 class Commands:
@@ -30,6 +38,7 @@ class Commands:
         self.cluster = cluster
         """Whether the keys spread over a Redis Cluster's slots: a command may name the keys
         of one slot only."""
+        self._said = LogLimiter(log)  # a node out: one line, then one per interval
 
     def one(self, operation: str, *command: Any) -> Any:
         """One command's reply."""
@@ -79,13 +88,104 @@ class Commands:
 
     def mget(self, operation: str, keys: list[str]) -> list[Any]:
         """The values of ``keys`` (``None`` where missing): one ``MGET``; on a cluster one per
-        slot, sent in one pipeline per node, to every node at once."""
+        slot, sent in one pipeline per node, to every node at once.
+
+        On a cluster, a node out (killed, before its replica takes over) fails only its own
+        keys: they read ``None`` (a miss), the other nodes' are answered (`_by_node`). Only
+        when no node answers does the read fail."""
         with Errors(self.where, operation):
             if self.cluster:
-                return list(self.client.mget_nonatomic(keys))  # type: ignore[union-attr]
+                try:
+                    return list(self.client.mget_nonatomic(keys))  # type: ignore[union-attr]
+                except _NODE_ERRORS as exc:
+                    return self._by_node(operation, keys, exc)
             execute: Callable[..., Any] = self.client.execute_command
             found: list[Any] = execute("MGET", *keys)
             return found
+
+    def get(self, operation: str, key: str) -> Any:
+        """``GET key``. On a cluster, a key whose node is out while another node answers is a
+        miss (``None``), as in `mget`: a point read and a batched one tell the same, and one
+        node out does not read as the whole store failing."""
+        with Errors(self.where, operation):
+            execute: Callable[..., Any] = self.client.execute_command  # untyped in redis-py
+            if not self.cluster:
+                return execute("GET", key)
+            try:
+                return execute("GET", key)
+            except _NODE_ERRORS as exc:
+                if not self._others_answer(key):
+                    raise
+                self._partial(operation, 1, 1, exc)
+                return None
+
+    def _others_answer(self, key: str) -> bool:
+        """Whether a master other than ``key``'s answers (one ``PING`` each, until one does)."""
+        client: Any = self.client
+        try:
+            out = client.get_node_from_key(key).name
+        except _NODE_ERRORS:
+            out = None
+        try:
+            masters = client.get_primaries()
+        except _NODE_ERRORS:
+            return False
+        for node in masters:
+            if node.name == out:
+                continue
+            try:
+                if client.execute_command("PING", target_nodes=node):
+                    return True
+            except _NODE_ERRORS:
+                continue
+        return False
+
+    def _partial(self, operation: str, failed: int, asked: int, error: Exception) -> None:
+        self._said.report(
+            ("partial", operation),
+            "failover: %s: %s: %d of %d keys unread (their cluster node is out: %s); "
+            "the other nodes' keys were answered",
+            self.where,
+            operation,
+            failed,
+            asked,
+            error,
+        )
+
+    def _by_node(self, operation: str, keys: list[str], error: Exception) -> list[Any]:
+        """``keys`` read again node by node after ``error`` (the one pipeline failed): each
+        node's part on its own, so that one node out misses its own keys only.
+
+        Raises:
+            Exception: ``error``, when no node answered.
+        """
+        client: Any = self.client
+        parts: dict[Any, list[int]] = {}
+        unplaced: list[int] = []
+        for place, key in enumerate(keys):
+            try:
+                node = client.get_node_from_key(key)
+            except _NODE_ERRORS:  # its slot has no owner in the map just now
+                unplaced.append(place)
+                continue
+            parts.setdefault(node.name, []).append(place)
+        found: list[Any] = [None] * len(keys)
+        failed = len(unplaced)
+        answered = False
+        for places in parts.values():
+            try:
+                values = client.mget_nonatomic([keys[p] for p in places])
+            except _NODE_ERRORS:
+                failed += len(places)
+                continue
+            answered = True
+            for place, value in zip(places, values, strict=True):
+                found[place] = value
+        if not answered:
+            raise error
+        if failed:
+            self._partial(operation, failed, len(keys), error)
+        return found
 
     def spread(
         self, command: str, first: Iterable[Any], keys: Iterable[str]

@@ -237,22 +237,24 @@ class RedisStore(KeepsHealthRows, AsyncRedisMethods, Capabilities):
         return writes.kept(self._redis.scripted("store", writes.commands))
 
     def find(self, name: str, key: str) -> Payload | None:
-        """The entry, or ``None`` (Redis has removed expired ones).
+        """The entry, or ``None`` (Redis has removed expired ones; on a cluster, also when the
+        key's node is out while the others answer: only the out node's keys miss).
 
         Raises:
             SerializationError: the entry cannot be decoded.
             StoreError: Redis cannot be reached.
         """
-        raw = self._redis.one("find", "GET", self._keys.entries(name) + key)
+        raw = self._redis.get("find", self._keys.entries(name) + key)
         return None if raw is None else self._values.load(name, key, raw)
 
     def find_many(self, name: str, keys: Iterable[str]) -> dict[str, Payload]:
         """The entries found among ``keys``, in one ``MGET`` (on a cluster, one per slot, in one
         pipeline per node sent to every node at once); entries that cannot be decoded are
-        skipped with a warning.
+        skipped with a warning. On a cluster with a node out, the keys of the nodes that answer
+        are found and the out node's miss (logged once, then once per interval).
 
         Raises:
-            StoreError: Redis cannot be reached.
+            StoreError: Redis cannot be reached (on a cluster: no node answers).
         """
         wanted = list(dict.fromkeys(keys))
         if not wanted:
