@@ -54,7 +54,8 @@ class StoreMetrics:
 
     def __init__(self, registry: Any) -> None:
         self.registry = registry
-        self._layers: weakref.WeakKeyDictionary[DeadlineStore, str] = weakref.WeakKeyDictionary()
+        # Deadline layers, and the engines' fleets (``store="fleet"``): each with .up and .errors.
+        self._layers: weakref.WeakKeyDictionary[Any, str] = weakref.WeakKeyDictionary()
         registry.register(_Collector(self))
 
     @classmethod
@@ -71,6 +72,10 @@ class StoreMetrics:
         for layer in walk(store):
             if isinstance(layer, DeadlineStore):
                 self._layers[layer] = store_label(layer)
+
+    def track_fleet(self, fleet: Any) -> None:
+        """Export a `failover.fleet.Fleet`'s health as the store ``fleet``'s."""
+        self._layers[fleet] = "fleet"
 
     def samples(self) -> tuple[dict[str, int], Counter[tuple[str, str, str]]]:
         """``store -> up`` (down when any engine's breaker on it is open) and the error counts."""
