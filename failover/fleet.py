@@ -54,8 +54,8 @@ class Fleet:
     Args:
         target: a ``redis://``/``rediss://``/``unix://`` URL (``?prefix=`` sets the key prefix,
             default ``failover:fleet:``), or a `redis.Redis` / `redis.asyncio.Redis` client,
-            whose connection settings are copied into a client of the fleet's own (its socket
-            timeouts, when unset, are the fleet's).
+            whose connection settings are copied into a client of the fleet's own (with the
+            fleet's socket timeouts).
         timeout: seconds before a connect, a read or a write gives up.
         owner: what error messages name.
 
@@ -198,6 +198,7 @@ class Fleet:
         self._round = threading.Lock()
         self._wake = threading.Event()
         self.synced = threading.Event()
+        _unlock(self.client)
         self.client = self._make()
         self.breakers.forked()
         if not self._closed:
@@ -221,6 +222,18 @@ class Fleet:
         return ended
 
     close = stop
+
+
+def _unlock(client: Any) -> None:
+    """Give the parent's client, dropped in a forked child, new locks: its connection pool's
+    may have been held by the parent's fleet thread at the fork, and closing it (when it is
+    collected) would wait for them for ever (redis-py's pool resets itself in a child under its
+    lock)."""
+    pool = getattr(client, "connection_pool", None)
+    for name in ("_lock", "_fork_lock"):
+        held = getattr(pool, name, None)
+        if held is not None:
+            setattr(pool, name, type(held)())
 
 
 def _notice(breaker: pybreaker.CircuitBreaker) -> None:
@@ -255,8 +268,6 @@ _COPIED = (
     "password",
     "client_name",
     "credential_provider",
-    "socket_timeout",
-    "socket_connect_timeout",
     "ssl_keyfile",
     "ssl_certfile",
     "ssl_cert_reqs",
@@ -291,9 +302,8 @@ def _client_factory(
         pool = target.connection_pool
         given = pool.connection_kwargs
         kwargs = {k: given[k] for k in _COPIED if k in given}
-        for name in ("socket_timeout", "socket_connect_timeout"):
-            if kwargs.get(name) is None:
-                kwargs[name] = timeout
+        # The fleet's own bounds, whatever the given client waits: a round must end in time.
+        kwargs["socket_timeout"] = kwargs["socket_connect_timeout"] = timeout
         if "path" in kwargs:
             kwargs["unix_socket_path"] = kwargs.pop("path")
             kwargs.pop("host", None)
