@@ -79,9 +79,16 @@ def measure(store: Any, async_writes: bool, hang: Callable[[], AbstractContextMa
 FLEET_CALLS = 20_000
 
 
-def fleet_rate(fleet: str | None, hang: Callable[[], AbstractContextManager[Any]]) -> str:
-    """Calls per second, sync and async, through an engine-made breaker while ``hang`` holds."""
-    engine = failover.Failover("memory://", metrics=False, fleet=fleet)
+def fleet_rate(
+    fleet: str | None,
+    hang: Callable[[], AbstractContextManager[Any]],
+    storage: Any = None,
+    calls: int = FLEET_CALLS,
+) -> str:
+    """Calls per second, sync and async, through an engine-made breaker while ``hang`` holds
+    (``storage``: a ``breaker_defaults['state_storage']`` factory instead of a fleet)."""
+    defaults = None if storage is None else {"state_storage": storage}
+    engine = failover.Failover("memory://", metrics=False, fleet=fleet, breaker_defaults=defaults)
 
     @failover.failover("bench.fleet", engine=engine, breaker=True)
     def get(x: int) -> int:
@@ -92,7 +99,7 @@ def fleet_rate(fleet: str | None, hang: Callable[[], AbstractContextManager[Any]
         return x
 
     async def many() -> None:
-        for i in range(FLEET_CALLS):
+        for i in range(calls):
             await aget(i % 100)
 
     get(1)
@@ -102,12 +109,12 @@ def fleet_rate(fleet: str | None, hang: Callable[[], AbstractContextManager[Any]
     try:
         with hang():
             start = time.perf_counter()
-            for i in range(FLEET_CALLS):
+            for i in range(calls):
                 get(i % 100)
-            sync_rate = FLEET_CALLS / (time.perf_counter() - start)
+            sync_rate = calls / (time.perf_counter() - start)
             start = time.perf_counter()
             asyncio.run(many())
-            async_rate = FLEET_CALLS / (time.perf_counter() - start)
+            async_rate = calls / (time.perf_counter() - start)
     finally:
         engine.close()
     return f"{sync_rate:,.0f} | {async_rate:,.0f}"
@@ -124,6 +131,20 @@ def fleet_table(redis: RedisServer) -> None:
     print(f"| none | {fleet_rate(None, _nothing)} |")
     print(f"| Redis healthy | {fleet_rate(fleet, _nothing)} |")
     print(f"| Redis stopped (SIGSTOP) | {fleet_rate(fleet, lambda: stopped([pid]))} |")
+    import pybreaker
+    import redis as redis_py
+
+    client = redis_py.Redis.from_url(redis.url, socket_timeout=0.1, socket_connect_timeout=0.1)
+    space = f"benchstorage{time.time_ns()}"
+
+    def storage(name: str) -> Any:
+        return pybreaker.CircuitRedisStorage("closed", client, namespace=f"{space}:{name}")
+
+    label = "pybreaker `CircuitRedisStorage` (`socket_timeout=0.1`)"
+    print(f"| {label}, Redis healthy | {fleet_rate(None, _nothing, storage, 2_000)} |")
+    hung = fleet_rate(None, lambda: stopped([pid]), storage, 10)
+    print(f"| {label}, Redis stopped (SIGSTOP) | {hung} |")
+    client.close()
 
 
 def _nothing() -> AbstractContextManager[Any]:
