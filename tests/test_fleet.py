@@ -473,3 +473,19 @@ def test_no_round_trip_per_call_in_the_closed_state(
     finally:
         client.close()
         engine.close()
+
+
+def test_the_fleets_password_is_never_shown(
+    clock: FakeClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.WARNING, logger="failover.fleet")
+    engine = Failover(clock=clock, metrics=False, fleet="redis://:s3cret@127.0.0.1:1/0")
+    try:
+        assert engine.fleet is not None
+        assert not engine.fleet.sync()  # nothing listens on port 1: refused
+        assert "s3cret" not in repr(engine.fleet)
+        assert "***" in repr(engine.fleet)
+        assert caplog.records
+        assert not any("s3cret" in r.getMessage() for r in caplog.records)
+    finally:
+        engine.close()
