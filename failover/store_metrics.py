@@ -54,7 +54,8 @@ class StoreMetrics:
 
     def __init__(self, registry: Any) -> None:
         self.registry = registry
-        # Deadline layers, and shared dependencies with ``up`` and ``errors`` (`track_source`).
+        # Deadline layers, and shared dependencies with ``up`` and ``errors`` (`track_source`):
+        # a `failover.RedisPermits` source, an engine's fleet (``store="fleet"``).
         self._layers: weakref.WeakKeyDictionary[Any, str] = weakref.WeakKeyDictionary()
         registry.register(_Collector(self))
 
@@ -74,8 +75,9 @@ class StoreMetrics:
                 self._layers[layer] = store_label(layer)
 
     def track_source(self, source: object, label: str) -> None:
-        """Export a shared dependency that is not a store (a `failover.RedisPermits` source) as
-        one: its ``up`` and ``errors`` (per operation and reason), under ``store=label``."""
+        """Export a shared dependency that is not a store (a `failover.RedisPermits` source, an
+        engine's `failover.fleet.Fleet`) as one: its ``up`` and ``errors`` (per operation and
+        reason), under ``store=label``."""
         self._layers[source] = label
 
     def samples(self) -> tuple[dict[str, int], Counter[tuple[str, str, str]]]:

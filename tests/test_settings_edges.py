@@ -134,6 +134,7 @@ BAD_ENV: dict[str, list[str]] = {
     "STORE_TIMEOUT": ["soon", "0s", "-1s", "nan", "36501d"],
     "STORE_BREAKER_RESET": ["soon", "0s", "-1s"],
     "PUBLISH_HEALTH": ["soon", "0s", "maybe"],
+    "FLEET": ["nonsense", "http://redis.internal", "redis://h/x", "redis://h/0?prefix=a b"],
 }
 GOOD_ENV: dict[str, str] = {
     "STORE": "memory://",
@@ -144,6 +145,7 @@ GOOD_ENV: dict[str, str] = {
     "STORE_TIMEOUT": "250ms",
     "STORE_BREAKER_RESET": "30s",
     "PUBLISH_HEALTH": "false",
+    "FLEET": "redis://127.0.0.1:1/0?prefix=edges:",
 }
 
 
@@ -320,6 +322,7 @@ def test_a_good_value_is_read_with_the_blanks_around_it(
             "STORE_TIMEOUT": engine.store_timeout == 0.25,
             "STORE_BREAKER_RESET": engine.store_breaker_reset == 30.0,
             "PUBLISH_HEALTH": engine.publisher is None,
+            "FLEET": engine.fleet is not None and "edges:" in engine.fleet.breakers.prefix,
         }
         assert read[variable]
 
@@ -554,6 +557,7 @@ BAD_ENGINE: dict[str, list[Any]] = {
     "ignore_tenant": ["false", 1, 0, None],
     "publish_health": [*(v for v in ENGINE_DURATION_BAD if v is not False), 0, "0s"],
     "store_breaker_reset": [None, *ENGINE_DURATION_BAD, 0, "0s", timedelta(0)],
+    "fleet": [1, "", "nonsense", "http://redis.internal", "redis://h/x", Nothing()],
 }
 ENGINE_SETTINGS = [p for p in inspect.signature(Failover).parameters if p != "self"]
 

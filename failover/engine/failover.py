@@ -13,6 +13,7 @@ from ..core import Decorated, Runtime
 from ..definition import FailoverDefinition
 from ..errors import ConfigurationError
 from ..execution import Pools, Refreshes
+from ..fleet import Fleet, make_fleet
 from ..handlers import Handler
 from ..health import DOWN_MIN, DOWN_RATIO, HealthReport, down_thresholds
 from ..metrics import Metrics, PrometheusMetrics, resolve_metrics
@@ -75,6 +76,15 @@ class Failover(Guards, Lifecycle):
             Redis keys, a row per process, expiring), for the cluster view of ``failover
             dashboard --store URL``: ``True`` (every 15 s) or an interval (``"30s"``);
             ``False`` (default): off. See `failover.publish`.
+        fleet: where the processes of one service coordinate: a Redis URL
+            (``"redis://redis.internal:6379/0"``, ``?prefix=`` for the keys) or a `redis.Redis`
+            / `redis.asyncio.Redis` client (its settings copied into a client of the fleet's
+            own). The breakers made here (``breaker=True``) share their state through it: a
+            trip in one process keeps every process off the upstream within about a second,
+            and half-open lets one trial through for the whole fleet. Calls read the state
+            from memory; a background thread keeps it current, within ``store_timeout`` per
+            socket operation. While it is unreachable, each breaker works in its process
+            alone (``failover_store_up{store="fleet"}`` 0). See `failover.fleet`.
 
     Raises:
         ConfigurationError: a setting that cannot work.
@@ -98,6 +108,7 @@ class Failover(Guards, Lifecycle):
         ignore_tenant: bool = False,
         publish_health: bool | timedelta | float | str = False,
         store_breaker_reset: timedelta | float | str = 5.0,
+        fleet: object = None,
     ) -> None:
         validation.check_engine(
             clock,
@@ -118,17 +129,26 @@ class Failover(Guards, Lifecycle):
         # Every setting is checked before the store is made: a refused engine leaves none open.
         self.store_interval = interval = validation.store_interval(store_interval)
         otel = resolve_opentelemetry(opentelemetry)
-        self.raw_store, self.store = store_chain(
-            store,
-            tenant_resolver,
-            async_writes,
-            self.metrics,
-            clock,
-            self.store_timeout,
-            self.store_breaker_reset,
-        )
+        validation.fleet_breakers(fleet, self.breaker_defaults)
+        self.fleet: Fleet | None = make_fleet(fleet, self.store_timeout)
+        try:
+            self.raw_store, self.store = store_chain(
+                store,
+                tenant_resolver,
+                async_writes,
+                self.metrics,
+                clock,
+                self.store_timeout,
+                self.store_breaker_reset,
+            )
+        except BaseException:
+            if self.fleet is not None:
+                self.fleet.stop(0)
+            raise
         if isinstance(self.metrics, PrometheusMetrics):  # the store's health beside them
             StoreMetrics.for_registry(self.metrics.registry).track(self.store)
+            if self.fleet is not None:
+                StoreMetrics.for_registry(self.metrics.registry).track_source(self.fleet, "fleet")
         if isinstance(self.store, MultiTenantStore):
             self.tenant_resolver = self.store.resolver
         self.handler: Handler = handler_chain(self.store, clock, store_interval=interval)
@@ -151,10 +171,13 @@ class Failover(Guards, Lifecycle):
             self.metrics,
             otel,
         )
+        self.wiring.fleet = self.fleet
         self.ignore_tenant = ignore_tenant
         if not self.ignore_tenant and not isinstance(self.store, MultiTenantStore):
             self.wiring.unrouted = f"engine {self!r} does not route by tenant"
         self.maintenance = Maintenance(self.store, clock, self.metrics, self.refreshes, self.pools)
+        if self.fleet is not None:  # stopped by close(), before the store
+            self.maintenance.background.append(self.fleet)
         self.publisher: HealthPublisher | None = None
         if publish_every is not None:
             try:
@@ -210,9 +233,10 @@ class Failover(Guards, Lifecycle):
             ConfigurationError: a threshold out of range.
         """
         thresholds = down_thresholds(down_ratio, down_min, "Failover.health")
-        return self.registry.health(
-            self.clock(), self.pools.all(), store_health(self.store), thresholds
-        )
+        stores = store_health(self.store)
+        if self.fleet is not None:
+            stores.append(self.fleet.health())
+        return self.registry.health(self.clock(), self.pools.all(), stores, thresholds)
 
     def runtime(self, decorated: Decorated) -> Runtime:
         """The runtime of ``decorated`` on this engine, made on first use."""
@@ -227,7 +251,8 @@ class Failover(Guards, Lifecycle):
         Reads ``{prefix}STORE`` (a URL), ``{prefix}ASYNC_WRITES`` and ``{prefix}ENABLED``
         (``true``/``false``/``1``/``0``), ``{prefix}POLICY``, ``{prefix}METRICS``, the durations
         ``{prefix}STORE_TIMEOUT`` and ``{prefix}STORE_BREAKER_RESET`` (``"500ms"``), and
-        ``{prefix}PUBLISH_HEALTH`` (true/false or an interval, ``"30s"``). Keyword arguments
+        ``{prefix}PUBLISH_HEALTH`` (true/false or an interval, ``"30s"``), ``{prefix}FLEET`` (a
+        Redis URL, see ``fleet``). Keyword arguments
         override the environment. A blank variable is unset.
 
         Raises:

@@ -16,6 +16,7 @@ __all__ = [
     "breaker_defaults",
     "check_engine",
     "env_settings",
+    "fleet_breakers",
     "store_breaker_reset",
     "store_interval",
     "store_timeout",
@@ -124,16 +125,26 @@ def breaker_defaults(value: Mapping[str, Any] | None) -> dict[str, Any]:
     return settings
 
 
+def fleet_breakers(fleet: object, breakers: Mapping[str, Any]) -> None:
+    """Refuse two ways of sharing the engine's breakers: ``fleet`` and a ``state_storage``."""
+    if fleet is not None and breakers.get("state_storage") is not None:
+        raise ConfigurationError(
+            "Failover: fleet and breaker_defaults['state_storage'] both share the breakers' "
+            "state; give one (fleet keeps the state in memory, synced in the background)"
+        )
+
+
 def env_settings(prefix: str, environ: Mapping[str, str]) -> dict[str, Any]:
-    """`Failover.from_env`'s arguments read from ``environ``: each but the store checked here
-    as the engine checks it, so that a bad value is refused naming its variable (the store is
-    made, and its URL checked, by the engine). Blank means unset; blanks around are dropped.
+    """`Failover.from_env`'s arguments read from ``environ``: each but the store and the fleet
+    checked here as the engine checks it, so that a bad value is refused naming its variable
+    (the store and the fleet are made, and their URLs checked, by the engine). Blank means
+    unset; blanks around are dropped.
 
     Raises:
         ConfigurationError: a bad value, naming its variable.
     """
     kwargs: dict[str, Any] = {}
-    for name in ("STORE", "ASYNC_WRITES", "ENABLED", "METRICS", "POLICY", *_DURATIONS):
+    for name in ("STORE", "FLEET", "ASYNC_WRITES", "ENABLED", "METRICS", "POLICY", *_DURATIONS):
         raw = environ.get(f"{prefix}{name}", "").strip()
         if not raw:
             continue
@@ -143,7 +154,10 @@ def env_settings(prefix: str, environ: Mapping[str, str]) -> dict[str, Any]:
         ):
             kwargs[name.lower()] = _env_bool(variable, raw)
             continue
-        if name != "STORE":  # durations as text ("500ms"): checked, passed on as text
+        if name not in (
+            "STORE",
+            "FLEET",
+        ):  # durations as text ("500ms"): checked, passed on as text
             _named(variable, raw, _CHECKS[name])
         kwargs[name.lower()] = raw
     return kwargs

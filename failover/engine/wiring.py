@@ -25,6 +25,7 @@ from ..execution import (
     state_code,
 )
 from ..execution.circuit import Circuit
+from ..fleet import Fleet
 from ..flight import Flights, FlownCall
 from ..handlers import Handler, key_of
 from ..log_observer import LogObserver
@@ -84,6 +85,8 @@ class Wiring:
         self.breakers: dict[str, pybreaker.CircuitBreaker] = {}
         # Set by the engine when it neither routes by tenant nor ignores tenants (Runtime.unrouted).
         self.unrouted: str | None = None
+        # Set by the engine given ``fleet=``: the breakers made here share their state on it.
+        self.fleet: Fleet | None = None
 
     def forget(self, decorated: Decorated) -> None:
         """Drop the runtime of a failover replaced by another of its name."""
@@ -187,7 +190,12 @@ class Wiring:
                                 f"returned {made!r}, not a pybreaker.CircuitBreakerStorage"
                             )
                         settings["state_storage"] = made
+                    shared = None
+                    if self.fleet is not None:
+                        shared = settings["state_storage"] = self.fleet.breaker_storage(d.name)
                     cb = self.breakers[d.name] = pybreaker.CircuitBreaker(name=d.name, **settings)
+                    if self.fleet is not None and shared is not None:
+                        self.fleet.attach(cb, shared)
             report = self.registry.stats[d.name].circuit_state  # health, then the metrics
             if not any(
                 isinstance(x, StateListener) and x.name == d.name and x.report == report

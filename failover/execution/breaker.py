@@ -10,7 +10,8 @@ such as `pybreaker.CircuitRedisStorage`), the counters, the listeners and the tr
   end of the awaited call.
 - in half-open, exactly one trial call (per process, per breaker, even when several failovers
   share the breaker) reaches the upstream; the concurrent others are refused and served from
-  the store.
+  the store. A breaker shared through the engine's fleet (`failover.fleet`) has one trial for
+  the whole fleet: only the process holding the fleet's trial lease runs it.
 - the call that trips the breaker raises the upstream's own exception, not pybreaker's error.
 - exceptions the failover does not recover (``exclude=``, or not matched by ``exceptions=``) are
   not failures of the upstream: they count as successes, as pybreaker's own ``exclude`` does.
@@ -118,9 +119,14 @@ class BreakerGuard(Guard):
             state = cb.current_state
             if state == _CLOSED:
                 return None
+            if state == _OPEN and _still_open(circuit):
+                raise _refusal(f"circuit breaker {cb.name!r}: open, the upstream is not called")
+            if not circuit.trial_allowed():  # a fleet's trial runs in one process only
+                raise _refusal(
+                    f"circuit breaker {cb.name!r}: half-open, the fleet's trial is another "
+                    "process's"
+                )
             if state == _OPEN:
-                if _still_open(circuit):
-                    raise _refusal(f"circuit breaker {cb.name!r}: open, the upstream is not called")
                 _quietly(cb.half_open)
             gate.trial = True
             return _TRIAL

@@ -16,6 +16,8 @@ from typing import Any
 
 import pybreaker
 
+from .fleet_state import FleetStorage
+
 __all__ = ["Circuit"]
 
 
@@ -26,13 +28,17 @@ class Circuit:
         breaker: the breaker; its storage (in memory, or shared across processes) is the truth.
     """
 
-    __slots__ = ("breaker", "memory", "storage")
+    __slots__ = ("breaker", "fleet", "memory", "storage")
 
     def __init__(self, breaker: pybreaker.CircuitBreaker) -> None:
         self.breaker = breaker
         self.storage: Any = breaker._state_storage  # set once, in pybreaker's __init__
         # pybreaker's own memory storage: its counter is read without a property call.
         self.memory = type(self.storage) is pybreaker.CircuitMemoryStorage
+        # Shared through the engine's fleet: its half-open trial is one for the whole fleet.
+        self.fleet: FleetStorage | None = (
+            self.storage if isinstance(self.storage, FleetStorage) else None
+        )
 
     def stored_state(self) -> str:
         """The state in the storage (shared by every process using it)."""
@@ -49,6 +55,11 @@ class Circuit:
     def count_failure(self) -> None:
         """Count one failure in the storage (pybreaker's own ``_inc_counter``)."""
         self.storage.increment_counter()
+
+    def trial_allowed(self) -> bool:
+        """Whether a call of this process may be the half-open trial (always, unless the
+        breaker's state is shared through a fleet that gives the trial to another process)."""
+        return self.fleet is None or self.fleet.trial_allowed()
 
     def forked(self) -> None:
         """In a forked child: a new lock for the breaker (another thread of the parent may
