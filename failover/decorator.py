@@ -23,7 +23,7 @@ from .functions import AsyncFailoverFunction, FailoverFunction, Method
 from .handlers import Partial, envelope_key
 from .payload import ReferentialPayload
 from .refresh import MISSED
-from .settings import Options, check_names, resolve
+from .settings import Options, check_names, described, parameters, resolve
 
 __all__ = ["AsyncFailoverFunction", "FailoverFunction", "failover"]
 
@@ -318,13 +318,13 @@ def failover(*, name: str | None, **options: Unpack[Options]) -> _Decorator: ...
 def failover(name: Any = None, /, **options: Any) -> Any:
     """Serve the last stored result, marked stale, when the decorated call fails.
 
+    Used bare (``@failover``), with a name (``@failover("rates")``), or with a name and
+    settings (``@failover("rates", ttl="15m")``). Every setting is a keyword, declared once in
+    `failover.settings.Options` with its default: the signature `help()` shows lists them all.
+
     Args:
         name: the failover's name, stable across deploys (default ``module.qualname``).
-        **options: the settings of `failover.settings.Options`: ``ttl``, ``domain``, ``key``,
-            ``expiry``, ``exceptions``, ``exclude``, ``store_if``, ``policy``,
-            ``on_recovered``, ``splitter``, ``recover_all``, ``breaker``, ``max_concurrency``,
-            ``bulkhead``, ``weight``, ``acquire_timeout``, ``timeout``, ``store_interval``,
-            ``single_flight``, ``fresh_for``, ``refresh_ahead``, ``label``, ``engine``.
+        **options: the settings of `failover.settings.Options`.
 
     Raises:
         ConfigurationError: an unknown setting, or one that cannot work, naming the failover
@@ -338,3 +338,29 @@ def failover(name: Any = None, /, **options: Any) -> Any:
     if callable(name) and not isinstance(name, str):
         return _build(name, None, settings)
     return _Decorator(name, settings)
+
+
+def _shown(default: Any) -> str:
+    """A default as it is spelled in code: ``(Exception,)``, not ``(<class 'Exception'>,)``."""
+    if isinstance(default, tuple) and all(isinstance(t, type) for t in default):
+        names = ", ".join(t.__name__ for t in default)
+        return f"({names},)" if len(default) == 1 else f"({names})"
+    return repr(default)
+
+
+def _public_face() -> None:
+    """Give `failover` the signature and docstring `help()` and IDEs show: ``name`` and each
+    setting of `Options` as a keyword with its default (the overloads above type the same
+    settings through ``Unpack[Options]``), so an option added there needs no edit here."""
+    name = inspect.Parameter(
+        "name", inspect.Parameter.POSITIONAL_OR_KEYWORD, default=None, annotation=str | None
+    )
+    failover.__signature__ = inspect.Signature([name, *parameters()])  # type: ignore[attr-defined]
+    said = described()
+    lines = [f"    {p.name}={_shown(p.default)}: {said.get(p.name, '')}" for p in parameters()]
+    failover.__doc__ = f"{inspect.cleandoc(failover.__doc__ or '')}\n\nSettings:\n" + "\n".join(
+        lines
+    )
+
+
+_public_face()

@@ -11,7 +11,7 @@ import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Annotated, Any, TypedDict
+from typing import Annotated, Any, TypedDict, get_type_hints
 
 import pybreaker
 
@@ -25,7 +25,7 @@ from .labels import check_label
 from .policy import resolve_policy
 from .scatter import check_splitter
 
-__all__ = ["DEFAULTS", "Options", "Setting", "resolve"]
+__all__ = ["DEFAULTS", "Options", "Setting", "described", "parameters", "resolve"]
 
 
 def _as_is(value: Any, owner: str, setting: str) -> Any:
@@ -268,6 +268,38 @@ SETTINGS: dict[str, Setting] = {
 
 DEFAULTS: dict[str, Any] = {name: setting.default for name, setting in SETTINGS.items()}
 """Each setting's default, read from `Options`."""
+
+
+def parameters() -> list[inspect.Parameter]:
+    """Each setting as the keyword parameter `help()` and IDEs show: its name, type and
+    default, read from `Options` (``Annotated``'s `Setting` left out of the type)."""
+    hints = get_type_hints(Options)
+    return [
+        inspect.Parameter(
+            name, inspect.Parameter.KEYWORD_ONLY, default=s.default, annotation=hints[name]
+        )
+        for name, s in SETTINGS.items()
+    ]
+
+
+def described() -> dict[str, str]:
+    """Each setting's first sentence in the ``Attributes:`` of `Options`'s docstring, on one
+    line; a setting the docstring does not describe is left out (a test checks there is none)."""
+    lines = inspect.cleandoc(Options.__doc__ or "").partition("Attributes:")[2].splitlines()
+    found: dict[str, list[str]] = {}
+    words: list[str] = []
+    for line in lines:
+        head, colon, rest = line.strip().partition(": ")
+        if line.startswith("    ") and not line.startswith("     ") and colon and head in SETTINGS:
+            words = found[head] = [rest]
+        elif line.startswith("     "):
+            words.append(line.strip())
+    out = {}
+    for name, parts in found.items():
+        text = " ".join(parts)
+        end = text.find(". ")
+        out[name] = text if end < 0 else text[: end + 1]
+    return out
 
 
 def check_names(options: dict[str, Any], owner: str) -> None:
