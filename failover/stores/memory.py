@@ -8,7 +8,7 @@ from collections.abc import Iterable, Sequence
 from datetime import datetime
 
 from ..errors import ConfigurationError
-from .base import Capabilities, Payload, older
+from .base import Capabilities, Payload
 from .browsing import Page, Summary, page_of, summary_of
 
 __all__ = ["InMemoryStore"]
@@ -60,8 +60,12 @@ class InMemoryStore(Capabilities):
         lock = self._lock
         lock.acquire()  # not `with`: half the cost, and this is on every success's path
         try:
-            if older(payload, entries.get(ident)):
-                return 1
+            stored = entries.get(ident)
+            # `older`, inlined: this runs on every success
+            if stored is not None and (new := payload.as_of) is not None:
+                old = stored.as_of
+                if old is not None and new < old:
+                    return 1
             entries[ident] = payload
             entries.move_to_end(ident)
             if self.max_entries and len(entries) > self.max_entries:
