@@ -11,10 +11,10 @@ import pybreaker
 from ..call import Call
 from ..core import Decorated, Runtime
 from ..definition import FailoverDefinition
-from ..errors import ConfigurationError, SoftTimeoutError
+from ..errors import ConfigurationError
 from ..events import Events, Observer
 from ..execution import (
-    BreakerGuard,
+    ORDER,
     Bulkhead,
     Execution,
     Guard,
@@ -153,25 +153,27 @@ class Wiring:
         return state
 
     def execution(self, d: FailoverDefinition) -> Execution | None:
-        """The failover's execution chain: bulkhead outside breaker outside timeout."""
+        """The failover's execution chain: the guards it asks for, in the order of `ORDER`
+        (its soft timeout, innermost, runs the upstream)."""
         guards: list[Guard] = []
-        if d.max_concurrency is not None or d.bulkhead is not None:
-            guards.append(self.bulkhead(d))
         timeout = None
-        if d.timeout is not None:
-            # Routed by tenant, a tenant's call never joins another tenant's call in flight.
-            key = _tenant_key if isinstance(self.store, MultiTenantStore) else key_of
-            timeout = SoftTimeout(d.name, d.timeout, self.refreshes, Call.late, _late_off_loop, key)
-        if d.breaker is not None:
-            inner = (SoftTimeoutError,) if timeout is not None else ()
-
-            def counts(exc: Exception) -> bool:
-                return d.accepts(exc) or isinstance(exc, inner)
-
-            guards.append(BreakerGuard(self.breaker(d), counts))
+        for kind in ORDER:
+            if kind.wanted(d):
+                made = kind.make(d, self)
+                if isinstance(made, SoftTimeout):
+                    timeout = made
+                else:
+                    guards.append(made)
         if not guards and timeout is None:
             return None
         return Execution(tuple(guards), timeout)
+
+    def timeout(self, d: FailoverDefinition) -> SoftTimeout:
+        """The soft timeout of failover ``d``: calls of one key share the call in flight."""
+        # Routed by tenant, a tenant's call never joins another tenant's call in flight.
+        key = _tenant_key if isinstance(self.store, MultiTenantStore) else key_of
+        assert d.timeout is not None  # wanted only with timeout= (TIMEOUT.wanted)
+        return SoftTimeout(d.name, d.timeout, self.refreshes, Call.late, _late_off_loop, key)
 
     def breaker(self, d: FailoverDefinition) -> pybreaker.CircuitBreaker:
         """The circuit breaker of failover ``d`` (see `Failover.breaker`)."""
