@@ -64,6 +64,7 @@ class FailoverDefinition:
             calling the upstream; ``None``: every call calls the upstream.
         refresh_ahead: the age at which an entry served within ``fresh_for`` is refreshed in
             the background; ``None``: never ahead.
+        rate: the rate limit, ``(count, per seconds)``, or ``None``.
     """
 
     name: str
@@ -96,6 +97,7 @@ class FailoverDefinition:
     breaker_defaults: Callable[[], Mapping[str, Any]] = field(default=_no_defaults, repr=False)
     fresh_for: timedelta | None = None
     refresh_ahead: timedelta | None = None
+    rate: tuple[int, float] | None = None
 
     def __repr__(self) -> str:
         policy = "engine's" if self.policy is None else getattr(self.policy, "value", self.policy)

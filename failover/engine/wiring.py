@@ -1,8 +1,9 @@
 """The runtimes of one engine's failovers: each with its handler chain and execution chain
-(bulkhead, breaker, soft timeout), made on first use."""
+(its guards in the order of `failover.execution.ORDER`), made on first use."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -37,6 +38,7 @@ from ..refresh import RefreshAhead
 from ..served import ServedObserver
 from ..stores.base import FailoverStore, does_io, writes_async
 from ..stores.tenant import MultiTenantStore
+from .clock import utcnow
 from .registry import Registry
 
 __all__ = ["Wiring"]
@@ -82,6 +84,11 @@ class Wiring:
         self.metrics = metrics
         self.otel = otel
         self.runtimes: dict[Decorated, Runtime] = {}
+        # The engine's monotonic time in seconds (a rate limit's bucket): the clock's, when
+        # given one (a test's fake clock), else the process's.
+        self.monotonic: Callable[[], float] = (
+            time.monotonic if clock is utcnow else lambda: float(clock().timestamp())
+        )
         self.breakers: dict[str, pybreaker.CircuitBreaker] = {}
         # Set by the engine when it neither routes by tenant nor ignores tenants (Runtime.unrouted).
         self.unrouted: str | None = None

@@ -10,9 +10,11 @@ from __future__ import annotations
 from .base import Kind
 from .breaker import BREAKER
 from .bulkhead import BULKHEAD
+from .rate import RATE
 from .timeout import TIMEOUT
 
 __all__ = ["ORDER", "Kind"]
 
-ORDER: tuple[Kind, ...] = (BULKHEAD, BREAKER, TIMEOUT)
-"""Outermost first; the soft timeout, which runs the upstream, is always last."""
+ORDER: tuple[Kind, ...] = (RATE, BULKHEAD, BREAKER, TIMEOUT)
+"""Outermost first: a call over the rate takes no permit and reaches no breaker; the soft
+timeout, which runs the upstream, is always last."""
