@@ -2,26 +2,18 @@
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
-import pybreaker
-
+from .execution.order import ORDER
 from .policy import ExceptionPolicy
 
 if TYPE_CHECKING:
     from .payload import ReferentialPayload
 
 __all__ = ["ExpiryPolicy", "FailoverDefinition"]
-
-_PYBREAKER = {  # pybreaker's own defaults (fail_max 5, reset_timeout 60 s), read from it
-    name: p.default
-    for name, p in inspect.signature(pybreaker.CircuitBreaker).parameters.items()
-    if name in ("fail_max", "reset_timeout")
-}
 
 
 def _no_defaults() -> Mapping[str, Any]:
@@ -72,6 +64,7 @@ class FailoverDefinition:
             calling the upstream; ``None``: every call calls the upstream.
         refresh_ahead: the age at which an entry served within ``fresh_for`` is refreshed in
             the background; ``None``: never ahead.
+        rate: the rate limit, ``(count, per seconds)``, or ``None``.
     """
 
     name: str
@@ -104,6 +97,7 @@ class FailoverDefinition:
     breaker_defaults: Callable[[], Mapping[str, Any]] = field(default=_no_defaults, repr=False)
     fresh_for: timedelta | None = None
     refresh_ahead: timedelta | None = None
+    rate: tuple[int, float] | None = None
 
     def __repr__(self) -> str:
         policy = "engine's" if self.policy is None else getattr(self.policy, "value", self.policy)
@@ -120,29 +114,7 @@ class FailoverDefinition:
         ``"bulkhead('exports', weight 5)"``. A breaker shows the settings it trips and resets
         by: its own, or for ``breaker=True`` the engine's ``breaker_defaults`` over pybreaker's
         (``fail_max`` 5, ``reset_timeout`` 60 s)."""
-        parts = []
-        if self.max_concurrency is not None or self.bulkhead is not None:
-            what = [repr(self.bulkhead) if self.bulkhead else str(self.max_concurrency)]
-            if self.weight != 1:
-                what.append(f"weight {self.weight}")
-            if self.acquire_timeout is None:
-                what.append("wait")
-            elif self.acquire_timeout:
-                what.append(f"wait {self.acquire_timeout:g}s")
-            parts.append(f"bulkhead({', '.join(what)})")
-        if self.breaker is not None:
-            parts.append(self._breaker_shown())
-        if self.timeout is not None:
-            parts.append(f"timeout({self.timeout:g}s)")
-        return " > ".join(parts) or "basic"
-
-    def _breaker_shown(self) -> str:
-        if isinstance(self.breaker, pybreaker.CircuitBreaker):
-            fail_max, reset = self.breaker.fail_max, self.breaker.reset_timeout
-        else:
-            merged = {**_PYBREAKER, **self.breaker_defaults()}
-            fail_max, reset = merged["fail_max"], merged["reset_timeout"]
-        return f"breaker(fail_max {fail_max}, reset {reset:g}s)"
+        return " > ".join(k.shown(self) for k in ORDER if k.wanted(self)) or "basic"
 
     def accepts(self, exc: Exception) -> bool:
         """Whether ``exc`` triggers recovery under ``exceptions=`` and ``exclude=``."""

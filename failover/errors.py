@@ -8,6 +8,7 @@ The tree::
     ├── SerializationError        a value could not be encoded, or a row could not be decoded
     ├── SplitterError             a scatter/gather splitter raised
     ├── BulkheadFull              no bulkhead permit could be had (a recovery cause)
+    ├── RateLimited               a call over the failover's ``rate=`` (a recovery cause)
     └── SoftTimeoutError          the upstream was slower than ``timeout=`` (also a TimeoutError)
 
 A guard's refusal carries the guard's name (``guard``: ``bulkhead``, ``breaker``, ``timeout``…):
@@ -26,6 +27,7 @@ __all__ = [
     "BulkheadFull",
     "ConfigurationError",
     "FailoverError",
+    "RateLimited",
     "SerializationError",
     "SoftTimeoutError",
     "SplitterError",
@@ -64,6 +66,16 @@ class BulkheadFull(FailoverError):
 
     guard: ClassVar[str] = "bulkhead"
     pool: str | None = None
+
+
+class RateLimited(FailoverError):
+    """The call was over the failover's ``rate=``; it goes to recovery, the upstream not called.
+
+    Attributes:
+        guard: ``"rate"``, the guard that refused.
+    """
+
+    guard: ClassVar[str] = "rate"
 
 
 class SoftTimeoutError(FailoverError, TimeoutError):

@@ -5,7 +5,8 @@ The core (`failover.call.Call`) says what happened: a guard refused a call (whic
 ``fresh_for``), recovered, not recovered or raised; a live result was stored (or
 the store failed), or some of its entries were superseded by newer ones; the store was read
 for a recovery; the ``on_recovered`` hook failed; a value
-that is not live was served. Observers
+that is not live was served. The failover's circuit breaker changed state (`breaker_state`, from
+its pybreaker listener, on whichever thread changed it). Observers
 subscribe by overriding the `Observer` methods they want: the health statistics
 (`failover.recorder.FailoverStats`), the Prometheus metrics (`failover.metrics_observer`), the
 logs (`failover.log_observer`), OpenTelemetry (`failover.otel`), the stale report of a unit of
@@ -84,6 +85,10 @@ class Observer:
     def served(self, out: ReferentialPayload[Any]) -> None:
         """A call was answered with a value that is not live (stored, or made by a policy)."""
 
+    def breaker_state(self, state: int) -> None:
+        """The failover's circuit breaker is now closed (0), half-open (1) or open (2); also
+        its state when the breaker is attached to the failover."""
+
     def method(self, fact: str) -> Callable[..., None]:
         """What `Events` calls for ``fact``: the method itself, or (to spare the call path a
         frame) an equivalent callable."""
@@ -103,6 +108,7 @@ FACTS = (
     "superseded",
     "read",
     "served",
+    "breaker_state",
 )
 
 
@@ -126,6 +132,7 @@ class Events:
     superseded: Callable[[int], None]
     read: Callable[[str, float, ReferentialPayload[Any] | None], None]
     served: Callable[[ReferentialPayload[Any]], None]
+    breaker_state: Callable[[int], None]
 
     def __init__(self, observers: Sequence[Observer]) -> None:
         self.observers = tuple(observers)

@@ -1,6 +1,6 @@
 """The Prometheus metrics as an observer of one failover's calls: the store's write and read
-timings, the guards' refusals and the failed hooks, passed on to the engine's
-`failover.metrics.Metrics`.
+timings, the guards' refusals, the breaker's state changes and the failed hooks, passed on to
+the engine's `failover.metrics.Metrics`.
 
 The per-call counts are not pushed: the collector reads them from the failover's
 `failover.recorder.FailoverStats` at scrape time, which keeps the call path cheap.
@@ -84,6 +84,11 @@ class MetricsObserver(Observer):
         is ``failover_bulkhead_rejected_total`` too."""
         pool = cause.pool if isinstance(cause, BulkheadFull) else None
         self.metrics.refused(self.name, guard, pool)
+
+    def breaker_state(self, state: int) -> None:
+        """The breaker's state for ``failover_circuit_state`` (read from the breaker itself at
+        scrape time when it can be)."""
+        self.metrics.circuit_state(self.name, state)
 
     def hook_failed(self) -> None:
         """Count a failed ``on_recovered`` hook."""

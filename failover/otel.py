@@ -19,6 +19,7 @@ from typing import Any, ClassVar
 
 from .errors import ConfigurationError, refused_by
 from .events import Observer
+from .health import BREAKER_STATES
 from .stores.base import Payload
 
 __all__ = ["OpenTelemetry", "OtelObserver", "resolve_opentelemetry"]
@@ -66,11 +67,9 @@ class OpenTelemetry:
     def __repr__(self) -> str:
         return "OpenTelemetry()"
 
-    def observer(
-        self, name: str, clock: Callable[[], datetime], breaker: Callable[[], str | None]
-    ) -> OtelObserver:
-        """The observer of failover ``name``; ``breaker`` reads its breaker's state (or None)."""
-        return OtelObserver(self, name, clock, breaker)
+    def observer(self, name: str, clock: Callable[[], datetime]) -> OtelObserver:
+        """The observer of failover ``name``."""
+        return OtelObserver(self, name, clock)
 
 
 def resolve_opentelemetry(value: object) -> OpenTelemetry | None:
@@ -97,7 +96,10 @@ class OtelObserver(Observer):
         otel: the tracer and instruments.
         name: the failover's name.
         clock: the engine's clock (the stale age of a recovered value).
-        breaker: the state of the failover's breaker, ``None`` without one.
+
+    Attributes:
+        breaker: the state of the failover's breaker, from the stream's `breaker_state`
+            (``None`` without one): each call's ``failover.breaker.state``.
     """
 
     __slots__ = ("breaker", "clock", "name", "otel")
@@ -109,12 +111,11 @@ class OtelObserver(Observer):
         otel: OpenTelemetry,
         name: str,
         clock: Callable[[], datetime],
-        breaker: Callable[[], str | None],
     ) -> None:
         self.otel = otel
         self.name = name
         self.clock = clock
-        self.breaker = breaker
+        self.breaker: str | None = None
 
     def __repr__(self) -> str:
         return f"OtelObserver({self.name!r})"
@@ -132,7 +133,7 @@ class OtelObserver(Observer):
             attributes["failover.cause"] = type(cause).__qualname__
         if age is not None:
             attributes["failover.stale_age_s"] = age
-        state = self.breaker()
+        state = self.breaker
         if state is not None:
             attributes["failover.breaker.state"] = state
         guard = None if cause is None else refused_by(cause)
@@ -156,6 +157,10 @@ class OtelObserver(Observer):
         if as_of is None:
             return None
         return max(0.0, (self.clock() - as_of).total_seconds())
+
+    def breaker_state(self, state: int) -> None:
+        """Keep the breaker's state for the spans of the next calls."""
+        self.breaker = BREAKER_STATES[state] if 0 <= state < len(BREAKER_STATES) else None
 
     def refused(self, guard: str, cause: Exception) -> None:
         """Count a guard's refusal in ``failover.refused`` (its span is the call's)."""

@@ -16,7 +16,7 @@ import threading
 from bisect import bisect_left
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
-from typing import ClassVar, Protocol
+from typing import ClassVar
 
 from .errors import refused_by
 from .events import Observer
@@ -31,16 +31,9 @@ from .health import (
     Status,
 )
 
-__all__ = ["MAX_ERROR_KINDS", "OTHER", "UPSTREAM_BUCKETS", "FailoverStats", "RareEvents"]
+__all__ = ["MAX_ERROR_KINDS", "OTHER", "UPSTREAM_BUCKETS", "FailoverStats"]
 
 log = logging.getLogger("failover.health")
-
-
-class RareEvents(Protocol):
-    """What the statistics pass on to the metrics (a `failover.metrics.Metrics` has this)."""
-
-    def circuit_state(self, name: str, state: int) -> None:
-        """A breaker changed state (0 closed, 1 half-open, 2 open)."""
 
 
 UPSTREAM_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0)
@@ -66,13 +59,12 @@ class FailoverStats(Observer):
 
     It observes the core's events (`failover.events`): exactly one of `live`, `recovered`,
     `not_recovered` or `raised` per call, with the seconds spent in the upstream, and
-    `hook_failed`. None of them ever raises.
+    `hook_failed`, and its breaker's state changes (`breaker_state`). None of them ever
+    raises. The metrics read the per-call counts from here, at scrape time.
 
     Args:
         name: the failover's name.
         clock: the engine's clock (aware datetimes).
-        metrics: where the breaker's state changes (`circuit_state`) are passed on; per-call
-            counts are read from here instead, at scrape time.
     """
 
     safe: ClassVar[bool] = True
@@ -95,7 +87,6 @@ class FailoverStats(Observer):
         "hook_errors",
         "info",
         "lock",
-        "metrics",
         "name",
         "upstream_error",
         "upstream_error_sum",
@@ -103,12 +94,9 @@ class FailoverStats(Observer):
         "upstream_ok_sum",
     )
 
-    def __init__(
-        self, name: str, clock: Callable[[], datetime], metrics: RareEvents | None = None
-    ) -> None:
+    def __init__(self, name: str, clock: Callable[[], datetime]) -> None:
         self.name = name
         self.clock = clock
-        self.metrics = metrics
         self.lock = threading.Lock()  # state changes, the error kinds; other counts take none
         # Monotonic totals, for metrics collectors.
         self.calls = [0] * _K  # live, recovered, not_recovered, fresh
@@ -243,12 +231,9 @@ class FailoverStats(Observer):
 
     # -- rare events (execution layer, hooks) ------------------------------------------------
 
-    def circuit_state(self, name: str, state: int) -> None:
-        """The circuit breaker of ``name`` (this failover) is now closed (0), half-open (1) or
-        open (2): `failover.execution.StateListener`'s report, passed on to the metrics."""
+    def breaker_state(self, state: int) -> None:
+        """The failover's circuit breaker is now closed (0), half-open (1) or open (2)."""
         self.breaker = BREAKER_STATES[state] if 0 <= state < len(BREAKER_STATES) else None
-        if self.metrics is not None:
-            self.metrics.circuit_state(name, state)
 
     def refused(self, guard: str, cause: Exception) -> None:
         """Guard ``guard`` refused a call: counted apart, per guard, over the window (the call's

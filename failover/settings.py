@@ -174,6 +174,27 @@ def _fresh_for(value: Any, owner: str, setting: str) -> timedelta | None:
     return None if value is None else parse_ttl(value, owner, setting)
 
 
+def _rate(value: Any, owner: str, setting: str) -> tuple[int, float] | None:
+    """``"100/s"``: a count per period (``s``, ``m``, ``h``, or a duration such as ``"2s"``)
+    into ``(count, seconds)``."""
+    if value is None:
+        return None
+    count, _, per = value.partition("/") if isinstance(value, str) else ("", "", "")
+    count, per = count.strip(), per.strip()
+    period = None
+    if count.isascii() and count.isdigit() and int(count) > 0 and per:
+        try:  # a bare unit is one of it: "s" is "1s"
+            period = parse_ttl(per if per[0].isdigit() else f"1{per}", owner, setting)
+        except ConfigurationError:
+            period = None
+    if period is None:
+        raise ConfigurationError(
+            f"{owner}: rate= must be a positive count per period such as '100/s', '10/m' or "
+            f"'5/2s', got {value!r}"
+        )
+    return int(count), period.total_seconds()
+
+
 def _refresh_ahead(value: Any, owner: str, setting: str) -> float | timedelta | None:
     """A fraction of ``fresh_for`` (a number between 0 and 1) or a duration (text or a
     timedelta); made an age by `_freshness`, which knows ``fresh_for``."""
@@ -228,6 +249,9 @@ class Options(TypedDict, total=False):
             inspect``: ``True`` renders the call's arguments (``country(code='FR')``), a
             callable receives them as the function does and returns the label. Off by default:
             arguments may be sensitive, and a label is stored in clear.
+        rate: a rate limit on the upstream, a token bucket per failover: ``"100/s"``,
+            ``"10/m"``, ``"5/2s"``; a call over it is refused (`failover.RateLimited`) and
+            recovers from the store.
         engine: the engine to use; default: the process-wide default engine, resolved per call.
     """
 
@@ -258,6 +282,7 @@ class Options(TypedDict, total=False):
     fresh_for: Annotated[timedelta | float | str | None, Setting(None, _fresh_for)]
     refresh_ahead: Annotated[float | timedelta | str | None, Setting(None, _refresh_ahead)]
     label: Annotated[bool | Callable[..., object] | None, Setting(False, check_label)]
+    rate: Annotated[str | None, Setting(None, _rate)]
     engine: Annotated[Failover | None, Setting(None)]
 
 

@@ -11,7 +11,6 @@ from typing import Any
 from failover import LocalPermits
 from failover.closeable import Closeable
 from failover.execution import Pool
-from failover.metrics.base import Guarded, NullMetrics
 from failover.stores.base import declared, delete_many, does_io, flush
 from failover.stores.declaring import DeclaresIO, Flushable, SupportsDeleteMany
 
@@ -116,28 +115,3 @@ def test_a_permit_source_without_the_optional_members() -> None:
     assert not isinstance(pool.source, Closeable)
     pool.close()  # nothing to close
     assert Pool("local", 2).kind == "local"
-
-
-class OldMetrics(NullMetrics):
-    """A custom metrics object of before ``write_queued``/``write_results``: it lacks them."""
-
-    write_queued = None  # type: ignore[assignment]
-    write_results = None  # type: ignore[assignment]
-
-
-def test_custom_metrics_without_the_optional_methods() -> None:
-    guarded = Guarded(OldMetrics())
-    guarded.write_queued("n", 0.1)  # a no-op, not a TypeError
-    guarded.write_results("n", "written")
-    guarded.stored("n", True, 0.1)
-
-
-def test_custom_metrics_with_the_optional_methods() -> None:
-    seen: list[Any] = []
-
-    class Counting(NullMetrics):
-        def write_queued(self, name: str, seconds: float) -> None:
-            seen.append(name)
-
-    Guarded(Counting()).write_queued("n", 0.1)
-    assert seen == ["n"]

@@ -62,9 +62,7 @@ class Registry:
             self.registered[definition.name] = decorated
             stats = self.stats.get(definition.name)
             if stats is None:
-                stats = self.stats[definition.name] = FailoverStats(
-                    definition.name, self.clock, self.metrics
-                )
+                stats = self.stats[definition.name] = FailoverStats(definition.name, self.clock)
                 self.metrics.track(stats)
             policy = definition.policy if definition.policy is not None else self.policy
             stats.info = settings_of(definition, policy, self.raw_store)

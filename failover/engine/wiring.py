@@ -1,8 +1,9 @@
 """The runtimes of one engine's failovers: each with its handler chain and execution chain
-(bulkhead, breaker, soft timeout), made on first use."""
+(its guards in the order of `failover.execution.ORDER`), made on first use."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -11,10 +12,10 @@ import pybreaker
 from ..call import Call
 from ..core import Decorated, Runtime
 from ..definition import FailoverDefinition
-from ..errors import ConfigurationError, SoftTimeoutError
+from ..errors import ConfigurationError
 from ..events import Events, Observer
 from ..execution import (
-    BreakerGuard,
+    ORDER,
     Bulkhead,
     Execution,
     Guard,
@@ -37,6 +38,7 @@ from ..refresh import RefreshAhead
 from ..served import ServedObserver
 from ..stores.base import FailoverStore, does_io, writes_async
 from ..stores.tenant import MultiTenantStore
+from .clock import utcnow
 from .registry import Registry
 
 __all__ = ["Wiring"]
@@ -82,6 +84,12 @@ class Wiring:
         self.metrics = metrics
         self.otel = otel
         self.runtimes: dict[Decorated, Runtime] = {}
+        self.streams: dict[str, Events] = {}  # each failover's event stream, by name
+        # The engine's monotonic time in seconds (a rate limit's bucket): the clock's, when
+        # given one (a test's fake clock), else the process's.
+        self.monotonic: Callable[[], float] = (
+            time.monotonic if clock is utcnow else lambda: float(clock().timestamp())
+        )
         self.breakers: dict[str, pybreaker.CircuitBreaker] = {}
         # Set by the engine when it neither routes by tenant nor ignores tenants (Runtime.unrouted).
         self.unrouted: str | None = None
@@ -89,8 +97,10 @@ class Wiring:
         self.fleet: Fleet | None = None
 
     def forget(self, decorated: Decorated) -> None:
-        """Drop the runtime of a failover replaced by another of its name."""
+        """Drop the runtime and the event stream of a failover replaced by another of its
+        name."""
         self.runtimes.pop(decorated, None)
+        self.streams.pop(decorated.definition.name, None)
 
     def runtime(self, decorated: Decorated, register: Callable[[Decorated], None]) -> Runtime:
         """The runtime of ``decorated``, made on first use (``register`` called first when it
@@ -130,48 +140,51 @@ class Wiring:
             return rt
 
     def events(self, d: FailoverDefinition) -> Events:
-        """The event stream of failover ``d``: its health statistics, its logs, the metrics
-        (unless off), the stale report of the unit of work and OpenTelemetry (when on) observe
-        it."""
+        """The event stream of failover ``d``, made on first use: its health statistics, its
+        logs, the metrics (unless off), the stale report of the unit of work and OpenTelemetry
+        (when on) observe it."""
+        stream = self.streams.get(d.name)
+        if stream is not None:
+            return stream
         observers: list[Observer] = [self.registry.stats[d.name], LogObserver(d.name, self.clock)]
         if self.metrics is not NULL_METRICS:
             queued = writes_async(self.store) and does_io(self.store)  # the queue counts
             observers.append(MetricsObserver(self.metrics, d.name, self.clock, queued))
         observers.append(ServedObserver(self.clock, d.name))
         if self.otel is not None:
-            observers.append(self.otel.observer(d.name, self.clock, self.breaker_state(d)))
-        return Events(observers)
+            observers.append(self.otel.observer(d.name, self.clock))
+        # Made at once by two threads, one stream is kept: both are alike.
+        return self.streams.setdefault(d.name, Events(observers))
 
-    def breaker_state(self, d: FailoverDefinition) -> Callable[[], str | None]:
-        """Reads the state of failover ``d``'s breaker (``None`` without one), made later."""
-
-        def state() -> str | None:
-            cb = d.breaker if isinstance(d.breaker, pybreaker.CircuitBreaker) else None
-            cb = cb or self.breakers.get(d.name)
-            return None if cb is None else str(cb.current_state)
-
-        return state
+    def breaker_changed(self, name: str, state: int) -> None:
+        """A breaker's listener: failover ``name``'s breaker is now in ``state``, a fact of its
+        stream (on the thread that changed it, a call's or the fleet's)."""
+        decorated = self.registry.registered.get(name)
+        if decorated is not None:
+            self.events(decorated.definition).breaker_state(state)
 
     def execution(self, d: FailoverDefinition) -> Execution | None:
-        """The failover's execution chain: bulkhead outside breaker outside timeout."""
+        """The failover's execution chain: the guards it asks for, in the order of `ORDER`
+        (its soft timeout, innermost, runs the upstream)."""
         guards: list[Guard] = []
-        if d.max_concurrency is not None or d.bulkhead is not None:
-            guards.append(self.bulkhead(d))
         timeout = None
-        if d.timeout is not None:
-            # Routed by tenant, a tenant's call never joins another tenant's call in flight.
-            key = _tenant_key if isinstance(self.store, MultiTenantStore) else key_of
-            timeout = SoftTimeout(d.name, d.timeout, self.refreshes, Call.late, _late_off_loop, key)
-        if d.breaker is not None:
-            inner = (SoftTimeoutError,) if timeout is not None else ()
-
-            def counts(exc: Exception) -> bool:
-                return d.accepts(exc) or isinstance(exc, inner)
-
-            guards.append(BreakerGuard(self.breaker(d), counts))
+        for kind in ORDER:
+            if kind.wanted(d):
+                made = kind.make(d, self)
+                if isinstance(made, SoftTimeout):
+                    timeout = made
+                else:
+                    guards.append(made)
         if not guards and timeout is None:
             return None
         return Execution(tuple(guards), timeout)
+
+    def timeout(self, d: FailoverDefinition) -> SoftTimeout:
+        """The soft timeout of failover ``d``: calls of one key share the call in flight."""
+        # Routed by tenant, a tenant's call never joins another tenant's call in flight.
+        key = _tenant_key if isinstance(self.store, MultiTenantStore) else key_of
+        assert d.timeout is not None  # wanted only with timeout= (TIMEOUT.wanted)
+        return SoftTimeout(d.name, d.timeout, self.refreshes, Call.late, _late_off_loop, key)
 
     def breaker(self, d: FailoverDefinition) -> pybreaker.CircuitBreaker:
         """The circuit breaker of failover ``d`` (see `Failover.breaker`)."""
@@ -196,13 +209,13 @@ class Wiring:
                     cb = self.breakers[d.name] = pybreaker.CircuitBreaker(name=d.name, **settings)
                     if self.fleet is not None and shared is not None:
                         self.fleet.attach(cb, shared)
-            report = self.registry.stats[d.name].circuit_state  # health, then the metrics
+            report = self.breaker_changed  # a fact of the failover's event stream
             if not any(
                 isinstance(x, StateListener) and x.name == d.name and x.report == report
                 for x in cb.listeners
             ):
                 cb.add_listener(StateListener(d.name, report))
-            report(d.name, state_code(cb.current_state))
+            self.events(d).breaker_state(state_code(cb.current_state))
             if isinstance(self.metrics, PrometheusMetrics):  # the gauge read at scrape time
                 self.metrics.circuit_probe(d.name, Circuit(cb).gauge_state)
             return cb

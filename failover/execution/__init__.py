@@ -2,9 +2,13 @@
 
 One module per strategy, each a `Guard` (``base.py``) or, for the soft timeout, the runner of
 the innermost call. A failover's chain is built once, when it binds to an engine, in the
-documented order — bulkhead outside breaker outside timeout::
+order of `order.ORDER` (outermost first), the one place that order is written::
 
     Bulkhead (bulkhead.py) -> BreakerGuard (breaker.py) -> SoftTimeout (timeout.py) -> upstream
+
+Each guard's module defines its `Kind` (its name, when a failover wants it, how the
+definition's description shows it, how wiring makes it); a new guard is its module plus its
+line in `ORDER`.
 
 The bulkhead takes its permits from a pool, whose `PermitSource` (permits.py) is in-process or
 shared by a cluster (redis_permits.py).
@@ -19,18 +23,21 @@ from functools import partial
 from typing import Any
 
 from ..errors import SoftTimeoutError
-from .base import Attempt, Guard, Wait
+from .base import Attempt, Guard, Kind, Wait
 from .breaker import BreakerGuard, StateListener, state_code
 from .bulkhead import Bulkhead, Pool, Pools
+from .order import ORDER
 from .permits import LocalPermits, PermitSource
 from .timeout import Refreshes, SoftTimeout
 
 __all__ = [
+    "ORDER",
     "Attempt",
     "BreakerGuard",
     "Bulkhead",
     "Execution",
     "Guard",
+    "Kind",
     "LocalPermits",
     "PermitSource",
     "Pool",

@@ -13,12 +13,13 @@ failover's `Execution` when it is entered; `Guard.attempt` wraps them for ``with
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, ClassVar
 
 from .permits import PermitSource
 
-__all__ = ["Attempt", "Guard", "Wait"]
+__all__ = ["Attempt", "Guard", "Kind", "Wait"]
 
 
 class Wait:
@@ -66,6 +67,26 @@ class Wait:
             return self.then(None, exc)
         token = self.then(lease, None)
         return await token.wait() if type(token) is Wait else token
+
+
+@dataclass(frozen=True, slots=True)
+class Kind:
+    """One kind of guard, as the failover's order (`failover.execution.order.ORDER`) lists it:
+    everything wiring and the definition's description need, kept in the guard's own module.
+
+    Attributes:
+        name: the guard's name (``"bulkhead"``), as its refusals' ``guard`` says.
+        wanted: ``definition -> bool``: whether a failover's settings ask for this guard.
+        shown: ``definition -> str``: the guard in the definition's description
+            (``"bulkhead(8)"``).
+        make: ``(definition, wiring) -> guard``: the failover's guard, made once when it binds
+            to an engine (the wiring gives what engines share: pools, breakers, the clock).
+    """
+
+    name: str
+    wanted: Callable[[Any], bool]
+    shown: Callable[[Any], str]
+    make: Callable[[Any, Any], Any]
 
 
 class Guard:

@@ -27,6 +27,7 @@ with no trial in flight: the parent's, run by a thread the child does not have, 
 
 from __future__ import annotations
 
+import inspect
 import logging
 import threading
 import weakref
@@ -36,11 +37,12 @@ from typing import Any, ClassVar
 
 import pybreaker
 
+from ..errors import SoftTimeoutError
 from ..forks import AfterFork
-from .base import Guard
+from .base import Guard, Kind
 from .circuit import Circuit
 
-__all__ = ["BreakerGuard", "StateListener", "state_code"]
+__all__ = ["BREAKER", "BreakerGuard", "StateListener", "state_code"]
 
 log = logging.getLogger("failover.execution")
 
@@ -227,3 +229,35 @@ class StateListener(pybreaker.CircuitBreakerListener):
             self.report(self.name, state_code(new_state.name))
         except Exception:  # metrics never break a call
             log.warning("failover %r: reporting the breaker state failed", self.name, exc_info=True)
+
+
+_PYBREAKER = {  # pybreaker's own defaults (fail_max 5, reset_timeout 60 s), read from it
+    name: p.default
+    for name, p in inspect.signature(pybreaker.CircuitBreaker).parameters.items()
+    if name in ("fail_max", "reset_timeout")
+}
+
+
+def _shown(d: Any) -> str:
+    """Its own settings, or for ``breaker=True`` the engine's ``breaker_defaults`` over
+    pybreaker's."""
+    if isinstance(d.breaker, pybreaker.CircuitBreaker):
+        fail_max, reset = d.breaker.fail_max, d.breaker.reset_timeout
+    else:
+        merged = {**_PYBREAKER, **d.breaker_defaults()}
+        fail_max, reset = merged["fail_max"], merged["reset_timeout"]
+    return f"breaker(fail_max {fail_max}, reset {reset:g}s)"
+
+
+def _make(d: Any, wiring: Any) -> BreakerGuard:
+    # The soft timeout is inside the breaker: its cuts are failures of the upstream.
+    inner = (SoftTimeoutError,) if d.timeout is not None else ()
+
+    def counts(exc: Exception) -> bool:
+        return bool(d.accepts(exc)) or isinstance(exc, inner)
+
+    return BreakerGuard(wiring.breaker(d), counts)
+
+
+BREAKER = Kind("breaker", wanted=lambda d: d.breaker is not None, shown=_shown, make=_make)
+"""The circuit breaker in the guards' order: ``breaker=``."""

@@ -25,10 +25,10 @@ from typing import Any, ClassVar
 
 from ..closeable import Closeable
 from ..errors import BulkheadFull, ConfigurationError
-from .base import Guard, Wait
+from .base import Guard, Kind, Wait
 from .permits import Kinded, LocalPermits, PermitSource, SupportsTake
 
-__all__ = ["Bulkhead", "Pool", "Pools"]
+__all__ = ["BULKHEAD", "Bulkhead", "Pool", "Pools"]
 
 log = logging.getLogger(__name__)
 
@@ -337,3 +337,23 @@ class Pools:
                 pool.close()
             except Exception:
                 log.warning("closing permit pool %r failed", pool.name, exc_info=True)
+
+
+def _shown(d: Any) -> str:
+    what = [repr(d.bulkhead) if d.bulkhead else str(d.max_concurrency)]
+    if d.weight != 1:
+        what.append(f"weight {d.weight}")
+    if d.acquire_timeout is None:
+        what.append("wait")
+    elif d.acquire_timeout:
+        what.append(f"wait {d.acquire_timeout:g}s")
+    return f"bulkhead({', '.join(what)})"
+
+
+BULKHEAD = Kind(
+    "bulkhead",
+    wanted=lambda d: d.max_concurrency is not None or d.bulkhead is not None,
+    shown=_shown,
+    make=lambda d, wiring: wiring.bulkhead(d),
+)
+"""The bulkhead in the guards' order: ``max_concurrency=`` or ``bulkhead=``."""

@@ -27,8 +27,9 @@ from typing import Any
 
 from ..errors import SoftTimeoutError
 from ..forks import AfterFork
+from .base import Kind
 
-__all__ = ["Refreshes", "SoftTimeout"]
+__all__ = ["TIMEOUT", "Refreshes", "SoftTimeout"]
 
 log = logging.getLogger("failover.execution")
 
@@ -357,3 +358,12 @@ async def _arun(fn: Callable[..., Any], args: Any, kwargs: Any) -> Any:
 # Emptied in a forked child (`Refreshes.forked`, `SoftTimeout.forked`).
 _REFRESHES = AfterFork(Refreshes.forked)
 _TIMEOUTS = AfterFork(SoftTimeout.forked)
+
+
+TIMEOUT = Kind(
+    "timeout",
+    wanted=lambda d: d.timeout is not None,
+    shown=lambda d: f"timeout({d.timeout:g}s)",
+    make=lambda d, wiring: wiring.timeout(d),
+)
+"""The soft timeout in the guards' order: ``timeout=``; innermost, it runs the upstream."""

@@ -1,12 +1,15 @@
-"""The `Metrics` interface layers report through, `NullMetrics` (metrics off), and the guard
-that keeps a failing metric out of a call (`safe`, `Guarded`)."""
+"""The `Metrics` interface layers report through, `NullMetrics` (metrics off), and what keeps a
+failing metric out of a call (`safe`, `SafeMetrics`).
+
+A custom metrics object implements the `Metrics` Protocol or subclasses `NullMetrics` (whose
+methods do nothing), and overrides what it counts."""
 
 from __future__ import annotations
 
 import functools
 import logging
 from collections.abc import Callable
-from typing import TYPE_CHECKING, ParamSpec, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, ParamSpec, Protocol
 
 if TYPE_CHECKING:
     from ..health import PoolStats
@@ -15,13 +18,9 @@ if TYPE_CHECKING:
 __all__ = [
     "METHODS",
     "NULL_METRICS",
-    "OPTIONAL",
-    "REQUIRED",
-    "Guarded",
     "Metrics",
     "NullMetrics",
-    "ReportsQueuedWrites",
-    "ReportsWriteResults",
+    "SafeMetrics",
     "failed",
     "safe",
 ]
@@ -39,22 +38,6 @@ class Metrics(Protocol):
     def stored(self, name: str, ok: bool, seconds: float) -> None:
         """A write of a live result on the caller's thread: ``ok`` (written) or failed; with
         async writes, one the queue refused (``ok`` is then `write_queued`)."""
-        return None
-
-    def write_queued(self, name: str, seconds: float) -> None:
-        """A write of a live result handed to the async-writes queue in ``seconds`` (the queue
-        reports what becomes of it: `write_results`)."""
-        return None
-
-    def write_results(self, name: str, result: str, count: int = 1) -> None:
-        """``count`` writes of the entries of ``name`` (the failover's effective name) through
-        the async-writes queue: ``queued`` as its worker takes them (off the callers' threads),
-        then each ``written``, ``failed`` or ``superseded``; a write the queue drops is
-        ``queued`` and ``failed`` at once. A write overtaken by a later one of its key while
-        queued counts as written: the later one is written in its place. ``superseded``: a
-        newer entry of its key (a later ``as_of``) is stored or queued, so it was not written
-        (entries only move forward); made on the caller's thread, the count of such entries of
-        one write."""
         return None
 
     def recovered(
@@ -78,6 +61,22 @@ class Metrics(Protocol):
 
     def hook_failed(self, name: str) -> None:
         """The ``on_recovered`` hook of ``name`` raised (the caller got the recovered value)."""
+        return None
+
+    def write_queued(self, name: str, seconds: float) -> None:
+        """A write of a live result handed to the async-writes queue in ``seconds`` (the queue
+        reports what becomes of it: `write_results`)."""
+        return None
+
+    def write_results(self, name: str, result: str, count: int = 1) -> None:
+        """``count`` writes of the entries of ``name`` (the failover's effective name) through
+        the async-writes queue: ``queued`` as its worker takes them (off the callers' threads),
+        then each ``written``, ``failed`` or ``superseded``; a write the queue drops is
+        ``queued`` and ``failed`` at once. A write overtaken by a later one of its key while
+        queued counts as written: the later one is written in its place. ``superseded``: a
+        newer entry of its key (a later ``as_of``) is stored or queued, so it was not written
+        (entries only move forward); made on the caller's thread, the count of such entries of
+        one write."""
         return None
 
     def async_queue(self, size: int) -> None:
@@ -107,33 +106,7 @@ class Metrics(Protocol):
 
 
 METHODS = tuple(name for name in vars(Metrics) if not name.startswith("_"))
-OPTIONAL = ("write_queued", "write_results")
-"""Methods added after the others: a custom `Metrics` written before may lack them (no-ops).
-Each is recognised by its Protocol: `ReportsQueuedWrites`, `ReportsWriteResults`."""
-REQUIRED = tuple(name for name in METHODS if name not in OPTIONAL)
-"""The methods every custom metrics object has (``resolve_metrics`` checks)."""
-
-
-@runtime_checkable
-class ReportsQueuedWrites(Protocol):
-    """A custom metrics object with `Metrics.write_queued` (optional: without it, nothing)."""
-
-    def write_queued(self, name: str, seconds: float) -> None:
-        """See `Metrics.write_queued`."""
-        ...
-
-
-@runtime_checkable
-class ReportsWriteResults(Protocol):
-    """A custom metrics object with `Metrics.write_results` (optional: without it, nothing)."""
-
-    def write_results(self, name: str, result: str, count: int = 1) -> None:
-        """See `Metrics.write_results`."""
-        ...
-
-
-def _nothing(*args: object, **kwargs: object) -> None:
-    return None
+"""The methods of `Metrics`: every custom metrics object has them all."""
 
 
 class NullMetrics(Metrics):
@@ -166,21 +139,14 @@ def failed() -> None:
         log.warning("failover: updating a metric failed", exc_info=True)
 
 
-class Guarded(Metrics):
+class SafeMetrics(Metrics):
     """A custom `Metrics` behind `safe`: its failures are dropped, never raised into a call
     (a raising ``recovered`` would otherwise turn a hit into a miss)."""
 
     def __init__(self, inner: Metrics) -> None:
         self.inner = inner
-        # The required methods, by name (``resolve_metrics`` checked each is there), and the
-        # optional ones the object declares. Instance attributes: they take precedence over the
-        # methods.
-        methods = {name: safe(getattr(inner, name)) for name in REQUIRED}
-        queued = isinstance(inner, ReportsQueuedWrites)
-        methods["write_queued"] = safe(inner.write_queued) if queued else _nothing
-        results = isinstance(inner, ReportsWriteResults)
-        methods["write_results"] = safe(inner.write_results) if results else _nothing
-        vars(self).update(methods)
+        # Instance attributes: they take precedence over the Protocol's no-op methods.
+        vars(self).update({name: safe(getattr(inner, name)) for name in METHODS})
 
     def __repr__(self) -> str:
         return repr(self.inner)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any, cast
 
 from ..errors import ConfigurationError
-from .base import NULL_METRICS, REQUIRED, Guarded, Metrics, NullMetrics
+from .base import METHODS, NULL_METRICS, Metrics, NullMetrics, SafeMetrics
 from .prometheus import PrometheusMetrics
 
 __all__ = ["resolve_metrics"]
@@ -24,10 +24,10 @@ def resolve_metrics(setting: Any) -> Metrics:
 
     if isinstance(setting, CollectorRegistry):
         return cast(Metrics, PrometheusMetrics.for_registry(setting))
-    missing = [name for name in REQUIRED if not callable(getattr(setting, name, None))]
+    missing = [name for name in METHODS if not callable(getattr(setting, name, None))]
     if not missing:
-        return Guarded(cast(Metrics, setting))
-    if len(missing) < len(REQUIRED):  # meant as a Metrics, but incomplete: say what is missing
+        return SafeMetrics(cast(Metrics, setting))
+    if len(missing) < len(METHODS):  # meant as a Metrics, but incomplete: say what is missing
         raise ConfigurationError(
             f"Failover: metrics object {setting!r} lacks {', '.join(missing)}; subclass "
             "failover.metrics.Metrics, whose methods do nothing by default"

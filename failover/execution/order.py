@@ -1,0 +1,20 @@
+"""The guards of a failover, outermost first: the one order that wiring
+(`failover.engine.wiring.Wiring.execution`), the definition's description
+(`failover.definition.FailoverDefinition.execution`) and the docs read.
+
+A new guard is its own module, which defines its `Kind`, plus its line here.
+"""
+
+from __future__ import annotations
+
+from .base import Kind
+from .breaker import BREAKER
+from .bulkhead import BULKHEAD
+from .rate import RATE
+from .timeout import TIMEOUT
+
+__all__ = ["ORDER", "Kind"]
+
+ORDER: tuple[Kind, ...] = (RATE, BULKHEAD, BREAKER, TIMEOUT)
+"""Outermost first: a call over the rate takes no permit and reaches no breaker; the soft
+timeout, which runs the upstream, is always last."""
