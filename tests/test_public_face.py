@@ -103,23 +103,23 @@ def test_an_option_added_to_options_shows_with_no_other_edit(
     the decorator: the signature and the help are rebuilt from there."""
     from failover import settings
 
-    rate = typing.Annotated[str | None, settings.Setting(None)]
-    fields = {**Options.__annotations__, "rate": rate}
+    hedge = typing.Annotated[str | None, settings.Setting(None)]
+    fields = {**Options.__annotations__, "hedge": hedge}
     grown = typing.TypedDict("Options", fields, total=False)  # type: ignore[misc]  # at run time
-    grown.__doc__ = (Options.__doc__ or "") + "\n        rate: at most this many calls. More.\n"
+    grown.__doc__ = (Options.__doc__ or "") + "\n        hedge: ask a second upstream after this long. More.\n"
     monkeypatch.setattr(settings, "Options", grown)
-    monkeypatch.setattr(settings, "SETTINGS", {**settings.SETTINGS, "rate": settings.Setting(None)})
+    monkeypatch.setattr(settings, "SETTINGS", {**settings.SETTINGS, "hedge": settings.Setting(None)})
     try:
         failover.decorator._public_face()
         parameters = inspect.signature(failover.failover).parameters
-        assert list(parameters)[-1] == "rate"
-        assert parameters["rate"].default is None
-        assert parameters["rate"].annotation == str | None
-        assert "    rate=None: at most this many calls." in (failover.failover.__doc__ or "")
+        assert list(parameters)[-1] == "hedge"
+        assert parameters["hedge"].default is None
+        assert parameters["hedge"].annotation == str | None
+        assert "    hedge=None: ask a second upstream after this long." in (failover.failover.__doc__ or "")
     finally:
         monkeypatch.undo()
         failover.decorator._public_face()
-    assert "rate" not in inspect.signature(failover.failover).parameters
+    assert "hedge" not in inspect.signature(failover.failover).parameters
 
 
 def test_the_typed_overloads_take_the_settings_of_options() -> None:
