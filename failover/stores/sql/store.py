@@ -53,7 +53,7 @@ class SqlStore(KeepsHealthRows, Capabilities):
 
     SQLite (a file) is the embedded default; PostgreSQL for many instances sharing one store;
     any database SQLAlchemy supports works. Values go through ``codec`` (JSON by default, see
-    `failover.codec`), then through ``cipher`` when one is set.
+    `failover.serialization`), then through ``cipher`` when one is set.
 
     Reading a row that cannot be decoded (a type off the allowlist, corrupt text, an unknown
     codec, a signature or a decryption that fails) raises `SerializationError` from `find`,
