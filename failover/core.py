@@ -30,7 +30,7 @@ from .policy import ExceptionPolicy
 from .tenant import current_tenant, pinned
 
 if TYPE_CHECKING:
-    from .stores.tenant import MultiTenantStore
+    from .stores.routing import MultiTenantStore
 
 __all__ = ["Binder", "Runtime"]
 

@@ -8,7 +8,7 @@ from .browsing import Browsable, Page, StoredEntry, Summary
 from .copying import CopyingStore
 from .factory import make_store
 from .memory import InMemoryStore
-from .tenant import MultiTenantStore
+from .routing import MultiTenantStore
 from .tiered import TieredStore
 from .ttl import CachetoolsStore
 

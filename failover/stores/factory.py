@@ -1,7 +1,7 @@
 """Stores from URLs: `make_store` for one store, `per_tenant` for one store per tenant.
 
 The routing is by URL scheme and stays generic: both pick the kind of store a URL names, whose
-per-tenant factory is made in `failover.stores.tenants` (`per_tenant_stores` here for the
+per-tenant factory is made in `failover.stores.tenant_stores` (`per_tenant_stores` here for the
 in-process stores, `failover.stores.sql` for SQL, `RedisStore.per_tenant` for Redis). Store
 modules are imported when their scheme is first used.
 """
@@ -17,10 +17,10 @@ from urllib.parse import parse_qsl, urlencode, urlsplit
 from ..errors import ConfigurationError
 from ..expiry import parse_ttl
 from ..masking import masked_url
-from . import tenants
+from . import tenant_stores
 from .base import FailoverStore
-from .tenant import check_max_tenants
-from .tenants import TenantStores
+from .routing import check_max_tenants
+from .tenant_stores import TenantStores
 
 __all__ = ["check_sql_scheme", "make_store", "per_tenant", "per_tenant_stores"]
 
@@ -209,7 +209,7 @@ def per_tenant_stores(url: str, *, clock: Callable[[], datetime] | None = None) 
             f"per_tenant_stores: {masked_url(url)!r} is not an in-process store URL; for a "
             "database use per_tenant_tables or per_tenant_databases"
         )
-    return tenants.in_process(
+    return tenant_stores.in_process(
         lambda: make_store(url, clock=clock), f"per_tenant_stores({masked_url(url)!r})"
     )
 
@@ -218,7 +218,7 @@ def per_tenant(url: str, *, clock: Callable[[], datetime] | None = None) -> Tena
     """The engine's strategy for a store URL under multi-tenancy.
 
     The URL's ``max_tenants`` option (``sqlite:///f.db?max_tenants=200``) is the router's: the
-    tenants' stores kept open at once (see `failover.stores.tenant.MultiTenantStore`); it is
+    tenants' stores kept open at once (see `failover.stores.routing.MultiTenantStore`); it is
     taken out before the store sees the URL.
 
     ``memory://`` and ``cachetools://`` URLs: one in-process store per tenant
@@ -275,7 +275,7 @@ def _per_tenant(url: str, scheme: str, clock: Callable[[], datetime] | None) -> 
 
         far_url, hedge = _hedge_option(url[len(_TIERED) :])
         far = _per_tenant(far_url, _scheme(far_url), clock)
-        return tenants.layered(
+        return tenant_stores.layered(
             far,
             lambda store: TieredStore(CachetoolsStore(clock=clock), store, hedge_after=hedge),
             f"tiered({far!r})",

@@ -41,11 +41,11 @@ from ...serialization.rows import (
     merged_row_options,
     split_row_options,
 )
-from .. import tenants
+from .. import tenant_stores
 from ..base import Capabilities, Payload
 from ..browsing import Page, StoredEntry, Summary, summary_of
 from ..health_rows import KeepsHealthRows
-from ..tenants import TenantStores
+from ..tenant_stores import TenantStores
 from .aio import AsyncClients, AsyncRedisMethods, async_url
 from .browsing import RedisBrowsing
 from .client import DEFAULT_PREFIX, Keys, checked_prefix, split_url
@@ -388,7 +388,7 @@ class RedisStore(KeepsHealthRows, AsyncRedisMethods, Capabilities):
                 (never closed here).
             prefixes: the key prefix of each tenant; a tenant not listed is refused with
                 `StoreError`. ``None``: ``f"{prefix}t:{tenant}:"`` for tenant ids matching
-                `failover.stores.tenant.TENANT_ID`, which no key of an untenanted store with
+                `failover.stores.routing.TENANT_ID`, which no key of an untenanted store with
                 the same base prefix can start with.
             **store_kwargs: passed to each `RedisStore` (``prefix``, ``codec``, ``cipher``,
                 ``socket_timeout``, ``clock``...).
@@ -397,4 +397,4 @@ class RedisStore(KeepsHealthRows, AsyncRedisMethods, Capabilities):
             ConfigurationError: a bad URL or prefix, or two tenants sharing a prefix.
         """
         shared = shared_client(url_or_client, store_kwargs, "RedisStore.per_tenant")
-        return tenants.key_prefixes(cls, shared, checked_prefix, prefixes, **store_kwargs)
+        return tenant_stores.key_prefixes(cls, shared, checked_prefix, prefixes, **store_kwargs)
