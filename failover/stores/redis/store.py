@@ -4,7 +4,7 @@ The keys under the store's prefix (``"failover:"`` by default), for a failover n
 (percent-encoded, so that a ``:`` in a name can never make two entries share a key):
 
 - ``{prefix}e:{N}:{key}``, a string: one entry, a header line then the payload text (see
-  `failover.stores.redis.values`). Redis deletes it at its ``expire_on`` (``SET ... PXAT``):
+  `failover.serialization.text`). Redis deletes it at its ``expire_on`` (``SET ... PXAT``):
   the store has nothing to clean.
 - ``{prefix}i:{N}``, a sorted set: the keys of ``N``'s entries, scored by the time Redis expires
   each (milliseconds). `RedisStore.find_all` walks it instead of ``KEYS``/``SCAN`` over the
@@ -41,6 +41,7 @@ from ...serialization.rows import (
     merged_row_options,
     split_row_options,
 )
+from ...serialization.text import EntryText
 from .. import tenant_stores
 from ..base import Capabilities, Payload
 from ..browsing import Page, StoredEntry, Summary, summary_of
@@ -53,7 +54,6 @@ from .commands import Commands
 from .health_rows import RedisHealthRows
 from .sharing import shared_client
 from .topology import Client, LazyCluster, store_client
-from .values import Values
 from .writes import write_commands
 
 __all__ = ["RedisStore"]
@@ -163,7 +163,7 @@ class RedisStore(KeepsHealthRows, AsyncRedisMethods, Capabilities):
         )
         if tenant is not None:
             self.serializer.bind_tenant(tenant)
-        self._values = Values(self.serializer, clock)
+        self._values = EntryText(self.serializer, clock)
         self._keys = Keys(prefix)
         cluster = isinstance(self.client, RedisCluster | LazyCluster)
         self._redis = Commands(self.client, self._where, cluster)
