@@ -9,6 +9,7 @@ from .copying import CopyingStore
 from .factory import make_store
 from .memory import InMemoryStore
 from .routing import MultiTenantStore
+from .schemes import register_scheme
 from .tiered import TieredStore
 from .ttl import CachetoolsStore
 
@@ -32,6 +33,7 @@ __all__ = [
     "make_store",
     "per_tenant_databases",
     "per_tenant_tables",
+    "register_scheme",
 ]
 
 if typing.TYPE_CHECKING:
