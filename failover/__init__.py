@@ -16,9 +16,7 @@ from . import http as http
 from . import served as served
 from . import stores
 from .cleanup import CleanupScheduler
-from .codec import JsonCodec, PickleCodec
 from .context import RecoverContext
-from .crypto import FernetCipher
 from .decorator import AsyncFailoverFunction, FailoverFunction, failover
 from .definition import ExpiryPolicy, FailoverDefinition
 from .engine import Failover, configure, get_engine
@@ -38,6 +36,9 @@ from .metrics import PrometheusMetrics
 from .payload import Referential, ReferentialAware, ReferentialPayload
 from .policy import ExceptionPolicy
 from .scatter import DictSplitter, ListSplitter, PayloadSplitter, StoreContext
+from .serialization.crypto import FernetCipher
+from .serialization.json_codec import JsonCodec
+from .serialization.pickle_codec import PickleCodec
 from .stores import (
     CachetoolsStore,
     CopyingStore,

@@ -25,7 +25,7 @@ from .stores.base import FailoverStore, declared, does_io, isolating, walk, writ
 from .stores.copying import CopyingStore
 from .stores.deadline import DeadlineStore
 from .stores.factory import make_store, per_tenant
-from .stores.tenant import MultiTenantStore, TenantStoreFactory
+from .stores.routing import MultiTenantStore, TenantStoreFactory
 from .stores.tiered import TieredStore
 from .tenant import current_tenant, pinned
 

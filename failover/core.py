@@ -1,7 +1,9 @@
-"""The decisions of one call, shared by the sync and async shells: no I/O of its own.
+"""What the calls of one failover share: `Runtime`, one failover bound to one engine.
 
-`Runtime` is one failover bound to one engine. The shells (``decorator.py``) call or await the
-upstream through the execution layer and hand the outcome here.
+Its handler chain, policy, events, clock and tenant, the hand-off of store I/O to a worker
+thread, and what a failed write or a refused value costs. The decisions of one call are
+`failover.call.Call`'s; the shells (``decorator.py``) call or await the upstream through the
+execution layer and hand the outcome to a `Call`.
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ from .policy import ExceptionPolicy
 from .tenant import current_tenant, pinned
 
 if TYPE_CHECKING:
-    from .stores.tenant import MultiTenantStore
+    from .stores.routing import MultiTenantStore
 
 __all__ = ["Binder", "Runtime"]
 

@@ -10,7 +10,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from failover.crypto import FernetCipher
+from failover.serialization.crypto import FernetCipher
 from failover.stores import (
     AsyncWriteStore,
     CachetoolsStore,

@@ -28,16 +28,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from failover.codec import (
-    Codec,
-    JsonCodec,
-    PickleCodec,
-    allow_annotation,
-    allow_types,
-    type_name,
-    unencodable,
-)
 from failover.errors import ConfigurationError, SerializationError
+from failover.serialization.allowlist import allow_annotation, allow_types
+from failover.serialization.base import Codec, type_name
+from failover.serialization.json_codec import JsonCodec, unencodable
+from failover.serialization.pickle_codec import PickleCodec
 
 # -- types used by the tests (module level, as real result types are) -----------------------------
 

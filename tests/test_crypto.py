@@ -11,9 +11,9 @@ import sqlalchemy as sa
 from prometheus_client import CollectorRegistry
 
 import failover
-from failover.crypto import Cipher, FernetCipher, seal, unseal
 from failover.errors import ConfigurationError, SerializationError
-from failover.stores.serializer import entry_binding
+from failover.serialization.crypto import Cipher, FernetCipher, seal, unseal
+from failover.serialization.rows import entry_binding
 from failover.stores.sql import SqlStore
 
 from .conftest import FakeClock, Upstream

@@ -35,8 +35,8 @@ from failover.payload import envelope
 from failover.scatter import ListSplitter
 from failover.stores.health_rows import FailoverSummary, ProcessHealth
 from failover.stores.redis import RedisStore
+from failover.stores.routing import MultiTenantStore
 from failover.stores.sql import SqlStore
-from failover.stores.tenant import MultiTenantStore
 
 from . import redis_server
 from .conftest import FakeClock

@@ -106,16 +106,18 @@ def test_an_option_added_to_options_shows_with_no_other_edit(
     hedge = typing.Annotated[str | None, settings.Setting(None)]
     fields = {**Options.__annotations__, "hedge": hedge}
     grown = typing.TypedDict("Options", fields, total=False)  # type: ignore[misc]  # at run time
-    grown.__doc__ = (Options.__doc__ or "") + "\n        hedge: ask a second upstream after this long. More.\n"
+    grown.__doc__ = (Options.__doc__ or "") + "\n        hedge: ask again after this long. More.\n"
     monkeypatch.setattr(settings, "Options", grown)
-    monkeypatch.setattr(settings, "SETTINGS", {**settings.SETTINGS, "hedge": settings.Setting(None)})
+    monkeypatch.setattr(
+        settings, "SETTINGS", {**settings.SETTINGS, "hedge": settings.Setting(None)}
+    )
     try:
         failover.decorator._public_face()
         parameters = inspect.signature(failover.failover).parameters
         assert list(parameters)[-1] == "hedge"
         assert parameters["hedge"].default is None
         assert parameters["hedge"].annotation == str | None
-        assert "    hedge=None: ask a second upstream after this long." in (failover.failover.__doc__ or "")
+        assert "    hedge=None: ask again after this long." in (failover.failover.__doc__ or "")
     finally:
         monkeypatch.undo()
         failover.decorator._public_face()

@@ -21,10 +21,10 @@ from prometheus_client import CollectorRegistry
 
 import failover
 from failover.cli import main
-from failover.codec import PickleCodec
-from failover.crypto import FernetCipher
 from failover.errors import ConfigurationError, SerializationError, StoreError
 from failover.payload import ReferentialPayload
+from failover.serialization.crypto import FernetCipher
+from failover.serialization.pickle_codec import PickleCodec
 from failover.stores import MultiTenantStore, make_store
 from failover.stores.redis import RedisStore
 

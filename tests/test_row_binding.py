@@ -32,11 +32,12 @@ from prometheus_client import CollectorRegistry
 
 import failover
 from failover import Failover
-from failover.codec import JsonCodec, PickleCodec
-from failover.crypto import FernetCipher
 from failover.errors import ConfigurationError, SerializationError, StoreError
 from failover.keys import make_key
 from failover.payload import ReferentialPayload
+from failover.serialization.crypto import FernetCipher
+from failover.serialization.json_codec import JsonCodec
+from failover.serialization.pickle_codec import PickleCodec
 from failover.stores import MultiTenantStore, per_tenant_tables
 from failover.stores.base import walk
 from failover.stores.factory import make_store, per_tenant

@@ -22,11 +22,12 @@ from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry
 
 import failover
-from failover.codec import PickleCodec, type_name
-from failover.crypto import FernetCipher
 from failover.errors import SerializationError
 from failover.keys import make_key
-from failover.stores.serializer import Serializer, entry_binding
+from failover.serialization.base import type_name
+from failover.serialization.crypto import FernetCipher
+from failover.serialization.pickle_codec import PickleCodec
+from failover.serialization.rows import Serializer, entry_binding
 from failover.stores.sql import SqlStore
 
 from . import postgres
@@ -366,7 +367,7 @@ class CorruptRows:
 
 
 def seal_for(name: str, key: str, text: str) -> str:
-    from failover.crypto import seal
+    from failover.serialization.crypto import seal
 
     return seal(FernetCipher(FERNET_KEY), text, entry_binding(name, key))
 

@@ -27,12 +27,12 @@ import sqlalchemy as sa
 from prometheus_client import CollectorRegistry
 
 import failover
-from failover.codec import PickleCodec
-from failover.crypto import FernetCipher, seal
 from failover.errors import ConfigurationError, SerializationError, StoreError
 from failover.payload import ReferentialPayload, envelope
+from failover.serialization.crypto import FernetCipher, seal
+from failover.serialization.pickle_codec import PickleCodec
+from failover.serialization.rows import entry_binding
 from failover.stores import make_store
-from failover.stores.serializer import entry_binding
 from failover.stores.sql import SqlStore, make_engine
 
 from . import postgres

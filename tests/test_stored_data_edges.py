@@ -31,10 +31,11 @@ from prometheus_client import CollectorRegistry
 import failover
 from failover import Failover, ListSplitter
 from failover.cli import main
-from failover.codec import PickleCodec, type_name
-from failover.crypto import FernetCipher, seal
 from failover.keys import make_key
-from failover.stores.serializer import entry_binding
+from failover.serialization.base import type_name
+from failover.serialization.crypto import FernetCipher, seal
+from failover.serialization.pickle_codec import PickleCodec
+from failover.serialization.rows import entry_binding
 from failover.stores.sql import SqlStore
 
 from . import redis_server
@@ -854,7 +855,7 @@ def test_inspect_and_the_dashboard_list_a_store_full_of_hostile_rows(
 def test_the_hostile_rows_are_well_formed_for_their_purpose(tmp_path: Path) -> None:
     """Guards against a test passing for the wrong reason: an honest row built the same way
     decodes, so the hostile ones fail for what they hold, not for how they were written."""
-    from failover.stores.serializer import Serializer
+    from failover.serialization.rows import Serializer
 
     rows = Serializer(
         cipher=FernetCipher([NEW_KEY, OLD_KEY]), allowed_types=[Country], accept_plain=True

@@ -22,7 +22,7 @@ from ..policy import resolve_policy
 from ..publish import HealthPublisher, publish_interval
 from ..store_metrics import StoreMetrics, store_health
 from ..stores.base import FailoverStore, does_io, writes_async
-from ..stores.tenant import MultiTenantStore, TenantStoreFactory
+from ..stores.routing import MultiTenantStore, TenantStoreFactory
 from . import validation
 from .clock import utcnow
 from .guards import Guards

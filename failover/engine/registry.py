@@ -8,7 +8,6 @@ from collections.abc import Callable, Iterable
 from datetime import datetime
 from typing import Any
 
-from ..codec import JsonCodec, allow_annotation, type_name, unencodable
 from ..core import Decorated, resolve_return_type
 from ..definition import FailoverDefinition
 from ..execution import Pool, Pools
@@ -17,7 +16,9 @@ from ..metrics import Metrics
 from ..policy import ExceptionPolicy
 from ..recorder import FailoverStats
 from ..scatter import slice_type
-from ..serialization.base import Encoding
+from ..serialization.allowlist import allow_annotation
+from ..serialization.base import Encoding, type_name
+from ..serialization.json_codec import JsonCodec, unencodable
 from ..stores.base import FailoverStore
 
 __all__ = ["Registry", "warn_replaced"]

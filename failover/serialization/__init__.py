@@ -5,7 +5,8 @@
 - ``json_codec``, ``pickle_codec``: the two codecs.
 - ``crypto``: ciphers for payloads at rest.
 - ``rows``: an entry as the four parts a text-keeping store writes (SQL, Redis).
+- ``text``: an entry as one string with a header line, for any key-value store (Redis).
 
 Which kind of object a value is (enum, dataclass, pydantic model...) is `failover.kinds`, below
-this package: the envelope (`failover.payload`), which ``rows`` builds, asks it too.
+this package: the entry (`failover.payload`), which ``rows`` builds, asks it too.
 """

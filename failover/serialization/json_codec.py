@@ -231,7 +231,8 @@ class JsonCodec:
         if self._allowed(name, tp) is None:
             raise SerializationError(
                 f"type {name} is not on the serialization allowlist: name it in the failover's "
-                "return annotation, or pass it in allowed_types= (or to failover.codec.allow_types)"
+                "return annotation, or pass it in allowed_types= "
+                "(or to failover.serialization.allowlist.allow_types)"
             )
         if kind == kinds.ENUM:
             return _tagged(name, self._enc(value.value))

@@ -8,7 +8,8 @@ from .browsing import Browsable, Page, StoredEntry, Summary
 from .copying import CopyingStore
 from .factory import make_store
 from .memory import InMemoryStore
-from .tenant import MultiTenantStore
+from .routing import MultiTenantStore
+from .schemes import register_scheme
 from .tiered import TieredStore
 from .ttl import CachetoolsStore
 
@@ -32,6 +33,7 @@ __all__ = [
     "make_store",
     "per_tenant_databases",
     "per_tenant_tables",
+    "register_scheme",
 ]
 
 if typing.TYPE_CHECKING:

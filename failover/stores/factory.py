@@ -1,14 +1,15 @@
 """Stores from URLs: `make_store` for one store, `per_tenant` for one store per tenant.
 
-The routing is by URL scheme and stays generic: both pick the kind of store a URL names, whose
-per-tenant factory is made in `failover.stores.tenants` (`per_tenant_stores` here for the
-in-process stores, `failover.stores.sql` for SQL, `RedisStore.per_tenant` for Redis). Store
+Both look the URL's scheme up in one table (`failover.stores.schemes`): the library's own
+schemes are registered here, each with its maker and its per-tenant maker (made in
+`failover.stores.tenant_stores`: `per_tenant_stores` here for the in-process stores,
+`RedisStore.per_tenant` for Redis); a scheme not in the table is a SQLAlchemy URL
+(`failover.stores.sql`) when SQLAlchemy has a dialect for it, and refused by name otherwise. Store
 modules are imported when their scheme is first used.
 """
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Callable
 from datetime import datetime
 from typing import Any
@@ -17,45 +18,15 @@ from urllib.parse import parse_qsl, urlencode, urlsplit
 from ..errors import ConfigurationError
 from ..expiry import parse_ttl
 from ..masking import masked_url
-from . import tenants
+from . import schemes, tenant_stores
 from .base import FailoverStore
-from .tenant import check_max_tenants
-from .tenants import TenantStores
+from .routing import check_max_tenants
+from .schemes import Scheme
+from .tenant_stores import TenantStores
 
 __all__ = ["check_sql_scheme", "make_store", "per_tenant", "per_tenant_stores"]
 
-_IN_PROCESS = ("memory", "cachetools")
-_REDIS = ("redis", "rediss", "unix", "redis+sentinel", "redis+cluster")
 _TIERED = "tiered+"
-
-# The schemes make_store handles itself (and tiered+ before any URL); any other is a SQLAlchemy
-# URL.
-_NATIVE = (*_IN_PROCESS, *_REDIS)
-_SUPPORTED = (
-    "memory://, cachetools://, redis://, rediss://, unix://, redis+sentinel://, "
-    "redis+cluster://, tiered+<url>, or a SQLAlchemy URL "
-    "such as sqlite:///path.db or postgresql+psycopg://user@host/db"
-)
-# SQLAlchemy's own dialects, and what people write for them: suggested by nearest spelling.
-_SQL_SCHEMES = ("sqlite", "postgresql+psycopg", "mysql", "mariadb", "mssql", "oracle")
-_ALIASES = {
-    "postgres": "postgresql+psycopg",  # Heroku's and libpq's spelling, gone from SQLAlchemy 1.4
-    "postgresql+psycopg3": "postgresql+psycopg",
-    "pg": "postgresql+psycopg",
-    "psql": "postgresql+psycopg",
-    "sqlite3": "sqlite",
-    "mem": "memory",
-    "inmemory": "memory",
-    "in-memory": "memory",
-    "ttl": "cachetools",
-}
-
-
-def _nearest(scheme: str) -> str | None:
-    """The supported scheme ``scheme`` most likely misspells, or ``None``."""
-    candidates = [*_NATIVE, *_SQL_SCHEMES, *_ALIASES]
-    close = difflib.get_close_matches(scheme, candidates, n=1, cutoff=0.6)
-    return _ALIASES.get(close[0], close[0]) if close else None
 
 
 def check_sql_scheme(url: str, scheme: str) -> None:
@@ -74,10 +45,11 @@ def check_sql_scheme(url: str, scheme: str) -> None:
         pass
     except (ArgumentError, ValueError):
         return  # not a URL SQLAlchemy can parse: SqlStore says so, naming it
-    nearest = _nearest(scheme)
+    nearest = schemes.nearest(scheme)
     hint = f" (did you mean {nearest}://?)" if nearest else ""
     raise ConfigurationError(
-        f"store URL {masked_url(url)!r}: unknown scheme {scheme!r}{hint}; supported: {_SUPPORTED}"
+        f"store URL {masked_url(url)!r}: unknown scheme {scheme!r}{hint}; "
+        f"supported: {schemes.supported()}"
     )
 
 
@@ -137,8 +109,9 @@ def make_store(url: str, *, clock: Callable[[], datetime] | None = None) -> Fail
     - ``tiered+`` before any other URL (``tiered+redis://host/0``): a `TieredStore` with a
       ``cachetools://`` store near and the URL's store far (``?hedge_after=50ms``: how long a
       read waits for far when near has an answer);
-    - any SQLAlchemy URL (``sqlite:///path.db``, ``postgresql+psycopg://user@host/db``): a
-      `SqlStore`.
+    - a scheme registered with `failover.stores.register_scheme` (``kv://...``): its store;
+    - any other SQLAlchemy URL (``sqlite:///path.db``, ``postgresql+psycopg://user@host/db``):
+      a `SqlStore`.
 
     Args:
         url: the store's URL.
@@ -151,25 +124,9 @@ def make_store(url: str, *, clock: Callable[[], datetime] | None = None) -> Fail
             library that is not installed (named in a one-line message, the password masked).
     """
     scheme = _scheme(url)
-    if scheme == "memory":
-        from .memory import InMemoryStore
-
-        return InMemoryStore(**_int_options(url, {"max_entries"}, frozenset({"copy"})))
-    if scheme == "cachetools":
-        from .ttl import CachetoolsStore
-
-        return CachetoolsStore(**_int_options(url, {"maxsize"}), clock=clock)
-    if scheme in _REDIS:
-        store: FailoverStore = _redis_module().RedisStore(url, clock=clock)
-        return store
-    if scheme.startswith(_TIERED):
-        from .tiered import TieredStore
-        from .ttl import CachetoolsStore
-
-        far_url, hedge = _hedge_option(url[len(_TIERED) :])
-        return TieredStore(
-            CachetoolsStore(clock=clock), make_store(far_url, clock=clock), hedge_after=hedge
-        )
+    row = schemes.find(scheme)
+    if row is not None:
+        return row.make(url, clock)
     check_sql_scheme(url, scheme)
     from .sql import SqlStore
 
@@ -203,13 +160,14 @@ def per_tenant_stores(url: str, *, clock: Callable[[], datetime] | None = None) 
         ConfigurationError: a URL that is not an in-process store, or that `make_store` refuses.
     """
     scheme = url.split("://", 1)[0].lower() if isinstance(url, str) else ""
-    if scheme not in _IN_PROCESS:
+    row = schemes.find(scheme)
+    if row is None or not row.in_process:
         # Several stores made from one database URL would share one table: no isolation.
         raise ConfigurationError(
             f"per_tenant_stores: {masked_url(url)!r} is not an in-process store URL; for a "
             "database use per_tenant_tables or per_tenant_databases"
         )
-    return tenants.in_process(
+    return tenant_stores.in_process(
         lambda: make_store(url, clock=clock), f"per_tenant_stores({masked_url(url)!r})"
     )
 
@@ -218,7 +176,7 @@ def per_tenant(url: str, *, clock: Callable[[], datetime] | None = None) -> Tena
     """The engine's strategy for a store URL under multi-tenancy.
 
     The URL's ``max_tenants`` option (``sqlite:///f.db?max_tenants=200``) is the router's: the
-    tenants' stores kept open at once (see `failover.stores.tenant.MultiTenantStore`); it is
+    tenants' stores kept open at once (see `failover.stores.routing.MultiTenantStore`); it is
     taken out before the store sees the URL.
 
     ``memory://`` and ``cachetools://`` URLs: one in-process store per tenant
@@ -226,7 +184,8 @@ def per_tenant(url: str, *, clock: Callable[[], datetime] | None = None) -> Tena
     (`RedisStore.per_tenant`). ``tiered+`` URLs: per tenant, a near store of its own in front of
     the tenant's far store. A database URL containing ``{tenant}``: one database per tenant
     (`per_tenant_databases`). Any other database URL: one table per tenant, prefixed
-    ``{tenant}_`` (`per_tenant_tables`).
+    ``{tenant}_`` (`per_tenant_tables`). A scheme registered with
+    `failover.stores.register_scheme`: its ``per_tenant`` maker.
 
     Args:
         url: the engine's ``store`` URL.
@@ -236,7 +195,8 @@ def per_tenant(url: str, *, clock: Callable[[], datetime] | None = None) -> Tena
         A factory ``tenant -> store`` for `MultiTenantStore`.
 
     Raises:
-        ConfigurationError: a URL its store refuses.
+        ConfigurationError: a URL its store refuses; an unknown scheme, or one with no
+            per-tenant stores (both named, as `make_store` names an unknown one).
     """
     scheme = _scheme(url)
     url, most = _max_tenants_option(url)
@@ -264,24 +224,81 @@ def _max_tenants_option(url: str) -> tuple[str, int | None]:
 
 
 def _per_tenant(url: str, scheme: str, clock: Callable[[], datetime] | None) -> TenantStores:
-    if scheme in _IN_PROCESS:
-        return per_tenant_stores(url, clock=clock)
-    if scheme in _REDIS:
-        stores: TenantStores = _redis_module().RedisStore.per_tenant(url, clock=clock)
-        return stores
-    if scheme.startswith(_TIERED):
-        from .tiered import TieredStore
-        from .ttl import CachetoolsStore
-
-        far_url, hedge = _hedge_option(url[len(_TIERED) :])
-        far = _per_tenant(far_url, _scheme(far_url), clock)
-        return tenants.layered(
-            far,
-            lambda store: TieredStore(CachetoolsStore(clock=clock), store, hedge_after=hedge),
-            f"tiered({far!r})",
-        )
+    row = schemes.find(scheme)
+    if row is not None:
+        if row.per_tenant is None:
+            raise ConfigurationError(
+                f"store URL {masked_url(url)!r}: scheme {scheme!r} has no per-tenant stores; "
+                "pass store= a factory tenant -> store, or register the scheme with "
+                "per_tenant= (failover.stores.register_scheme)"
+            )
+        return row.per_tenant(url, clock)
+    check_sql_scheme(url, scheme)
     from .sql import per_tenant_databases, per_tenant_tables
 
     if "{tenant}" in url:
         return per_tenant_databases(url)
     return per_tenant_tables(url)
+
+
+# -- the library's own schemes ---------------------------------------------------------------
+
+
+def _memory(url: str, clock: Callable[[], datetime] | None) -> FailoverStore:
+    from .memory import InMemoryStore
+
+    return InMemoryStore(**_int_options(url, {"max_entries"}, frozenset({"copy"})))
+
+
+def _cachetools(url: str, clock: Callable[[], datetime] | None) -> FailoverStore:
+    from .ttl import CachetoolsStore
+
+    return CachetoolsStore(**_int_options(url, {"maxsize"}), clock=clock)
+
+
+def _redis(url: str, clock: Callable[[], datetime] | None) -> FailoverStore:
+    store: FailoverStore = _redis_module().RedisStore(url, clock=clock)
+    return store
+
+
+def _redis_per_tenant(url: str, clock: Callable[[], datetime] | None) -> TenantStores:
+    stores: TenantStores = _redis_module().RedisStore.per_tenant(url, clock=clock)
+    return stores
+
+
+def _tiered(url: str, clock: Callable[[], datetime] | None) -> FailoverStore:
+    from .tiered import TieredStore
+    from .ttl import CachetoolsStore
+
+    far_url, hedge = _hedge_option(url[len(_TIERED) :])
+    return TieredStore(
+        CachetoolsStore(clock=clock), make_store(far_url, clock=clock), hedge_after=hedge
+    )
+
+
+def _tiered_per_tenant(url: str, clock: Callable[[], datetime] | None) -> TenantStores:
+    from .tiered import TieredStore
+    from .ttl import CachetoolsStore
+
+    far_url, hedge = _hedge_option(url[len(_TIERED) :])
+    far = _per_tenant(far_url, _scheme(far_url), clock)
+    return tenant_stores.layered(
+        far,
+        lambda store: TieredStore(CachetoolsStore(clock=clock), store, hedge_after=hedge),
+        f"tiered({far!r})",
+    )
+
+
+def _in_process_per_tenant(url: str, clock: Callable[[], datetime] | None) -> TenantStores:
+    return per_tenant_stores(url, clock=clock)
+
+
+REDIS_SCHEMES = ("redis", "rediss", "unix", "redis+sentinel", "redis+cluster")
+
+schemes.builtin(
+    Scheme("memory", _memory, _in_process_per_tenant, True, ("mem", "inmemory", "in-memory"))
+)
+schemes.builtin(Scheme("cachetools", _cachetools, _in_process_per_tenant, True, ("ttl",)))
+for _name in REDIS_SCHEMES:
+    schemes.builtin(Scheme(_name, _redis, _redis_per_tenant))
+schemes.builtin(Scheme(_TIERED, _tiered, _tiered_per_tenant))

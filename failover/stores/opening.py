@@ -11,11 +11,11 @@ from typing import Any
 
 from ..errors import StoreError
 from ..masking import masked_url
+from . import schemes
 from .base import FailoverStore
+from .factory import REDIS_SCHEMES, check_sql_scheme
 
 __all__ = ["driver_errors", "in_process", "open_shared"]
-
-_REDIS = ("redis", "rediss", "unix", "redis+sentinel", "redis+cluster")
 
 
 def _sqlalchemy_url(url: str) -> Any:
@@ -31,7 +31,8 @@ def _sqlalchemy_url(url: str) -> Any:
 
 def in_process(url: str) -> bool:
     """Whether the store at ``url`` lives inside this process: nothing of it outlives it."""
-    if url.partition("://")[0].lower() in ("memory", "cachetools"):
+    row = schemes.find(url.partition("://")[0].lower())
+    if row is not None and row.in_process:
         return True
     from .sql.engine import is_memory
 
@@ -58,7 +59,7 @@ def open_shared(url: str, *, create: bool, table_prefix: str = "") -> FailoverSt
         StoreError: no such SQLite file, or the database cannot be reached.
         ConfigurationError: a URL the store refuses (a misspelt scheme gets the nearest).
     """
-    if url.partition("://")[0].lower() in _REDIS:
+    if url.partition("://")[0].lower() in REDIS_SCHEMES:
         from .redis import RedisStore
 
         redis_store = RedisStore(url)
@@ -70,7 +71,6 @@ def open_shared(url: str, *, create: bool, table_prefix: str = "") -> FailoverSt
         return redis_store
     from sqlalchemy.exc import SQLAlchemyError
 
-    from .factory import check_sql_scheme
     from .sql import SqlStore, make_engine
     from .sql.store import row_options
 

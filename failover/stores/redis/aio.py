@@ -19,9 +19,9 @@ import redis.asyncio
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 
+from ...serialization.text import EntryText
 from ..base import Payload
 from .client import Errors, Keys
-from .values import Values
 from .writes import forward_fallback, write_commands
 
 __all__ = ["AsyncClients", "AsyncRedisMethods", "async_url"]
@@ -147,7 +147,7 @@ class AsyncRedisMethods:
     _aio: AsyncClients | None
     _owns_aio: bool
     _keys: Keys
-    _values: Values
+    _values: EntryText
 
     @property
     def native_async(self) -> bool:

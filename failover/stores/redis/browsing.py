@@ -15,10 +15,10 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from ..browsing import Page, StoredEntry
+from ...serialization.text import as_stored
+from ..browsing import PREVIEW, Page, StoredEntry
 from .client import Errors, Keys
 from .commands import Commands
-from .values import describe
 
 __all__ = ["CHUNK", "RedisBrowsing"]
 
@@ -199,3 +199,11 @@ class RedisBrowsing:
             keys = [_text(m) for m in gone]
             for i in range(0, len(keys), CHUNK):  # bounded scripts: others run between
                 self.drop_gone(name, keys[i : i + CHUNK])
+
+
+def describe(name: str, key: str, raw: bytes | str) -> StoredEntry:
+    """The entry as stored (a value with an unreadable header is listed with no times)."""
+    as_of, expire_on, payload_type, label, body = as_stored(raw)
+    size = len(raw if isinstance(raw, bytes) else raw.encode())
+    payload = body[: PREVIEW * 4].decode(errors="replace")[:PREVIEW]
+    return StoredEntry(name, key, as_of, expire_on, size, payload_type, payload, label)

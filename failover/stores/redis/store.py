@@ -4,7 +4,7 @@ The keys under the store's prefix (``"failover:"`` by default), for a failover n
 (percent-encoded, so that a ``:`` in a name can never make two entries share a key):
 
 - ``{prefix}e:{N}:{key}``, a string: one entry, a header line then the payload text (see
-  `failover.stores.redis.values`). Redis deletes it at its ``expire_on`` (``SET ... PXAT``):
+  `failover.serialization.text`). Redis deletes it at its ``expire_on`` (``SET ... PXAT``):
   the store has nothing to clean.
 - ``{prefix}i:{N}``, a sorted set: the keys of ``N``'s entries, scored by the time Redis expires
   each (milliseconds). `RedisStore.find_all` walks it instead of ``KEYS``/``SCAN`` over the
@@ -41,11 +41,12 @@ from ...serialization.rows import (
     merged_row_options,
     split_row_options,
 )
-from .. import tenants
+from ...serialization.text import EntryText
+from .. import tenant_stores
 from ..base import Capabilities, Payload
 from ..browsing import Page, StoredEntry, Summary, summary_of
 from ..health_rows import KeepsHealthRows
-from ..tenants import TenantStores
+from ..tenant_stores import TenantStores
 from .aio import AsyncClients, AsyncRedisMethods, async_url
 from .browsing import RedisBrowsing
 from .client import DEFAULT_PREFIX, Keys, checked_prefix, split_url
@@ -53,7 +54,6 @@ from .commands import Commands
 from .health_rows import RedisHealthRows
 from .sharing import shared_client
 from .topology import Client, LazyCluster, store_client
-from .values import Values
 from .writes import write_commands
 
 __all__ = ["RedisStore"]
@@ -163,7 +163,7 @@ class RedisStore(KeepsHealthRows, AsyncRedisMethods, Capabilities):
         )
         if tenant is not None:
             self.serializer.bind_tenant(tenant)
-        self._values = Values(self.serializer, clock)
+        self._values = EntryText(self.serializer, clock)
         self._keys = Keys(prefix)
         cluster = isinstance(self.client, RedisCluster | LazyCluster)
         self._redis = Commands(self.client, self._where, cluster)
@@ -388,7 +388,7 @@ class RedisStore(KeepsHealthRows, AsyncRedisMethods, Capabilities):
                 (never closed here).
             prefixes: the key prefix of each tenant; a tenant not listed is refused with
                 `StoreError`. ``None``: ``f"{prefix}t:{tenant}:"`` for tenant ids matching
-                `failover.stores.tenant.TENANT_ID`, which no key of an untenanted store with
+                `failover.stores.routing.TENANT_ID`, which no key of an untenanted store with
                 the same base prefix can start with.
             **store_kwargs: passed to each `RedisStore` (``prefix``, ``codec``, ``cipher``,
                 ``socket_timeout``, ``clock``...).
@@ -397,4 +397,4 @@ class RedisStore(KeepsHealthRows, AsyncRedisMethods, Capabilities):
             ConfigurationError: a bad URL or prefix, or two tenants sharing a prefix.
         """
         shared = shared_client(url_or_client, store_kwargs, "RedisStore.per_tenant")
-        return tenants.key_prefixes(cls, shared, checked_prefix, prefixes, **store_kwargs)
+        return tenant_stores.key_prefixes(cls, shared, checked_prefix, prefixes, **store_kwargs)

@@ -3,7 +3,7 @@ stored entry is newer, and the upkeep of its name's indexes (``{prefix}i:{N}`` b
 ``{prefix}k:{N}`` by key, the ``{prefix}names`` set), sent as one pipeline.
 
 Entries only move forward: the entries are written by one Lua script (`FORWARD`), which reads
-each stored value's ``as_of`` (the start of its header: `failover.stores.redis.values`) and
+each stored value's ``as_of`` (the start of its header: `failover.serialization.text`) and
 leaves it when it is after the new one's, atomically; it returns how many it left. One script
 call per batch on one server; on a cluster, where a script names the keys of one slot only,
 one per entry, in the pipeline per node. The script is called by its SHA (``EVALSHA``), and by
@@ -19,9 +19,9 @@ from typing import Any
 
 from redis.exceptions import NoScriptError
 
+from ...serialization.text import EntryText
 from ..base import Payload
 from .client import Keys
-from .values import Values
 
 __all__ = ["FORWARD", "FORWARD_SHA", "Writes", "forward_fallback", "write_commands"]
 
@@ -59,7 +59,7 @@ class Writes:
 
 
 def write_commands(
-    keys: Keys, values: Values, payloads: Sequence[Payload], cluster: bool
+    keys: Keys, values: EntryText, payloads: Sequence[Payload], cluster: bool
 ) -> Writes:
     """The commands that write ``payloads`` and their indexes (none for no payloads); one script
     call per entry on a ``cluster``, else one for them all."""

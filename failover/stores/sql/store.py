@@ -30,11 +30,11 @@ from ...serialization.rows import (
     micros,
     split_row_options,
 )
-from .. import tenants
+from .. import tenant_stores
 from ..base import Capabilities, FailoverStore, Payload, older
 from ..browsing import Page, Summary
 from ..health_rows import KeepsHealthRows
-from ..tenants import TenantStores
+from ..tenant_stores import TenantStores
 from .browsing import SqlBrowsing
 from .engine import first_line, make_engine, prepares, shared_engine
 from .health_rows import SqlHealthRows
@@ -53,7 +53,7 @@ class SqlStore(KeepsHealthRows, Capabilities):
 
     SQLite (a file) is the embedded default; PostgreSQL for many instances sharing one store;
     any database SQLAlchemy supports works. Values go through ``codec`` (JSON by default, see
-    `failover.codec`), then through ``cipher`` when one is set.
+    `failover.serialization`), then through ``cipher`` when one is set.
 
     Reading a row that cannot be decoded (a type off the allowlist, corrupt text, an unknown
     codec, a signature or a decryption that fails) raises `SerializationError` from `find`,
@@ -440,7 +440,7 @@ def row_options(url: str | sa.URL) -> tuple[str | sa.URL, dict[str, Any]]:
     return split_row_options(url, masked_url(url))
 
 
-# -- one store per tenant (made in failover.stores.tenants) ---------------------------------------
+# -- one store per tenant (made in failover.stores.tenant_stores) ----------------------------------
 
 
 def per_tenant_tables(
@@ -454,7 +454,7 @@ def per_tenant_tables(
         url_or_engine: a SQLAlchemy URL, or an `sqlalchemy.Engine` (never disposed here).
         prefixes: the table prefix of each tenant, e.g. ``{"acme": "acme_"}``; a tenant not listed
             is refused with `StoreError`. ``None``: the prefix is ``f"{tenant}_"``, for tenant ids
-            matching `failover.stores.tenant.TENANT_ID`.
+            matching `failover.stores.routing.TENANT_ID`.
         **store_kwargs: passed to each `SqlStore` (``codec``, ``cipher``, ``allowed_types``...).
 
     Returns:
@@ -469,7 +469,7 @@ def per_tenant_tables(
             "per_tenant_tables", url_or_engine, store_kwargs
         )
     _check_settings("per_tenant_tables", store_kwargs)
-    return tenants.tables(
+    return tenant_stores.tables(
         SqlStore, shared_engine, split_prefix, url_or_engine, prefixes, **store_kwargs
     )
 
@@ -479,7 +479,7 @@ def per_tenant_databases(url_template: str, **store_kwargs: Any) -> TenantStores
 
     For example ``"sqlite:////var/lib/app/failover-{tenant}.db"`` (one SQLite file per tenant)
     or ``"postgresql+psycopg://app@db/failover_{tenant}"``. Tenant ids must match
-    `failover.stores.tenant.TENANT_ID`.
+    `failover.stores.routing.TENANT_ID`.
 
     Args:
         url_template: a SQLAlchemy URL containing ``{tenant}``.
@@ -493,7 +493,7 @@ def per_tenant_databases(url_template: str, **store_kwargs: Any) -> TenantStores
             (checked here, before the first tenant comes).
     """
     _check_settings("per_tenant_databases", store_kwargs)
-    return tenants.databases(SqlStore, _check_url, url_template, **store_kwargs)
+    return tenant_stores.databases(SqlStore, _check_url, url_template, **store_kwargs)
 
 
 def _check_settings(owner: str, store_kwargs: dict[str, Any]) -> None:

@@ -1,13 +1,16 @@
-"""The value a `RedisStore` writes under an entry's key, and reading it back.
+"""An entry as one string, for any key-value store (the `RedisStore` writes it), and back.
 
 A header line ``{as_of} {expire_on} {type}`` (microseconds since the Unix epoch, UTC; the
 value's type name), then the payload text as `Serializer` writes it (codec, signature,
-encryption). `Values` writes and decodes it; `describe` lists it as stored, not decoded.
+encryption). `EntryText` writes and decodes it; a store's listing reads the header as stored,
+not decoded (`failover.stores.redis.browsing`).
 
 An entry with a label (a failover with ``label=``) ends its header line with a tab and the label
 (``{as_of} {expire_on} {type}\t{label}``; neither a type name nor a label holds a tab or a line
 break). A value without one is as earlier versions wrote it, and earlier versions read it; they
 read a labelled value as undecodable (a miss), so opt in once every process is on this version.
+
+Here, not beside the Redis store, so that it imports without redis-py.
 """
 
 from __future__ import annotations
@@ -17,16 +20,17 @@ from collections.abc import Callable, Iterable
 from datetime import datetime
 from typing import Any
 
-from ...errors import SerializationError
-from ...serialization.rows import Serializer, datetime_of
-from ..base import Payload
-from ..browsing import PREVIEW, StoredEntry
+from ..errors import SerializationError
+from ..payload import ReferentialPayload
+from .rows import Serializer, datetime_of
 
-__all__ = ["Values", "describe"]
+__all__ = ["EntryText", "as_stored"]
+
+Payload = ReferentialPayload[Any]
 
 
-class Values:
-    """A store's entries as Redis values, and back.
+class EntryText:
+    """A store's entries as strings, and back.
 
     Args:
         serializer: the store's codec, signature and cipher.
@@ -38,13 +42,14 @@ class Values:
         self._clock = clock
 
     def offset_ms(self) -> int:
-        """Redis's (the wall clock's) time minus the store's clock, in milliseconds."""
+        """The wall clock's time (a key-value store's, e.g. Redis's) minus the store's clock, in
+        milliseconds."""
         if self._clock is None:
             return 0
         return round((time.time() - self._clock().timestamp()) * 1000)
 
     def value(self, payload: Payload) -> tuple[str, int]:
-        """The stored string of an envelope, and when Redis expires it (ms since the epoch,
+        """The stored string of an entry, and when the store expires it (ms since the epoch,
         before the clock's offset)."""
         text, payload_type, as_of, expire_on = self.serializer.stored(payload)
         header = f"{as_of} {expire_on} {_one_field(payload_type)}"
@@ -82,7 +87,7 @@ class Values:
             raise self.serializer.corrupt(name, key, f"not a failover entry ({exc})") from exc
 
     def load(self, name: str, key: str, raw: bytes | str) -> Payload:
-        """The envelope of a stored value.
+        """The entry of a stored value.
 
         Raises:
             SerializationError: the value cannot be trusted or decoded.
@@ -90,7 +95,7 @@ class Values:
         return self.serializer.envelope(name, *self.parts(name, (key, raw)))
 
     def decoded(self, name: str, pairs: Iterable[tuple[str, Any]]) -> dict[str, Payload]:
-        """The envelopes of ``(key, stored value or None)`` pairs; a value that cannot be
+        """The entries of ``(key, stored value or None)`` pairs; a value that cannot be
         trusted or decoded is skipped with a warning."""
         found = ((k, raw) for k, raw in pairs if raw is not None)
         return dict(self.serializer.each(name, found, self.parts))
@@ -103,8 +108,11 @@ def _one_field(text: str) -> str:
     return text
 
 
-def describe(name: str, key: str, raw: bytes | str) -> StoredEntry:
-    """The entry as stored (a value with an unreadable header is listed with no times)."""
+def as_stored(
+    raw: bytes | str,
+) -> tuple[datetime | None, datetime | None, str, str | None, bytes]:
+    """A stored string's ``(as_of, expire_on, type, label, payload text)``, not decoded: for a
+    listing (an unreadable header gives no times and the type ``"?"``)."""
     data = raw if isinstance(raw, bytes) else raw.encode()
     head, _, body = data.partition(b"\n")
     fields, tab, label = head.decode(errors="replace").partition("\t")
@@ -117,7 +125,4 @@ def describe(name: str, key: str, raw: bytes | str) -> StoredEntry:
     except (ValueError, IndexError, OverflowError):
         as_of = expire_on = None
         payload_type = "?"
-    payload = body[: PREVIEW * 4].decode(errors="replace")[:PREVIEW]
-    return StoredEntry(
-        name, key, as_of, expire_on, len(data), payload_type, payload, label if tab else None
-    )
+    return as_of, expire_on, payload_type, label if tab else None, body

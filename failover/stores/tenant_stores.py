@@ -11,7 +11,7 @@ Each is given what it makes and what is the kind's own (the store class, the eng
 to share, its prefix check): this module imports no store, so that the store classes can offer
 their factory, and `failover.stores.factory.per_tenant` picks one from a URL, with no import
 circle. A tenant id that ends up in a table name, a file name or a key prefix must match
-`failover.stores.tenant.TENANT_ID`; a mapping of prefixes is checked whole, before the first
+`failover.stores.routing.TENANT_ID`; a mapping of prefixes is checked whole, before the first
 tenant comes.
 """
 
@@ -23,7 +23,7 @@ from typing import Any
 from ..errors import ConfigurationError, StoreError
 from ..masking import masked_url
 from .base import FailoverStore
-from .tenant import SHOWN, TenantStoreFactory, safe_tenant_id
+from .routing import SHOWN, TenantStoreFactory, safe_tenant_id
 
 __all__ = [
     "TenantStores",
@@ -97,7 +97,7 @@ def prefix_of(
 ) -> Callable[[str], str]:
     """The prefix of a tenant: from ``prefixes`` (a tenant not listed is refused with
     `StoreError` naming ``owner`` and ``what``), or ``default(tenant id)`` when there is no
-    mapping, for ids matching `failover.stores.tenant.TENANT_ID` (others are refused)."""
+    mapping, for ids matching `failover.stores.routing.TENANT_ID` (others are refused)."""
 
     def of(tenant: str) -> str:
         if prefixes is None:

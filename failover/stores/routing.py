@@ -1,4 +1,4 @@
-"""`MultiTenantStore`: one store chain per tenant.
+"""`MultiTenantStore`: routes each call to its tenant's store chain (one chain per tenant).
 
 The tenant is resolved on the calling thread, before any hand-off (the async-writes queue sits
 below this layer, inside each tenant's chain), so a write can never land in another tenant's
