@@ -5,9 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol, runtime_checkable
 
-from .execution.order import ORDER
 from .policy import ExceptionPolicy
 
 if TYPE_CHECKING:
@@ -107,6 +106,10 @@ class FailoverDefinition:
             f"execution={self.execution!r}, function={self.function!r})"
         )
 
+    # Set by `failover.execution.order`, which knows the guards and their one order: a
+    # definition describes them without importing them (the execution layer sits above it).
+    describe: ClassVar[Callable[[FailoverDefinition], str]] = staticmethod(lambda d: "basic")
+
     @property
     def execution(self) -> str:
         """The execution in use, outermost first: ``"basic"``, or e.g.
@@ -114,7 +117,7 @@ class FailoverDefinition:
         ``"bulkhead('exports', weight 5)"``. A breaker shows the settings it trips and resets
         by: its own, or for ``breaker=True`` the engine's ``breaker_defaults`` over pybreaker's
         (``fail_max`` 5, ``reset_timeout`` 60 s)."""
-        return " > ".join(k.shown(self) for k in ORDER if k.wanted(self)) or "basic"
+        return FailoverDefinition.describe(self)
 
     def accepts(self, exc: Exception) -> bool:
         """Whether ``exc`` triggers recovery under ``exceptions=`` and ``exclude=``."""
