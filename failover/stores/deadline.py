@@ -410,13 +410,16 @@ class DeadlineStore(HealthRowsLayer, BrowsingLayer, Layer):
 
     def close(self) -> None:
         """Close the inner store; workers still held by a hung operation are not waited for.
-        A trial under way ends here (its late end changes nothing)."""
-        with self._lock:
-            pool, self._pool = self._pool, None
-            self._trial = None
-        if pool is not None:
-            pool.shutdown(wait=False, cancel_futures=True)
-        self.inner.close()
+        A trial under way ends here (its late end changes nothing). The inner store closes
+        first: a queue below flushes through this layer's workers, which must still run."""
+        try:
+            self.inner.close()
+        finally:
+            with self._lock:
+                pool, self._pool = self._pool, None
+                self._trial = None
+            if pool is not None:
+                pool.shutdown(wait=False, cancel_futures=True)
 
 
 _FORKS = AfterFork(operator.methodcaller("forked"))  # a subclass's own reset included
