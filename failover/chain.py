@@ -40,6 +40,7 @@ def store_chain(
     clock: Callable[[], datetime],
     store_timeout: float | None = None,
     store_breaker_reset: float = 5.0,
+    store_breaker_after: int = 3,
 ) -> tuple[FailoverStore, FailoverStore]:
     """The engine's raw store and the chain over it, from `Failover`'s ``store=`` setting.
 
@@ -69,9 +70,12 @@ def store_chain(
         # Not over a tiered store: its near copy answers while far fails, and a breaker over
         # both would skip near too.
         if store_timeout is not None and does_io(raw) and not isinstance(raw, TieredStore):
-            chain = DeadlineStore(chain, store_timeout, clock, open_for=store_breaker_reset)
+            chain = DeadlineStore(
+                chain, store_timeout, clock, open_for=store_breaker_reset, after=store_breaker_after
+            )
         elif store_timeout is not None and isinstance(raw, TieredStore):
-            raw.guard_far(store_timeout, clock, store_breaker_reset)  # far's own; reads hedge
+            # far's own; reads hedge
+            raw.guard_far(store_timeout, clock, store_breaker_reset, store_breaker_after)
         # Copy before the queue, so that a caller mutating its result while the write waits
         # changes nothing; a queued write is not encoded yet, so even an isolating store needs it.
         if queued or _needs_copy(raw):

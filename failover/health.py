@@ -179,7 +179,9 @@ class StoreHealth:
 
     Attributes:
         name: the store, as ``failover_store_up`` labels it (``sqlstore``, ``redisstore``).
-        status: ``up`` (it answers), ``down`` (its store breaker is open: it is skipped).
+        status: ``up`` (it answers), ``down`` (it is out: its latest operations timed out or
+            were refused at the connection, ``store_breaker_after`` in a row, and its store
+            breaker skips it; back to ``up`` at the first operation it answers).
         errors: its operations that timed out, failed or were skipped since the start, by reason
             (``timeout``, ``error``, ``breaker_open``).
     """
@@ -203,8 +205,8 @@ class HealthReport:
         window: the seconds the counts cover.
         at: when the report was made (the engine's clock).
         pools: the bulkhead pools by name: permits in use, waiters, refusals.
-        stores: the stores under a deadline, by name: up, or down while their store breaker
-            is open (the engine is then at least ``degraded``).
+        stores: the stores under a deadline, by name: up, or down while they are out (the
+            engine is then at least ``degraded``: "its store is down").
     """
 
     status: Status

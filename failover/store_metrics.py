@@ -1,6 +1,8 @@
-"""The store's health in a Prometheus registry: ``failover_store_up{store}`` (the store breaker's
-view) and ``failover_store_errors_total{store,operation,reason}`` (reason ``timeout``, ``error``
-or ``breaker_open``), read at scrape time from the engines' deadline layers
+"""The store's health in a Prometheus registry: ``failover_store_up{store}`` (0 while the store
+is out: its latest operations, queued writes included, timed out or were refused at the
+connection, and its breaker is open) and
+``failover_store_errors_total{store,operation,reason}`` (reason ``timeout``, ``error`` or
+``breaker_open``), read at scrape time from the engines' deadline layers
 (`failover.stores.deadline.DeadlineStore`)."""
 
 from __future__ import annotations
@@ -106,7 +108,9 @@ def _families(m: StoreMetrics | None) -> Iterator[Any]:
     from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
     up = GaugeMetricFamily(
-        "failover_store_up", "The store answers (0: its store breaker is open).", labels=["store"]
+        "failover_store_up",
+        "The store answers (0: its latest operations timed out or were refused: it is out).",
+        labels=["store"],
     )
     errors = CounterMetricFamily(
         "failover_store_errors",

@@ -132,7 +132,7 @@ class Backend:
         self.store, self.op, self.hang, self.refuse = store, op, hang, refuse
 
     def layer(self, clock: FakeClock, workers: int = 32) -> DeadlineStore:
-        return DeadlineStore(self.store, TIMEOUT, clock, open_for=RESET, workers=workers)
+        return DeadlineStore(self.store, TIMEOUT, clock, open_for=RESET, workers=workers, after=1)
 
 
 @contextmanager
@@ -319,7 +319,7 @@ def test_async_store_trials_every_way_out(redis_srv: RedisServer, clock: FakeClo
     verdict (the next operation is the trial). Before, a refused or cancelled async trial left
     the store skipped for good."""
     store = RedisStore(redis_srv.url, prefix="atrial:", socket_timeout=WAIT)
-    layer = DeadlineStore(store, TIMEOUT, clock, open_for=RESET)
+    layer = DeadlineStore(store, TIMEOUT, clock, open_for=RESET, after=1)
     assert redis_srv.process is not None
     pid = redis_srv.process.pid
 
@@ -363,7 +363,7 @@ def test_a_cancelled_async_trial_on_postgresql_leaves_the_next_one_the_trial(
     pg_server: Any, clock: FakeClock
 ) -> None:
     store = SqlStore(pg_server.url, table_prefix=f"t{os.urandom(4).hex()}_")
-    layer = DeadlineStore(store, TIMEOUT, clock, open_for=RESET)
+    layer = DeadlineStore(store, TIMEOUT, clock, open_for=RESET, after=1)
     postmaster = int((pg_server.data / "postmaster.pid").read_text().split()[0])
 
     def hung() -> AbstractContextManager[None]:
@@ -395,7 +395,7 @@ def test_a_cancelled_async_trial_on_postgresql_leaves_the_next_one_the_trial(
 
 def test_close_ends_a_trial_under_way(redis_srv: RedisServer, clock: FakeClock) -> None:
     store = RedisStore(redis_srv.url, prefix="closed:", socket_timeout=WAIT)
-    layer = DeadlineStore(store, WAIT, trial_clock(clock), open_for=RESET)
+    layer = DeadlineStore(store, WAIT, trial_clock(clock), open_for=RESET, after=1)
     assert redis_srv.process is not None
     layer._open_until = clock()  # open, and due: the next operation is the trial
     with stopped([redis_srv.process.pid]):
@@ -421,7 +421,7 @@ def test_close_ends_a_trial_under_way(redis_srv: RedisServer, clock: FakeClock) 
 
 def _hedging(server: RedisServer, clock: FakeClock, workers: int = 32) -> HedgingDeadline:
     store = RedisStore(server.url, prefix=f"h{os.urandom(4).hex()}:", socket_timeout=WAIT)
-    return HedgingDeadline(store, TIMEOUT, clock, open_for=RESET, workers=workers)
+    return HedgingDeadline(store, TIMEOUT, clock, open_for=RESET, workers=workers, after=1)
 
 
 def _hedge(layer: HedgingDeadline, late: Callable[[Any], Any] = lambda found: None) -> Any:
@@ -539,7 +539,7 @@ def _tiered(server: RedisServer, clock: FakeClock) -> tuple[TieredStore, RedisSt
     tiered = TieredStore(
         InMemoryStore(), RedisStore(server.url, prefix=prefix, socket_timeout=WAIT, clock=clock)
     )
-    tiered.guard_far(WAIT, clock, RESET)
+    tiered.guard_far(WAIT, clock, RESET, 1)
     return tiered, RedisStore(server.url, prefix=prefix, socket_timeout=WAIT, clock=clock)
 
 
@@ -868,7 +868,7 @@ def test_a_child_forked_during_a_store_trial_runs_a_trial_of_its_own(
     """The parent's store trial runs on a worker the child does not have: before, the child
     skipped the store for good."""
     store = RedisStore(redis_srv.url, prefix="fork:", socket_timeout=WAIT)
-    layer = DeadlineStore(store, WAIT, trial_clock(clock), open_for=RESET)
+    layer = DeadlineStore(store, WAIT, trial_clock(clock), open_for=RESET, after=1)
     assert redis_srv.process is not None
     pid = redis_srv.process.pid
     layer._open_until = clock()  # open, and due: the next operation is the trial
@@ -1084,7 +1084,7 @@ def test_stress_store_breaker_returns_to_rest(tmp_path: Path, clock: FakeClock) 
     store = Flaky(f"sqlite:///{tmp_path / 'stress.db'}")
     store.store(payload("ok", clock))
     # open_for=0: every operation of an open breaker is a trial; two workers: some refused.
-    layer = HedgingDeadline(store, 0.01, clock, open_for=0, workers=2)
+    layer = HedgingDeadline(store, 0.01, clock, open_for=0, workers=2, after=1)
     seen: Counter = Counter()
 
     def calls(seed: int) -> None:

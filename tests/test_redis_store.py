@@ -380,13 +380,11 @@ def test_a_service_starts_while_redis_is_down_and_answers_live(
 
     with engine:
         assert rate("EUR") == {"ccy": "EUR"}  # live, while its write fails
-        assert engine.flush(timeout=10)
-        assert registry.get_sample_value("failover_async_writes_failed_total") == 1
+        assert not engine.flush(timeout=10)  # tried: it waits for Redis, retried
+        assert not registry.get_sample_value("failover_async_writes_failed_total")
         upstream.fail()
-        with pytest.raises(ConnectionError):
-            rate("EUR")  # nothing recovered: Redis is down
-        errors = {"name": "svc.rates", "outcome": "error"}
-        assert registry.get_sample_value("failover_recoveries_total", errors) == 1
+        # Redis is down, but the write waiting for it is still seen (read-your-writes).
+        assert rate("EUR") == {"ccy": "EUR"}
 
         own_server.start()
         upstream.recover()
@@ -441,7 +439,7 @@ def test_redis_killed_mid_load_and_restarted(
             after(200)  # every call answers live while Redis is gone
             # The writes queued meanwhile are tried (and fail) before Redis comes back: without
             # this the worker could still be on an earlier batch when the server returns.
-            assert engine.flush(timeout=20)
+            engine.flush(timeout=20)  # tried; what Redis refused waits for it, retried
             own_server.start()
             after(200)
         finally:
@@ -450,9 +448,8 @@ def test_redis_killed_mid_load_and_restarted(
                 worker.join(timeout=20)
         assert errors == []
         assert engine.flush(timeout=10)
-        failed = registry.get_sample_value("failover_async_writes_failed_total")
-        assert failed is not None
-        assert failed > 0  # the writes made while Redis was gone: counted, never raised
+        # The writes made while Redis was gone: retried once it was back, none given up.
+        assert not registry.get_sample_value("failover_async_writes_failed_total")
         assert rate("after-restart") == {"ccy": "after-restart"}
         assert engine.flush(timeout=10)
         upstream.fail()

@@ -131,29 +131,35 @@ def test_a_batch_of_1000_writes_is_one_round_trip_per_node(
 
 
 class Counted:
-    """Between the async-writes queue and the real store: the entries each successful
-    ``store_many`` wrote, and whether it began after the failover was over."""
+    """Between the async-writes queue and the real store: the entries successful
+    ``store_many`` calls wrote (each once: a batch given up at its deadline may still land and
+    be retried too), and those begun after the failover was over."""
 
     def __init__(self, inner: Any) -> None:
         self.inner = inner
         self.over = threading.Event()
         self.lock = threading.Lock()
-        self.written = 0
+        self.keys: set[tuple[str, str]] = set()
         self.written_after: list[Payload] = []
+
+    @property
+    def written(self) -> int:
+        return len(self.keys)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)
 
-    def store(self, payload: Payload) -> None:
-        self.store_many([payload])
+    def store(self, payload: Payload) -> Any:
+        return self.store_many([payload])
 
-    def store_many(self, payloads: Sequence[Payload]) -> None:
+    def store_many(self, payloads: Sequence[Payload]) -> Any:
         after = self.over.is_set()
-        self.inner.store_many(payloads)
+        kept = self.inner.store_many(payloads)
         with self.lock:
-            self.written += len(payloads)
+            self.keys.update((p.name, p.key) for p in payloads)
             if after:
                 self.written_after += payloads
+        return kept
 
 
 def run_load(store: Any, disrupt: Callable[[], object]) -> None:

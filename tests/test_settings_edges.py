@@ -133,6 +133,7 @@ BAD_ENV: dict[str, list[str]] = {
     "POLICY": ["nope", "RETHROW", "never-throw"],
     "STORE_TIMEOUT": ["soon", "0s", "-1s", "nan", "36501d"],
     "STORE_BREAKER_RESET": ["soon", "0s", "-1s"],
+    "STORE_BREAKER_AFTER": ["many", "0", "-1", "1.5"],
     "PUBLISH_HEALTH": ["soon", "0s", "maybe"],
     "FLEET": ["nonsense", "http://redis.internal", "redis://h/x", "redis://h/0?prefix=a b"],
 }
@@ -144,6 +145,7 @@ GOOD_ENV: dict[str, str] = {
     "POLICY": "never_throw",
     "STORE_TIMEOUT": "250ms",
     "STORE_BREAKER_RESET": "30s",
+    "STORE_BREAKER_AFTER": "5",
     "PUBLISH_HEALTH": "false",
     "FLEET": "redis://127.0.0.1:1/0?prefix=edges:",
 }
@@ -321,6 +323,7 @@ def test_a_good_value_is_read_with_the_blanks_around_it(
             "POLICY": engine.policy is failover.ExceptionPolicy.NEVER_THROW,
             "STORE_TIMEOUT": engine.store_timeout == 0.25,
             "STORE_BREAKER_RESET": engine.store_breaker_reset == 30.0,
+            "STORE_BREAKER_AFTER": engine.store_breaker_after == 5,
             "PUBLISH_HEALTH": engine.publisher is None,
             "FLEET": engine.fleet is not None and "edges:" in engine.fleet.breakers.prefix,
         }
@@ -559,6 +562,7 @@ BAD_ENGINE: dict[str, list[Any]] = {
     "publish_health": [*(v for v in ENGINE_DURATION_BAD if v is not False), 0, "0s"],
     "store_breaker_reset": [None, *ENGINE_DURATION_BAD, 0, "0s", timedelta(0)],
     "fleet": [1, "", "nonsense", "http://redis.internal", "redis://h/x", Nothing()],
+    "store_breaker_after": [None, 0, -1, 1.5, True, "many", "0"],
 }
 ENGINE_SETTINGS = [p for p in inspect.signature(Failover).parameters if p != "self"]
 

@@ -68,7 +68,7 @@ def test_in_process_stores_get_no_deadline_layer() -> None:
 
 def test_a_hung_read_times_out_then_the_breaker_skips_the_store(clock: FakeClock) -> None:
     store = HungStore()
-    layer = DeadlineStore(store, 0.05, clock, open_for=5)
+    layer = DeadlineStore(store, 0.05, clock, open_for=5, after=1)
     store.running.clear()
     with pytest.raises(StoreTimeout):
         layer.find_many("n", ["k"])
@@ -95,7 +95,7 @@ def test_async_reads_honour_the_deadline(clock: FakeClock) -> None:
             await asyncio.Event().wait()  # never answers
             return {}
 
-    layer = DeadlineStore(AsyncHung(), 0.05, clock)
+    layer = DeadlineStore(AsyncHung(), 0.05, clock, after=1)
 
     async def main() -> None:
         with pytest.raises(StoreTimeout):
@@ -163,6 +163,7 @@ def test_sqlite_locked_by_another_process_sync_writes(
         store_timeout=0.2,
         clock=clock,
         metrics=registry,
+        store_breaker_after=1,  # what an open breaker does: opened by one timeout
     )
     failing = False
 

@@ -69,7 +69,13 @@ def stored_once(
 ) -> Iterator[tuple[Failover, Callable[[int], int]]]:
     """An engine on a tiered store over ``server``, ``get(1)`` stored in both tiers, the
     upstream down from then on; closed at the end."""
-    engine = Failover(_url(server, 60), store_timeout=store_timeout, clock=clock, metrics=registry)
+    engine = Failover(
+        _url(server, 60),
+        store_timeout=store_timeout,
+        clock=clock,
+        metrics=registry,
+        store_breaker_after=1,  # what an open breaker does: opened by one timeout
+    )
     upstream = Upstream()
     try:
 
@@ -205,7 +211,9 @@ def test_a_hung_far_store_leaves_near_to_answer_async(
 def test_an_async_far_store_past_its_deadline_opens_its_breaker(
     redis_srv: RedisServer, clock: FakeClock
 ) -> None:
-    engine = Failover(_url(redis_srv, 60), store_timeout=0.2, clock=clock, metrics=False)
+    engine = Failover(
+        _url(redis_srv, 60), store_timeout=0.2, clock=clock, metrics=False, store_breaker_after=1
+    )
     upstream = Upstream()
     assert redis_srv.process is not None
     pid = redis_srv.process.pid

@@ -60,11 +60,14 @@ class Failover(Guards, Lifecycle):
         store_timeout: the most a caller waits for one store operation (a read while
             recovering, a write on its own thread): seconds, ``"500ms"`` or a timedelta (default
             0.5 s); past it a read is a miss and a write is dropped, and the store is skipped
-            for ``store_breaker_reset`` (`failover.stores.deadline.DeadlineStore`). ``None``:
+            for ``store_breaker_reset`` once ``store_breaker_after`` operations in a row timed
+            out or were refused (`failover.stores.deadline.DeadlineStore`). ``None``:
             no deadline.
-        store_breaker_reset: how long the store breaker skips a store whose operation timed
-            out before it lets one operation through as a trial: a duration (default 5 s, on
-            ``clock``).
+        store_breaker_reset: how long the store breaker skips a store that is out before it
+            lets one operation through as a trial: a duration (default 5 s, on ``clock``).
+        store_breaker_after: how many store operations in a row must time out or be refused
+            at the connection for the store breaker to open (default 3): one slow read is
+            not an outage; meanwhile ``failover_store_up`` is 0 and health is ``degraded``.
         clock: the time source (aware UTC datetimes); tests pass a fake clock.
         enabled: ``False`` makes every decorated function a plain pass-through.
         opentelemetry: ``True`` sends spans and metrics to the global OpenTelemetry providers,
@@ -109,6 +112,7 @@ class Failover(Guards, Lifecycle):
         publish_health: bool | timedelta | float | str = False,
         store_breaker_reset: timedelta | float | str = 5.0,
         fleet: object = None,
+        store_breaker_after: int = 3,
     ) -> None:
         validation.check_engine(
             clock,
@@ -126,6 +130,7 @@ class Failover(Guards, Lifecycle):
         self.tenant_resolver = tenant_resolver
         self.store_timeout = validation.store_timeout(store_timeout)
         self.store_breaker_reset = validation.store_breaker_reset(store_breaker_reset)
+        self.store_breaker_after = validation.store_breaker_after(store_breaker_after)
         # Every setting is checked before the store is made: a refused engine leaves none open.
         self.store_interval = interval = validation.store_interval(store_interval)
         otel = resolve_opentelemetry(opentelemetry)
@@ -140,6 +145,7 @@ class Failover(Guards, Lifecycle):
                 clock,
                 self.store_timeout,
                 self.store_breaker_reset,
+                self.store_breaker_after,
             )
         except BaseException:
             if self.fleet is not None:
@@ -250,9 +256,9 @@ class Failover(Guards, Lifecycle):
 
         Reads ``{prefix}STORE`` (a URL), ``{prefix}ASYNC_WRITES`` and ``{prefix}ENABLED``
         (``true``/``false``/``1``/``0``), ``{prefix}POLICY``, ``{prefix}METRICS``, the durations
-        ``{prefix}STORE_TIMEOUT`` and ``{prefix}STORE_BREAKER_RESET`` (``"500ms"``), and
-        ``{prefix}PUBLISH_HEALTH`` (true/false or an interval, ``"30s"``), ``{prefix}FLEET`` (a
-        Redis URL, see ``fleet``). Keyword arguments
+        ``{prefix}STORE_TIMEOUT`` and ``{prefix}STORE_BREAKER_RESET`` (``"500ms"``),
+        ``{prefix}STORE_BREAKER_AFTER`` (an int), ``{prefix}PUBLISH_HEALTH`` (true/false or an
+        interval, ``"30s"``), ``{prefix}FLEET`` (a Redis URL, see ``fleet``). Keyword arguments
         override the environment. A blank variable is unset.
 
         Raises:

@@ -17,6 +17,7 @@ __all__ = [
     "check_engine",
     "env_settings",
     "fleet_breakers",
+    "store_breaker_after",
     "store_breaker_reset",
     "store_interval",
     "store_timeout",
@@ -69,6 +70,19 @@ def store_breaker_reset(value: timedelta | float | str) -> float:
     """The engine's ``store_breaker_reset`` in seconds: how long the store breaker skips a
     store that timed out before it lets one trial through."""
     return parse_ttl(value, "Failover", "store_breaker_reset").total_seconds()
+
+
+def store_breaker_after(value: object) -> int:
+    """The engine's ``store_breaker_after``: how many store operations in a row must time out
+    or be refused at the connection for the store breaker to open (an int >= 1; a numeric
+    string from the environment is read as one)."""
+    if isinstance(value, str) and value.strip().isdigit():
+        value = int(value.strip())
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ConfigurationError(
+            f"Failover: store_breaker_after must be an int >= 1, got {value!r}"
+        )
+    return value
 
 
 def breaker_defaults(value: Mapping[str, Any] | None) -> dict[str, Any]:
@@ -144,7 +158,7 @@ def env_settings(prefix: str, environ: Mapping[str, str]) -> dict[str, Any]:
         ConfigurationError: a bad value, naming its variable.
     """
     kwargs: dict[str, Any] = {}
-    for name in ("STORE", "FLEET", "ASYNC_WRITES", "ENABLED", "METRICS", "POLICY", *_DURATIONS):
+    for name in ("STORE", "FLEET", "ASYNC_WRITES", "ENABLED", "METRICS", "POLICY", *_CHECKED):
         raw = environ.get(f"{prefix}{name}", "").strip()
         if not raw:
             continue
@@ -163,11 +177,12 @@ def env_settings(prefix: str, environ: Mapping[str, str]) -> dict[str, Any]:
     return kwargs
 
 
-_DURATIONS = ("STORE_TIMEOUT", "STORE_BREAKER_RESET", "PUBLISH_HEALTH")
+_CHECKED = ("STORE_TIMEOUT", "STORE_BREAKER_RESET", "STORE_BREAKER_AFTER", "PUBLISH_HEALTH")
 _CHECKS: dict[str, Callable[[str], object]] = {
     "POLICY": lambda raw: resolve_policy(raw, "Failover"),
     "STORE_TIMEOUT": store_timeout,
     "STORE_BREAKER_RESET": store_breaker_reset,
+    "STORE_BREAKER_AFTER": store_breaker_after,
     "PUBLISH_HEALTH": lambda raw: publish_interval(raw, "Failover"),
 }
 

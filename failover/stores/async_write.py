@@ -16,6 +16,15 @@ How it stays correct:
   handled (written, skipped or failed); a flush waits on a condition until the second count
   reaches the first. A write made on the caller's thread is counted too: reads see it at once,
   and it may be what a queued write of its key was skipped for.
+- *Retries.* A write the store could not take because it was out (refused at the connection,
+  timed out: `failover.stores.outages.out`) is not lost: it stays pending (reads still see it)
+  and waits in ``retry``, tried again with a jittered exponential backoff on the engine's clock
+  (`RETRY_FIRST` doubling up to `RETRY_MOST`) until the store takes it. It is given up, and
+  counted ``failed``, only when its entry expires first, when new writes push it out of the
+  bound (``queue_size`` covers both), or at close. Any other error fails the write at once, as
+  does a value the store cannot encode (the caller's own). Under an engine, the worker's writes
+  run under the store deadline, so a hung store holds the worker ``store_timeout`` at most,
+  and their verdicts count toward the store breaker (`failover.stores.deadline`).
 - *Lifetime.* The worker thread holds the `WriteQueue`, never the `AsyncWriteStore`, so a
   store dropped without `AsyncWriteStore.close` is still collected; its worker then writes
   what is left and ends. The interpreter-exit hook holds the queue weakly.
@@ -34,9 +43,9 @@ from ..metrics import NULL_METRICS, Metrics
 from .base import FailoverStore, Layer, Payload, as_async, native_async
 from .browsing import BrowsingLayer, Page, Summary, overlaid
 from .health_rows import HealthRowsLayer
-from .write_queue import DELETED, REJECTIONS, Tombstone, Write, WriteQueue
+from .write_queue import DELETED, REJECTIONS, RETRY_FIRST, RETRY_MOST, Tombstone, Write, WriteQueue
 
-__all__ = ["REJECTIONS", "AsyncWriteStore"]
+__all__ = ["REJECTIONS", "RETRY_FIRST", "RETRY_MOST", "AsyncWriteStore"]
 
 
 class AsyncWriteStore(HealthRowsLayer, BrowsingLayer, Layer):
@@ -44,7 +53,9 @@ class AsyncWriteStore(HealthRowsLayer, BrowsingLayer, Layer):
 
     Reads see the writes still queued (read-your-writes within the process). Of the writes of
     one key, the newest by ``as_of`` is kept (the later made, on a tie); a write overtaken while
-    queued is skipped. At interpreter
+    queued is skipped. Writes that meet the store out (refused, timed out) stay queued and are
+    retried with backoff until it answers, their entry expires, or new writes push them out of
+    ``queue_size``; only those given up are counted failed. At interpreter
     exit, queued writes are flushed (for at most 30 seconds): only a hard kill (``SIGKILL``, a
     power loss, ``os._exit``) loses what is queued. No thread starts before the first write; the
     worker runs in a copy of the context of the thread that made that write.
@@ -129,6 +140,12 @@ class AsyncWriteStore(HealthRowsLayer, BrowsingLayer, Layer):
         deadline over this queue); it may raise, the write then given up."""
         self._q.here = run
 
+    def bound_queued_writes(self, run: Callable[..., Any]) -> None:
+        """Make the worker's writes through ``run(operation, fn, *args)``, which bounds its
+        wait on a hung store (the store deadline over this queue) and counts the verdict
+        toward the store breaker; a write it times out is retried, as one refused."""
+        self._q.bounded = run
+
     @property
     def clock(self) -> Callable[[], datetime]:
         """The clock of the queue's log limits (the wall clock until an engine gives its own)."""
@@ -140,8 +157,14 @@ class AsyncWriteStore(HealthRowsLayer, BrowsingLayer, Layer):
 
     @property
     def queued(self) -> int:
-        """How many writes wait in the queue now."""
-        return len(self._q.queue)
+        """How many writes wait in the queue now (those waiting for the store included)."""
+        q = self._q
+        return len(q.queue) + len(q.retry)
+
+    @property
+    def retrying(self) -> int:
+        """How many writes the store was out for wait to be tried again."""
+        return len(self._q.retry)
 
     # -- writes -----------------------------------------------------------------------------------
 
@@ -286,7 +309,10 @@ class AsyncWriteStore(HealthRowsLayer, BrowsingLayer, Layer):
     # -- flush and close --------------------------------------------------------------------------
 
     def flush(self, timeout: float | None = None) -> bool:
-        """Wait until every write made before this call is written (or has failed).
+        """Wait until every write made before this call is written (or has failed), or was
+        tried once more since this call and still waits for the store (then ``False``: it
+        stays queued, retried). A store that is out does not hold a flush longer than one
+        try (under an engine, its ``store_timeout``).
 
         Writes being made on another caller's thread (``rejection="caller_runs"``, or after
         `close`) count too: reads see them already.
@@ -295,7 +321,8 @@ class AsyncWriteStore(HealthRowsLayer, BrowsingLayer, Layer):
             timeout: the most seconds to wait; ``None`` waits as long as it takes.
 
         Returns:
-            ``True`` when everything was written, ``False`` when the timeout came first.
+            ``True`` when everything was handled, ``False`` when the timeout came first or
+            writes still wait for the store.
         """
         if timeout is None:
             return self._q.flush(None) and super().flush(None)
@@ -306,7 +333,10 @@ class AsyncWriteStore(HealthRowsLayer, BrowsingLayer, Layer):
     def close(self) -> None:
         """Flush the queue, stop the worker, then close the inner store.
 
-        Writes made afterwards go straight to the inner store, on the caller's thread.
+        The writes still waiting for the store get one last try; those it does not take are
+        given up, counted failed and logged once (a dead store does not hold a close: under an
+        engine each try is bounded by its ``store_timeout``). Writes made afterwards go
+        straight to the inner store, on the caller's thread.
         """
         self._q.stop(None)
         self._finalizer.detach()

@@ -7,12 +7,16 @@ most ``timeout`` seconds; past it the caller gets a `StoreTimeout` (a read is th
 write is dropped and counted) and the worker finishes, or fails, on its own. When every worker
 is still held by a hung operation, further operations are refused at once instead of queueing.
 
-Only a timeout opens the breaker: an error that comes back (a refused connection, a value the
-store cannot encode) costs the caller no wait, and says nothing about the next operation. Once
-open, the breaker lets one operation through as a trial after ``open_for``; every way a trial
-ends reaches `DeadlineStore._ended`, the one place that ends it: answered (closed), timed out or
-failed (open for another ``open_for``), or without a verdict (refused a worker, cancelled,
-interrupted: the next operation is the trial). A forked child starts with no worker, no trial.
+The breaker opens when the store is *out*: ``after`` operations in a row (default 3) timed out
+or were refused at the connection (`failover.stores.outages.out`), the queue's own writes
+included, so that a dead database with healthy upstreams (nothing but writes) is seen too. One
+slow read is not an outage; an error the store answered with resets the count, and one that is
+the caller's own (a value the store cannot encode) says nothing about the store. Once open, the
+breaker lets one operation through as a trial after ``open_for``; every way a trial ends
+reaches `DeadlineStore._ended`, the one place that ends it: answered (closed), out or failed
+(open for another ``open_for``), or without a verdict (refused a worker, cancelled,
+interrupted: the next operation is the trial). An answer from any operation closes it. A forked
+child starts with no worker, no trial.
 """
 
 from __future__ import annotations
@@ -43,6 +47,7 @@ from .base import (
 )
 from .browsing import BrowsingLayer
 from .health_rows import HealthRowsLayer, ProcessHealth, below
+from .outages import out
 
 __all__ = ["DeadlineStore", "StoreTimeout", "StoreUnavailable", "abandoned"]
 
@@ -72,7 +77,7 @@ class StoreTimeout(StoreError, TimeoutError):
 
 
 class StoreUnavailable(StoreError):
-    """A store operation skipped: the store breaker is open after a failure or timeout."""
+    """A store operation skipped: the store breaker is open (the store is out)."""
 
 
 class DeadlineStore(HealthRowsLayer, BrowsingLayer, Layer):
@@ -82,15 +87,18 @@ class DeadlineStore(HealthRowsLayer, BrowsingLayer, Layer):
     otherwise block the caller: with no async-writes queue below, and the queue's own writes on
     a caller's thread (``rejection="caller_runs"`` at a full queue, or after its close). A
     queued write is already off the caller's thread and passes straight through, without a
-    thread hop; the breaker never refuses it (it waits in the queue, bounded by the queue's own
-    rejection policy, and is written when the store answers).
+    thread hop; the queue's worker writes under the deadline too, never refused by the breaker
+    (a write it cannot make stays queued and is retried), its verdicts counted like a
+    caller's.
 
     Args:
         inner: the store (or the async-writes queue over it).
         timeout: the most seconds a caller waits for one operation.
         clock: the engine's clock, for the breaker's open time.
-        open_for: how long the breaker skips the store after a timeout; then one
-            operation is let through as a trial, and its success closes the breaker.
+        open_for: how long the breaker skips the store once open; then one operation is let
+            through as a trial, and its success closes the breaker.
+        after: how many operations in a row must time out or be refused at the connection
+            for the breaker to open (one slow read is not an outage).
         workers: threads running operations; when all are held (by a hung store), further
             operations fail at once, without opening the breaker (a busy healthy store is not
             a failing one).
@@ -107,12 +115,15 @@ class DeadlineStore(HealthRowsLayer, BrowsingLayer, Layer):
         clock: Callable[[], datetime],
         open_for: float = 5.0,
         workers: int = 32,
+        after: int = 3,
     ) -> None:
         self.inner = inner
         self.timeout = timeout
         self.clock = clock
         self.open_for = timedelta(seconds=open_for)
         self.workers = workers
+        self.after = after
+        self._streak = 0  # operations in a row that were out (timed out, refused)
         self.errors: Counter[tuple[str, str]] = Counter()
         self._lock = threading.Lock()
         self._busy = 0
@@ -128,13 +139,16 @@ class DeadlineStore(HealthRowsLayer, BrowsingLayer, Layer):
         if isinstance(inner, AsyncWriteStore):
             # The queue's writes on a caller's thread (caller_runs) wait no longer than reads.
             inner.bound_writes_here(functools.partial(self._run, "store_many"))
+            # The worker's writes: bounded (a hung store holds it no longer), never skipped.
+            inner.bound_queued_writes(functools.partial(self._run, admit=False))
 
     def __repr__(self) -> str:
         return f"DeadlineStore({self.inner!r}, timeout={self.timeout})"
 
     @property
     def up(self) -> bool:
-        """The breaker's view: ``False`` while the store is being skipped."""
+        """``False`` while the store is out: its latest ``after`` operations timed out or were
+        refused at the connection (the breaker is then open, and the store skipped)."""
         with self._lock:
             return self._open_until is None
 
@@ -162,33 +176,47 @@ class DeadlineStore(HealthRowsLayer, BrowsingLayer, Layer):
         raise StoreUnavailable(f"store skipped for {operation}: its breaker is open")
 
     def _ended(self, trial: object | None, outcome: str | None) -> None:
-        """An operation the breaker admitted ended: the one place its verdict reaches the
-        breaker, and the one place a trial ends, whichever way it went.
+        """An operation the breaker admitted (or the queue's write) ended: the one place its
+        verdict reaches the breaker, and the one place a trial ends, whichever way it went.
 
         Args:
             trial: the token `_admit` gave the trial; ``None`` for any other operation.
-            outcome: ``"answered"`` (closes the breaker), ``"timeout"`` (opens it, for
-                ``open_for`` from now), ``"error"`` (a store error that came back: opens it
-                again when it was the trial), or ``None``: no verdict (refused a worker,
-                cancelled, interrupted, or an error that is the caller's own); the breaker
-                stays as it was and, open, lets the next operation through as its trial.
+            outcome: ``"answered"`` (closes the breaker), ``"out"`` (timed out or refused at
+                the connection: the ``after``-th in a row, or a trial's, opens it for
+                ``open_for`` from now), ``"error"`` (a store error that came back: the store
+                is reachable, the count starts over; a trial's opens it again), or ``None``:
+                no verdict (refused a worker, cancelled, interrupted, or an error that is the
+                caller's own); the breaker stays as it was and, open, lets the next operation
+                through as its trial.
         """
-        closed = self._open_until is None
-        if trial is None and outcome != "timeout" and (outcome != "answered" or closed):
+        if trial is None and (
+            outcome is None
+            or (outcome == "answered" and not self._streak and self._open_until is None)
+        ):
             return  # the common case: nothing changes, no lock
         with self._lock:
             if trial is not None and self._trial is trial:
                 self._trial = None
             if outcome == "answered":
+                self._streak = 0
                 self._open_until = None
-            elif outcome == "timeout" or (outcome == "error" and trial is not None):
-                self._open_until = self.clock() + self.open_for
+            elif outcome == "out":
+                self._streak += 1
+                if trial is not None or self._streak >= self.after:
+                    self._open_until = self.clock() + self.open_for
+            elif outcome == "error":
+                self._streak = 0
+                if trial is not None:
+                    self._open_until = self.clock() + self.open_for
 
     def _failure(self, operation: str, exc: BaseException) -> str | None:
-        """Count an error that came back; its outcome for `_ended` (a value the store could
-        not encode or decode is the caller's, not the store's: no verdict)."""
+        """Count an error that came back; its outcome for `_ended`: ``"out"`` when it says the
+        store could not be reached, none when it is the caller's own (a value the store could
+        not encode or decode), else ``"error"``."""
         self.errors[(operation, "error")] += 1
-        return None if isinstance(exc, SerializationError) else "error"
+        if isinstance(exc, SerializationError):
+            return None
+        return "out" if out(exc) else "error"
 
     def forked(self) -> None:
         """In a forked child (a preforking server's worker): the parent's workers did not come
@@ -201,10 +229,18 @@ class DeadlineStore(HealthRowsLayer, BrowsingLayer, Layer):
 
     # -- running under the deadline -----------------------------------------------------------
 
-    def _run(self, operation: str, fn: Callable[..., T], *args: Any, guarded: bool = True) -> T:
+    def _run(
+        self,
+        operation: str,
+        fn: Callable[..., T],
+        *args: Any,
+        guarded: bool = True,
+        admit: bool = True,
+    ) -> T:
         # guarded=False: bounded by the deadline, but neither skipped by the breaker nor
         # opening it (the health publisher's own writes: not a caller's, see failover.publish).
-        trial = self._admit(operation) if guarded else None
+        # admit=False (the queue's worker): never skipped, its verdict counted.
+        trial = self._admit(operation) if guarded and admit else None
         outcome: str | None = None  # no verdict unless the operation answers or fails
         try:
             future, flag = self._start(operation, fn, *args)
@@ -212,7 +248,7 @@ class DeadlineStore(HealthRowsLayer, BrowsingLayer, Layer):
                 result = future.result(self.timeout)
             except FutureTimeout:
                 flag.set()  # its connection is discarded when the operation ends
-                outcome = "timeout"
+                outcome = "out"
                 raise self._timed_out(operation) from None
             except Exception as exc:
                 outcome = self._failure(operation, exc)
@@ -280,7 +316,7 @@ class DeadlineStore(HealthRowsLayer, BrowsingLayer, Layer):
                 # server to cancel it, and waits; a hung server never answers). The async stores
                 # discard a connection cancelled mid-statement when it ends: never reused.
                 self._abandon(task)
-                outcome = "timeout"
+                outcome = "out"
                 raise self._timed_out(operation)
             try:
                 result = task.result()
@@ -374,13 +410,16 @@ class DeadlineStore(HealthRowsLayer, BrowsingLayer, Layer):
 
     def close(self) -> None:
         """Close the inner store; workers still held by a hung operation are not waited for.
-        A trial under way ends here (its late end changes nothing)."""
-        with self._lock:
-            pool, self._pool = self._pool, None
-            self._trial = None
-        if pool is not None:
-            pool.shutdown(wait=False, cancel_futures=True)
-        self.inner.close()
+        A trial under way ends here (its late end changes nothing). The inner store closes
+        first: a queue below flushes through this layer's workers, which must still run."""
+        try:
+            self.inner.close()
+        finally:
+            with self._lock:
+                pool, self._pool = self._pool, None
+                self._trial = None
+            if pool is not None:
+                pool.shutdown(wait=False, cancel_futures=True)
 
 
 _FORKS = AfterFork(operator.methodcaller("forked"))  # a subclass's own reset included

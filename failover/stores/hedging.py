@@ -129,7 +129,7 @@ class HedgingDeadline(DeadlineStore):
         for _, entry in over:
             entry.flag.set()
             self._timed_out(entry.operation)
-            self._ended(entry.trial, "timeout")
+            self._ended(entry.trial, "out")
 
     def forked(self) -> None:
         """`DeadlineStore.forked`; the operations the parent's hedges left running are its

@@ -105,11 +105,14 @@ class TieredStore(HealthRowsLayer, BrowsingLayer, Capabilities):
         self._tasks: set[asyncio.Future[Any]] = set()  # hedged async reads still running
         _FORKS.add(self)
 
-    def guard_far(self, timeout: float, clock: Callable[[], datetime], reset: float) -> None:
+    def guard_far(
+        self, timeout: float, clock: Callable[[], datetime], reset: float, after: int = 3
+    ) -> None:
         """Put the engine's store deadline (``timeout`` seconds; its breaker open ``reset``
-        seconds on ``clock``) in front of ``far``, and hedge reads: called by the engine."""
+        seconds on ``clock`` once ``after`` operations in a row were out) in front of ``far``,
+        and hedge reads: called by the engine."""
         if does_io(self.far) and not isinstance(self.far, HedgingDeadline):
-            self.far = HedgingDeadline(self.far, timeout, clock, open_for=reset)
+            self.far = HedgingDeadline(self.far, timeout, clock, open_for=reset, after=after)
 
     @property
     def _guard(self) -> HedgingDeadline | None:

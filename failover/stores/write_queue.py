@@ -1,7 +1,7 @@
 """The queue of `AsyncWriteStore`: the writes not yet written, and the worker that drains them.
 
 See `failover.stores.async_write` for how it stays correct (order per key, read-your-writes,
-flush, lifetime).
+flush, lifetime, retries).
 """
 
 from __future__ import annotations
@@ -10,18 +10,21 @@ import atexit
 import contextvars
 import functools
 import logging
+import random
 import threading
 import time
 import weakref
 from collections import Counter, deque
 from collections.abc import Callable, Iterable
-from typing import Final
+from datetime import datetime, timedelta
+from typing import Any, Final, TypeVar
 
 from ..errors import SerializationError, StoreError
 from ..forks import AfterFork
 from ..logs import LogLimiter
 from ..metrics import NULL_METRICS, Metrics
 from .base import FailoverStore, Payload, delete_many, older
+from .outages import out
 
 __all__ = ["DELETED", "REJECTIONS", "Tombstone", "Write", "WriteQueue"]
 
@@ -35,6 +38,13 @@ _EXIT_FLUSH_SECONDS = 30.0
 """How long interpreter exit waits for queued writes, all queues (tenants) together: a dead
 database must not hang the exit."""
 _exit_deadline: list[float] = []  # set by the first exit hook that runs
+
+RETRY_FIRST = 0.25
+"""Seconds (on the engine's clock) before the first retry of writes the store did not take."""
+RETRY_MOST = 5.0
+"""The longest wait between two retries (the backoff doubles up to it, jittered)."""
+
+T = TypeVar("T")
 
 
 class Tombstone:
@@ -93,6 +103,20 @@ class WriteQueue:
         # Runs the writes made on a caller's thread (set by the store deadline over the queue,
         # so that they wait no longer than the reads); ``None``: written directly.
         self.here: Callable[[Callable[[], None]], None] | None = None
+        # Runs the worker's own writes: ``bounded(operation, fn, *args)`` (the store deadline
+        # over the queue: a hung store holds the worker no longer than a caller); ``None``:
+        # called directly.
+        self.bounded: Callable[..., Any] | None = None
+        # Writes the store could not take (out: refused, timed out), still pending (reads see
+        # them), retried from `due` on with backoff until written, expired or pushed out.
+        self.retry: deque[Write] = deque()
+        self.due: datetime | None = None
+        self.failures = 0  # attempts in a row that met the store out: the backoff's exponent
+        self.hurried = 0  # retries a flush asked for now, whatever `due` says
+        self.passes = 0  # times the worker ran out of work it could do now (a flush waits on it)
+        self.flushes = 0  # flushes begun: a write tried before the latest is tried once more
+        self.taken_at = 0  # `flushes` when the worker took the batch it writes now
+        self.given_up = 0  # writes given up at close, the store still out: logged once
 
     def submit(self, writes: list[Write]) -> None:
         if self.refused:  # only once the store refused to encode a type: else free
@@ -109,8 +133,12 @@ class WriteQueue:
                         return
             if not self.stopped:
                 queue = self.queue
+                if self.retry and len(queue) + len(self.retry) + len(writes) > self.queue_size:
+                    # The oldest writes waiting for the store give way to new ones (the bound).
+                    self._push_out(len(queue) + len(self.retry) + len(writes) - self.queue_size)
+                waiting = len(queue) + len(self.retry)
                 # An empty queue takes a batch larger than queue_size, which could never fit.
-                if not queue or len(queue) + len(writes) <= self.queue_size:
+                if not waiting or waiting + len(writes) <= self.queue_size:
                     if self.worker is not None or self._start_worker():
                         self._mark_pending(writes)
                         queue.extend(writes)
@@ -131,10 +159,11 @@ class WriteQueue:
             self.queued += len(writes)
         if self.here is None:
             self.count("queued", (w[2] for w in writes))
+            parked = 0
             try:
-                self.write(writes)
+                parked = self.write(writes)
             finally:
-                self._handled(len(writes))
+                self._handled(len(writes) - parked)
         else:
             self._write_here(writes, self.here)
 
@@ -155,10 +184,11 @@ class WriteQueue:
                     return  # given up before it started
                 started.set()
             self.count("queued", (w[2] for w in writes))
+            parked = 0
             try:
-                self.write(writes)
+                parked = self.write(writes)
             finally:
-                self._handled(len(writes))
+                self._handled(len(writes) - parked)
 
         try:
             here(write)
@@ -260,32 +290,93 @@ class WriteQueue:
             with self.lock:
                 self.worker_done = True
                 self.stopped = True  # from now on, writes are made on the caller's thread
-                lost = len(self.queue)
+                lost = len(self.queue) + len(self.retry)
+                given_up, self.given_up = self.given_up, 0
                 self.progress.notify_all()
+            if given_up:
+                log.error(
+                    "failover: %d queued writes were given up at close: the store did not "
+                    "answer (counted failed)",
+                    given_up,
+                )
             if lost:
                 log.error("failover: the async-writes worker ended with %d writes unwritten", lost)
 
+    def _push_out(self, count: int) -> None:
+        """Give up the ``count`` oldest writes waiting for the store to answer (``lock`` held):
+        counted failed, and no longer seen by reads."""
+        given = [self.retry.popleft() for _ in range(min(count, len(self.retry)))]
+        self.hurried = max(0, self.hurried - len(given))
+        self._forget(given)
+        self.handled += len(given)
+        self.progress.notify_all()
+        self.count("failed", (w[2] for w in given))
+        self.metrics.async_failed(len(given))
+        self.logs.report(
+            "pushed_out",
+            "failover: %d queued writes given up: the store is out and the queue is full "
+            "(queue_size=%d)",
+            len(given),
+            self.queue_size,
+        )
+
+    def _forget(self, writes: list[Write]) -> None:
+        """``writes`` leave `pending` unless a newer write of their key took their place."""
+        pending = self.pending
+        for write in writes:
+            if pending.get((write[0], write[1])) is write:
+                del pending[write[0], write[1]]
+
+    def _due(self) -> bool:
+        due = self.due
+        return due is not None and self.logs.clock() >= due
+
+    def _wait(self) -> float | None:
+        """How long the idle worker waits before it looks at its retries again (``None``:
+        until woken). Read on the engine's clock; a clock that does not move is looked at
+        again at most every `RETRY_MOST` seconds."""
+        if not self.retry or self.due is None:
+            return None
+        left = (self.due - self.logs.clock()).total_seconds()
+        return min(max(left, 0.01), RETRY_MOST)
+
     def _drain(self) -> None:
-        queue, lock = self.queue, self.lock
+        queue, retry, lock = self.queue, self.retry, self.lock
         while True:
             with lock:
-                while not queue and not self.stopped:
+                while True:
+                    if retry and (self.stopped or self.hurried or self._due()):
+                        # At close (stopped) they get one last try, then are given up.
+                        n = min(self.batch_size, len(retry))
+                        batch = [retry.popleft() for _ in range(n)]
+                        self.hurried = max(0, self.hurried - n)
+                        fresh = False
+                        self.taken_at = self.flushes
+                        break
+                    if queue:
+                        batch = [queue.popleft() for _ in range(min(self.batch_size, len(queue)))]
+                        fresh = True
+                        self.taken_at = self.flushes
+                        break
+                    if self.stopped:
+                        return
+                    self.passes += 1
+                    self.progress.notify_all()
                     self.idle = True
-                    self.has_work.wait()
+                    self.has_work.wait(self._wait())
                     self.idle = False
-                if not queue:
-                    return
-                batch = [queue.popleft() for _ in range(min(self.batch_size, len(queue)))]
-            # Counted queued here, off the callers' threads: once the queue is drained,
-            # queued = written + failed.
-            self.count("queued", (w[2] for w in batch))
+            # Counted queued here, off the callers' threads (once: a retry is not counted
+            # again): once the queue is drained, queued = written + failed + superseded.
+            if fresh:
+                self.count("queued", (w[2] for w in batch))
+            parked = 0
             try:
-                self.write(batch)
+                parked = self.write(batch, retried=not fresh)
             except Exception:  # a bug of ours must not stop the writes that follow
                 log.exception("failover: the async-writes worker failed on a batch")
             with lock:
-                self.handled += len(batch)
-                size = len(queue)
+                self.handled += len(batch) - parked
+                size = len(queue) + len(retry)
                 if not size:
                     self.dropping = False  # the burst of discarded writes, if any, is over
                 self.progress.notify_all()
@@ -294,9 +385,27 @@ class WriteQueue:
             except Exception:  # a custom metrics object must not end the worker: writes would stall
                 log.debug("failover: updating the async-writes queue metric failed", exc_info=True)
 
-    def write(self, writes: list[Write]) -> None:
-        """Write what is still the newest write of its key, then forget it as pending."""
+    def _call(self, operation: str, fn: Callable[..., T], *args: Any) -> T:
+        """``fn(*args)`` on the store: the worker's own under the store deadline, if any (a
+        write on a caller's thread is bounded by it already)."""
+        bounded = self.bounded
+        if bounded is not None and threading.current_thread() is self.worker:
+            result: T = bounded(operation, fn, *args)
+            return result
+        return fn(*args)
+
+    def write(self, writes: list[Write], retried: bool = False) -> int:
+        """Write what is still the newest write of its key, then forget it as pending; the
+        writes the store could not take (out) stay pending and wait in `retry` (none once
+        stopped: they are given up). Returns how many were put there.
+
+        Args:
+            writes: the writes to make.
+            retried: they waited for the store already: those whose entry expired meanwhile
+                are given up (counted failed), not written.
+        """
         failed = 0
+        again: list[Write] = []  # the store was out: retried later
         with self.io_lock:
             with self.lock:
                 pending = self.pending
@@ -304,56 +413,133 @@ class WriteQueue:
             if len(newest) < len(writes):  # overtaken: written, by the newer write of its key
                 kept = {id(w) for w in newest}
                 self.count("written", (w[2] for w in writes if id(w) not in kept))
+            if retried:
+                newest, expired = self._unexpired(newest)
+                failed += len(expired)
             stores: list[Payload] = []
             deletes: list[Write] = []
+            by_payload: dict[int, Write] = {}
             for write in newest:
                 if isinstance(write[2], Tombstone):
                     deletes.append(write)
                 else:
                     stores.append(write[2])
+                    by_payload[id(write[2])] = write
             if stores:
                 lost: list[Payload] = []
+                later: list[Payload] = []
                 superseded: Counter[str] = Counter()
                 try:
-                    superseded = self._by_name(stores, self.inner.store_many(stores))
+                    superseded = self._by_name(
+                        stores, self._call("store_many", self.inner.store_many, stores)
+                    )
                 except SerializationError:
                     # A value the store cannot encode must not cost the rest of its batch: the
                     # store refused before writing, and encoding again one by one is cheap.
-                    lost = self._store_each(stores, superseded)
-                except Exception:
-                    lost = stores
+                    lost, later = self._store_each(stores, superseded)
+                except Exception as exc:
+                    if out(exc):
+                        later = stores
+                    else:
+                        lost = stores
                     self.logs.report(
                         "store_many",
-                        "failover: writing %d queued entries failed",
+                        "failover: writing %d queued entries failed%s",
                         len(stores),
+                        "" if lost else " (the store is out: they stay queued, retried)",
                         exc_info=True,
                     )
+                again.extend(by_payload[id(p)] for p in later)
                 failed += len(lost)
                 self.count("failed", lost)
-                if len(lost) < len(stores):
-                    gone = {id(p) for p in lost}
+                if len(lost) + len(later) < len(stores):
+                    gone = {id(p) for p in lost} | {id(p) for p in later}
                     self._count_written(
                         Counter(p.name for p in stores if id(p) not in gone), superseded
                     )
-            by_name: dict[str, list[str]] = {}
-            for name, key, _ in deletes:
-                by_name.setdefault(name, []).append(key)
-            for name, keys in by_name.items():  # one statement (round trip) per name
-                try:
-                    delete_many(self.inner, name, keys)
-                except Exception:
-                    failed += len(keys)
-                    self.logs.report(
-                        "delete_many", "failover: a queued delete of %r failed", name, exc_info=True
-                    )
-            with self.lock:
-                # A failed write is forgotten too: reads must not show what is not stored.
-                for write in newest:
-                    ident = (write[0], write[1])
-                    if pending.get(ident) is write:
-                        del pending[ident]
+            failed += self._delete(deletes, again)
+            parked = self._park(newest, again)
+        failed += len(again) - parked
         if failed:
             self.metrics.async_failed(failed)
+        return parked
+
+    def _delete(self, deletes: list[Write], again: list[Write]) -> int:
+        """Make the queued ``deletes``, one statement (round trip) per name; those the store
+        was out for are added to ``again``. Returns how many failed."""
+        failed = 0
+        by_name: dict[str, list[Write]] = {}
+        for write in deletes:
+            by_name.setdefault(write[0], []).append(write)
+        for name, some in by_name.items():
+            keys = [w[1] for w in some]
+            try:
+                self._call("delete_many", delete_many, self.inner, name, keys)
+            except Exception as exc:
+                if out(exc):
+                    again.extend(some)
+                else:
+                    failed += len(keys)
+                self.logs.report(
+                    "delete_many", "failover: a queued delete of %r failed", name, exc_info=True
+                )
+        return failed
+
+    def _unexpired(self, writes: list[Write]) -> tuple[list[Write], list[Write]]:
+        """``writes`` split into those to try and those whose entry expired while they waited:
+        given up (counted failed, forgotten as pending)."""
+        now = self.logs.clock()
+        expired = [
+            w
+            for w in writes
+            if not isinstance(w[2], Tombstone)
+            and w[2].expire_on is not None
+            and w[2].expire_on <= now
+        ]
+        if not expired:
+            return writes, []
+        with self.lock:
+            self._forget(expired)
+        self.count("failed", (w[2] for w in expired))
+        self.logs.report(
+            "expired",
+            "failover: %d queued writes given up: their entries expired before the store answered",
+            len(expired),
+        )
+        gone = {id(w) for w in expired}
+        return [w for w in writes if id(w) not in gone], expired
+
+    def _park(self, written: list[Write], again: list[Write]) -> int:
+        """Forget ``written`` as pending but ``again`` (the store was out), which waits in
+        `retry` with backoff: how many were parked (none once stopped: then given up, counted
+        failed). The backoff starts over once the store took a write."""
+        keep = {id(w) for w in again}
+        with self.lock:
+            if self.stopped and again:
+                keep = set()
+                self.given_up += len(again)
+            pending = self.pending
+            # A failed write is forgotten too: reads must not show what is not stored.
+            for write in written:
+                if id(write) not in keep and pending.get((write[0], write[1])) is write:
+                    del pending[write[0], write[1]]
+            if not keep:
+                if again:  # given up at close
+                    self.count("failed", (w[2] for w in again))
+                elif len(written) > 0:
+                    self.failures = 0
+                    if not self.retry:
+                        self.due = None
+                return 0
+            self.retry.extend(again)
+            if self.taken_at != self.flushes:
+                # Tried before a flush began: that flush tries them once more.
+                self.hurried = len(self.retry)
+            self.failures += 1
+            backoff = min(RETRY_MOST, RETRY_FIRST * 2 ** min(self.failures - 1, 16))
+            # Jittered: the processes of a fleet do not all retry at the same instant.
+            self.due = self.logs.clock() + timedelta(seconds=backoff * random.uniform(0.5, 1.0))
+            return len(again)
 
     def _by_name(self, stores: list[Payload], kept: int | None) -> Counter[str]:
         """The ``kept`` entries of ``stores`` (written in one `store_many`) that a newer stored
@@ -391,19 +577,23 @@ class WriteQueue:
             if n > kept:
                 self.metrics.write_results(name, "written", n - kept)
 
-    def _store_each(self, payloads: list[Payload], superseded: Counter[str]) -> list[Payload]:
-        """Store one by one; the payloads that failed (those a newer entry kept out are
-        added to ``superseded``, per name)."""
+    def _store_each(
+        self, payloads: list[Payload], superseded: Counter[str]
+    ) -> tuple[list[Payload], list[Payload]]:
+        """Store one by one; the payloads that failed, and those the store was out for
+        (retried later). Those a newer entry kept out are added to ``superseded``, per
+        name."""
         failed: list[Payload] = []
+        later: list[Payload] = []
         for payload in payloads:
             try:
-                if self.inner.store(payload):
+                if self._call("store", self.inner.store, payload):
                     superseded[payload.name] += 1
             except SerializationError as exc:
                 failed.append(payload)
                 self._refuse(payload, exc)
-            except Exception:
-                failed.append(payload)
+            except Exception as exc:
+                (later if out(exc) else failed).append(payload)
                 self.logs.report(
                     "store",
                     "failover: writing the queued entry (%r, %r) failed",
@@ -411,7 +601,7 @@ class WriteQueue:
                     payload.key,
                     exc_info=True,
                 )
-        return failed
+        return failed, later
 
     def count(self, result: str, values: Iterable[Payload | Tombstone]) -> None:
         """Count the live results among ``values`` (not deletes) as ``result``, per name
@@ -454,6 +644,9 @@ class WriteQueue:
         self.progress = threading.Condition(self.lock)
         self.io_lock = threading.Lock()
         self.queue.clear()
+        self.retry.clear()
+        self.due, self.failures, self.hurried, self.passes, self.given_up = None, 0, 0, 0, 0
+        self.flushes = self.taken_at = 0
         self.pending.clear()
         self.queued = self.handled = 0
         self.worker = None
@@ -461,9 +654,21 @@ class WriteQueue:
         atexit.unregister(self.exit_hook)  # the child's worker registers its own
 
     def flush(self, timeout: float | None) -> bool:
+        """Wait until every write accepted before now was handled, or tried (the writes
+        waiting for the store are tried now, whatever their backoff) and still waits for the
+        store: ``False`` then, or when ``timeout`` came first."""
         with self.lock:
             target = self.queued
-            self.progress.wait_for(lambda: self.handled >= target or self.worker_done, timeout)
+            self.flushes += 1
+            if self.retry:
+                self.hurried = len(self.retry)
+                if self.idle:
+                    self.has_work.notify()
+            start = self.passes
+            self.progress.wait_for(
+                lambda: self.handled >= target or self.worker_done or self.passes > start,
+                timeout,
+            )
             return self.handled >= target
 
     def stop_soon(self) -> None:
