@@ -1,0 +1,106 @@
+"""Instructions per decorated call, counted by valgrind's callgrind: repeatable on a loaded
+machine, where timings are not (the same count whatever else runs).
+
+    python bench/instructions.py [--calls 5000] [--tree PATH ...]
+
+Each path runs in a process of its own under ``valgrind --tool=callgrind``, once with no call and
+once with ``--calls`` calls; the difference over the calls is the cost of one call, import and
+warm-up left out. ``--tree`` compares checkouts (each put first on ``PYTHONPATH``), e.g. the
+current tree against ``git worktree add /tmp/base <commit>``.
+
+Paths: ``success`` (repeated keys, metrics off), ``metrics`` (the same, Prometheus metrics on),
+``recover`` (the upstream raises, the entry is found).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+PATHS = ("success", "metrics", "recover")
+
+_ONE = """
+import sys
+import failover
+
+path, n = sys.argv[1], int(sys.argv[2])
+engine = failover.Failover(metrics=path == "metrics")
+down = []
+
+
+@failover.failover("country", engine=engine)
+def country(code: str) -> dict:
+    if down:
+        raise ConnectionError("down")
+    return {"code": code, "name": "France", "currency": "EUR"}
+
+
+keys = [f"K{i:04d}" for i in range(1000)]
+for k in keys:
+    country(k)
+if path == "recover":
+    down.append(1)
+for i in range(n):
+    try:
+        country(keys[i % 1000])
+    except Exception:
+        pass
+engine.close()
+"""
+
+
+def instructions(tree: Path, path: str, calls: int, script: Path) -> int:
+    """Instructions of one process running ``calls`` calls of ``path`` on ``tree``'s package."""
+    with tempfile.TemporaryDirectory() as out:
+        env = {**os.environ, "PYTHONPATH": str(tree)}
+        done = subprocess.run(
+            [
+                "valgrind",
+                "--tool=callgrind",
+                f"--callgrind-out-file={out}/cg.out",
+                sys.executable,
+                str(script),
+                path,
+                str(calls),
+            ],
+            env=env,
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+    found = re.search(r"Collected : (\d+)", done.stderr)
+    if found is None:
+        raise SystemExit(f"callgrind said nothing countable:\n{done.stderr[-2000:]}")
+    return int(found.group(1))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--calls", type=int, default=5000)
+    parser.add_argument("--tree", action="append", type=Path, default=[])
+    args = parser.parse_args()
+    if shutil.which("valgrind") is None:
+        raise SystemExit("valgrind is not installed (Debian: apt-get install valgrind)")
+    trees = args.tree or [Path(__file__).resolve().parent.parent]
+    with tempfile.TemporaryDirectory() as work:
+        script = Path(work) / "one.py"
+        script.write_text(_ONE)
+        print("| path | " + " | ".join(str(t) for t in trees) + " |")
+        print("|---|" + "---:|" * len(trees))
+        for path in PATHS:
+            row = []
+            for tree in trees:
+                none = instructions(tree, path, 0, script)
+                some = instructions(tree, path, args.calls, script)
+                row.append(f"{(some - none) // args.calls:,}")
+            print(f"| {path} | " + " | ".join(row) + " |")
+
+
+if __name__ == "__main__":
+    main()
