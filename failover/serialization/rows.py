@@ -42,6 +42,7 @@ from .json_codec import JsonCodec
 __all__ = [
     "DEFAULT_MAX_ROW_BYTES",
     "ROW_DEFAULTS",
+    "SerializedStore",
     "Serializer",
     "checked_max_row_bytes",
     "datetime_of",
@@ -479,3 +480,34 @@ def _resolve_codec(codec: Codec | None, allowed_types: Iterable[Any], owner: str
     if allowed and isinstance(codec, JsonCodec):
         return JsonCodec((*codec.allowed_types, *allowed))
     return codec
+
+
+class SerializedStore:
+    """What a store that keeps its entries as text through a `Serializer` (its ``serializer``)
+    shows of it: `failover.stores.sql.SqlStore`, `failover.stores.redis.RedisStore`."""
+
+    serializer: Serializer
+
+    @property
+    def accept_plain(self) -> bool:
+        """Whether plain entries are read although the store encrypts or signs (a migration)."""
+        return self.serializer.accept_plain
+
+    @property
+    def max_row_bytes(self) -> int:
+        """The longest stored entry read or written, in bytes."""
+        return self.serializer.max_row_bytes
+
+    @property
+    def tenant(self) -> str | None:
+        """The tenant this store serves, when a tenant router made it."""
+        return self.serializer.tenant
+
+    def bind_tenant(self, tenant: str) -> None:
+        """Serve ``tenant``: its encrypted and signed entries are bound to it (a tenant router
+        calls this on the stores it makes, before using them).
+
+        Raises:
+            ConfigurationError: the store serves another tenant already.
+        """
+        self.serializer.bind_tenant(tenant)

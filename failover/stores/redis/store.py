@@ -37,6 +37,7 @@ from ...serialization.base import Codec
 from ...serialization.crypto import Cipher
 from ...serialization.rows import (
     DEFAULT_MAX_ROW_BYTES,
+    SerializedStore,
     Serializer,
     merged_row_options,
     split_row_options,
@@ -61,7 +62,7 @@ __all__ = ["RedisStore"]
 log = logging.getLogger(__name__)
 
 
-class RedisStore(KeepsHealthRows, AsyncRedisMethods, Capabilities):
+class RedisStore(SerializedStore, KeepsHealthRows, AsyncRedisMethods, Capabilities):
     """Entries in Redis: shared by every instance, expired by Redis itself.
 
     Values go through the same `Serializer` as `SqlStore`'s (the JSON codec and its allowlist
@@ -185,30 +186,6 @@ class RedisStore(KeepsHealthRows, AsyncRedisMethods, Capabilities):
     def cipher(self) -> Cipher | None:
         """The cipher payloads are encrypted with, if any."""
         return self.serializer.cipher
-
-    @property
-    def accept_plain(self) -> bool:
-        """Whether plain entries are read although the store encrypts or signs (a migration)."""
-        return self.serializer.accept_plain
-
-    @property
-    def max_row_bytes(self) -> int:
-        """The longest stored value read or written, in bytes."""
-        return self.serializer.max_row_bytes
-
-    @property
-    def tenant(self) -> str | None:
-        """The tenant this store serves, when a tenant router made it."""
-        return self.serializer.tenant
-
-    def bind_tenant(self, tenant: str) -> None:
-        """Serve ``tenant``: its encrypted and signed entries are bound to it (a tenant router
-        calls this on the stores it makes, before using them).
-
-        Raises:
-            ConfigurationError: the store serves another tenant already.
-        """
-        self.serializer.bind_tenant(tenant)
 
     # -- FailoverStore ----------------------------------------------------------------------------
 

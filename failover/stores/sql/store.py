@@ -24,6 +24,7 @@ from ...serialization.base import Codec
 from ...serialization.crypto import Cipher
 from ...serialization.rows import (
     DEFAULT_MAX_ROW_BYTES,
+    SerializedStore,
     Serializer,
     checked_max_row_bytes,
     merged_row_options,
@@ -48,7 +49,7 @@ __all__ = ["SqlStore", "per_tenant_databases", "per_tenant_tables"]
 log = logging.getLogger(__name__)
 
 
-class SqlStore(KeepsHealthRows, Capabilities):
+class SqlStore(SerializedStore, KeepsHealthRows, Capabilities):
     """Entries in a SQL table: the durable store, shared by processes and instances.
 
     SQLite (a file) is the embedded default; PostgreSQL for many instances sharing one store;
@@ -125,6 +126,7 @@ class SqlStore(KeepsHealthRows, Capabilities):
         )
         if tenant is not None:
             self._rows.bind_tenant(tenant)
+        self.serializer = self._rows  # how its rows are encoded, bound, sealed and checked
         self.codec, self.cipher = self._rows.codec, self._rows.cipher
         self._owns_engine = not isinstance(url_or_engine, Engine)
         self.engine: Engine = (
@@ -152,35 +154,6 @@ class SqlStore(KeepsHealthRows, Capabilities):
 
     def __repr__(self) -> str:
         return self._where
-
-    @property
-    def serializer(self) -> Serializer:
-        """How the store's rows are encoded, bound, sealed and checked (as `RedisStore`'s)."""
-        return self._rows
-
-    @property
-    def accept_plain(self) -> bool:
-        """Whether plain rows are read although the store encrypts or signs (a migration)."""
-        return self._rows.accept_plain
-
-    @property
-    def max_row_bytes(self) -> int:
-        """The longest payload read or written, in bytes."""
-        return self._rows.max_row_bytes
-
-    @property
-    def tenant(self) -> str | None:
-        """The tenant this store serves, when a tenant router made it."""
-        return self._rows.tenant
-
-    def bind_tenant(self, tenant: str) -> None:
-        """Serve ``tenant``: its encrypted and signed rows are bound to it (a tenant router
-        calls this on the stores it makes, before using them).
-
-        Raises:
-            ConfigurationError: the store serves another tenant already.
-        """
-        self._rows.bind_tenant(tenant)
 
     # -- schema ---------------------------------------------------------------------------------
 
