@@ -410,3 +410,44 @@ def test_close_with_a_dead_store_ends_and_counts_what_it_gave_up(
         assert len(given_up) == 1
     finally:
         rds.start()
+
+
+def test_a_busy_key_never_fills_the_bound_while_the_store_is_out(
+    rds: RedisServer, clock: FakeClock
+) -> None:
+    """Writes of a few keys made again and again while the store is out keep one waiting write
+    per key: the older ones are overtaken (written by the newer), never counted failed, and
+    the bound (``queue_size``) is never reached by a key's past."""
+    from failover.stores import AsyncWriteStore
+    from failover.stores.redis import RedisStore
+
+    registry = CollectorRegistry()
+    url = f"{rds.url}?prefix=t{os.urandom(4).hex()}:"
+    queue = AsyncWriteStore(RedisStore(url, clock=clock), queue_size=5)
+    engine = _engine(queue, clock, registry, store_timeout=2.0)
+    upstream = Upstream()
+
+    @failover.failover(NAME, engine=engine)
+    def get(x: int) -> Any:
+        return upstream(x)
+
+    try:
+        assert get(0) == 0
+        assert engine.flush(HANG)
+        rds.kill()
+        try:
+            for _ in range(10):
+                for key in (1, 2, 3):
+                    clock.advance(1)  # each call newer than the last
+                    assert get(key) == key
+                    engine.flush(HANG)  # tried: refused, it waits
+            assert failed(registry) == 0
+            assert queue.retrying <= 3
+        finally:
+            rds.start()
+        assert engine.flush(HANG)
+        assert failed(registry) == 0
+        upstream.fail()
+        assert [get.referential(k).up_to_date for k in (1, 2, 3)] == [False] * 3
+    finally:
+        engine.close()

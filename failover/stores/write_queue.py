@@ -307,9 +307,16 @@ class WriteQueue:
         counted failed, and no longer seen by reads."""
         given = [self.retry.popleft() for _ in range(min(count, len(self.retry)))]
         self.hurried = max(0, self.hurried - len(given))
+        pending = self.pending
+        overtaken = [w for w in given if pending.get((w[0], w[1])) is not w]
+        if overtaken:  # not lost: a newer write of its key is queued (counted written)
+            self.count("written", (w[2] for w in overtaken))
+            given = [w for w in given if pending.get((w[0], w[1])) is w]
         self._forget(given)
-        self.handled += len(given)
+        self.handled += len(given) + len(overtaken)
         self.progress.notify_all()
+        if not given:
+            return
         self.count("failed", (w[2] for w in given))
         self.metrics.async_failed(len(given))
         self.logs.report(
@@ -458,6 +465,7 @@ class WriteQueue:
                         Counter(p.name for p in stores if id(p) not in gone), superseded
                     )
             failed += self._delete(deletes, again)
+            again = self._overtaken(again)
             parked = self._park(newest, again)
         failed += len(again) - parked
         if failed:
@@ -508,6 +516,19 @@ class WriteQueue:
         )
         gone = {id(w) for w in expired}
         return [w for w in writes if id(w) not in gone], expired
+
+    def _overtaken(self, again: list[Write]) -> list[Write]:
+        """``again`` less the writes a newer one of their key overtook meanwhile: those wait no
+        more (the newer one is written in their place: counted written, as any overtaken
+        write), so that `retry` holds one write per key and a busy key never fills the bound
+        with its past."""
+        with self.lock:
+            pending = self.pending
+            newest = [w for w in again if pending.get((w[0], w[1])) is w]
+            if len(newest) < len(again):
+                kept = {id(w) for w in newest}
+                self.count("written", (w[2] for w in again if id(w) not in kept))
+        return newest
 
     def _park(self, written: list[Write], again: list[Write]) -> int:
         """Forget ``written`` as pending but ``again`` (the store was out), which waits in
