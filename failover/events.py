@@ -95,6 +95,16 @@ class Observer:
         method: Callable[..., None] = getattr(self, fact)
         return method
 
+    def wants(self, fact: str) -> bool:
+        """Whether it is to be called for ``fact`` now (of the facts it overrides): an observer
+        that needs a fact only at times (the logs need ``live`` only while a failover is not up)
+        says no otherwise, and tells its stream when that changes (`Events.resubscribe`), so
+        that the call path does not pay for it."""
+        return True
+
+    def attach(self, events: Events) -> None:
+        """``events``, the stream it observes (made with it), for `Events.resubscribe`."""
+
 
 FACTS = (
     "refused",
@@ -138,9 +148,18 @@ class Events:
         self.observers = tuple(observers)
         self.timed = any(o.timed for o in self.observers)
         for fact in FACTS:
-            default = getattr(Observer, fact)
-            subscribed = [o for o in self.observers if getattr(type(o), fact) is not default]
-            setattr(self, fact, _fan(fact, subscribed))
+            self.resubscribe(fact)
+        for observer in self.observers:
+            observer.attach(self)
+
+    def resubscribe(self, fact: str) -> None:
+        """Call for ``fact`` the observers that override it and want it now (`Observer.wants`).
+        One attribute is rebound: a call in flight finishes with the observers it began with."""
+        default = getattr(Observer, fact)
+        subscribed = [
+            o for o in self.observers if getattr(type(o), fact) is not default and o.wants(fact)
+        ]
+        setattr(self, fact, _fan(fact, subscribed))
 
     def __repr__(self) -> str:
         return f"Events({list(self.observers)!r})"

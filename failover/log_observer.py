@@ -25,7 +25,7 @@ from datetime import datetime, timedelta
 from typing import ClassVar
 
 from .errors import refused_by
-from .events import Observer
+from .events import Events, Observer
 from .logs import INTERVAL, LogLimiter
 
 __all__ = ["LogObserver"]
@@ -48,6 +48,7 @@ class LogObserver(Observer):
 
     __slots__ = (
         "_changes",
+        "_events",
         "_first",
         "_kinds",
         "_last_change",
@@ -82,9 +83,28 @@ class LogObserver(Observer):
         self._kinds: dict[str, int] = {}  # ... and the upstream's exception types among them
         self._first: datetime | None = None  # ... the first of them
         self._refusals = LogLimiter(log, clock, interval)
+        self._events: Events | None = None  # the stream it observes (`attach`)
 
     def __repr__(self) -> str:
         return f"LogObserver({self.name!r})"
+
+    def attach(self, events: Events) -> None:
+        """The stream it observes: `live` is asked of it only while it has something to do."""
+        self._events = events
+        events.resubscribe("live")
+
+    def wants(self, fact: str) -> bool:
+        """``live`` only while calls are not live or a summary is owed (`_watch`): the success
+        path does not call it otherwise."""
+        return fact != "live" or self._watch
+
+    def _watching(self, watch: bool) -> None:
+        """Set `_watch` (``lock`` held), subscribing to ``live`` or not when it changes."""
+        if watch != self._watch:
+            self._watch = watch
+            events = self._events
+            if events is not None:
+                events.resubscribe("live")
 
     # -- the facts ----------------------------------------------------------------------------
 
@@ -152,12 +172,12 @@ class LogObserver(Observer):
                 if changed:
                     self._count(state, kind, now)
                 if not owed:
-                    self._watch = True  # a summary is owed, later
+                    self._watching(True)  # a summary is owed, later
                     return
             summary = (self._changes, self._kinds, self._first) if self._changes else None
             self._changes, self._kinds, self._first = {}, {}, None
             self._line = now
-            self._watch = state != _UP
+            self._watching(state != _UP)
         try:
             if quiet:
                 self._log(state, kind, as_of, now, summary)
