@@ -651,6 +651,27 @@ def _sqlite(tmp_path: Path, clock: FakeClock) -> Failover:
     return Failover(f"sqlite:///{tmp_path / 'up.db'}", clock=clock, metrics=False)
 
 
+def _trial_held(
+    tmp_path: Path, clock: FakeClock, name: str
+) -> tuple[Failover, pybreaker.CircuitBreaker, Upstream, Any, threading.Thread]:
+    """A failover whose breaker is half-open with its trial call held inside the upstream (on a
+    thread of its own): the engine, the breaker, the upstream, the function, the thread."""
+    engine = _sqlite(tmp_path, clock)
+    cb = pybreaker.CircuitBreaker(fail_max=1, reset_timeout=60)
+    up = Upstream()
+
+    @failover.failover(name, engine=engine, breaker=cb)
+    def get(x: str) -> str:
+        return up(x)
+
+    assert get("a") == "a"
+    _open(cb, lambda: get("a"), up)
+    trial = threading.Thread(target=get, args=("held",))
+    trial.start()
+    assert up.entered.wait(WAIT)
+    return engine, cb, up, get, trial
+
+
 @pytest.mark.parametrize(
     ("way", "state"),
     [
@@ -703,19 +724,7 @@ def test_calls_refused_during_the_trial_leave_it_to_its_caller(
 ) -> None:
     """While the trial runs, the other calls are refused (served stale) without ending it;
     its own end closes the breaker and the gate opens for everyone."""
-    engine = _sqlite(tmp_path, clock)
-    cb = pybreaker.CircuitBreaker(fail_max=1, reset_timeout=60)
-    up = Upstream()
-
-    @failover.failover("gate.refused", engine=engine, breaker=cb)
-    def get(x: str) -> str:
-        return up(x)
-
-    assert get("a") == "a"
-    _open(cb, lambda: get("a"), up)
-    trial = threading.Thread(target=get, args=("held",))
-    trial.start()
-    assert up.entered.wait(WAIT)
+    engine, cb, up, get, trial = _trial_held(tmp_path, clock, "gate.refused")
     for _ in range(3):
         assert get.referential("a").up_to_date is False  # type: ignore[attr-defined]
     assert _gates[cb].trial is True  # still the trial's
@@ -804,19 +813,7 @@ def test_a_child_forked_during_an_upstream_trial_runs_a_trial_of_its_own(
 ) -> None:
     """The parent's trial runs on a thread the child does not have: in the child it never
     ends. Before, the child refused every call through the breaker for good."""
-    engine = _sqlite(tmp_path, clock)
-    cb = pybreaker.CircuitBreaker(fail_max=1, reset_timeout=60)
-    up = Upstream()
-
-    @failover.failover("gate.fork", engine=engine, breaker=cb)
-    def get(x: str) -> str:
-        return up(x)
-
-    assert get("a") == "a"
-    _open(cb, lambda: get("a"), up)
-    trial = threading.Thread(target=get, args=("held",))
-    trial.start()
-    assert up.entered.wait(WAIT)
+    engine, cb, up, get, trial = _trial_held(tmp_path, clock, "gate.fork")
 
     def child() -> Any:
         env = get.referential("a")  # type: ignore[attr-defined]

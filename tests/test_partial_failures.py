@@ -48,6 +48,25 @@ class Down(Exception):
     """The upstream's failure."""
 
 
+def _quotes(engine: failover.Failover, failing: threading.Event) -> tuple[Any, Any]:
+    """A sync and an async failover on ``engine`` answering ``v-<key>``, raising `Down` while
+    ``failing`` is set."""
+
+    @failover.failover("quote", engine=engine)
+    def quote(key: str) -> str:
+        if failing.is_set():
+            raise Down(key)
+        return f"v-{key}"
+
+    @failover.failover("aquote", engine=engine)
+    async def aquote(key: str) -> str:
+        if failing.is_set():
+            raise Down(key)
+        return f"v-{key}"
+
+    return quote, aquote
+
+
 # -- a Redis Cluster master out --------------------------------------------------------------------
 
 
@@ -86,18 +105,7 @@ def test_a_dead_cluster_master_fails_only_its_own_keys_under_concurrent_recoveri
     store = RedisStore(partial_cluster.url, prefix=redis_server.unique_prefix(), clock=clock)
     engine = failover.Failover(store, async_writes=False, metrics=False, clock=clock)
     failing = threading.Event()
-
-    @failover.failover("quote", engine=engine)
-    def quote(key: str) -> str:
-        if failing.is_set():
-            raise Down(key)
-        return f"v-{key}"
-
-    @failover.failover("aquote", engine=engine)
-    async def aquote(key: str) -> str:
-        if failing.is_set():
-            raise Down(key)
-        return f"v-{key}"
+    quote, aquote = _quotes(engine, failing)
 
     keys = [f"k{i}" for i in range(40)]
     try:
@@ -233,18 +241,7 @@ def test_a_tenants_store_out_does_not_fail_another_tenants_reads(
         clock=clock,
     )
     failing = threading.Event()
-
-    @failover.failover("quote", engine=engine)
-    def quote(key: str) -> str:
-        if failing.is_set():
-            raise Down(key)
-        return f"v-{key}"
-
-    @failover.failover("aquote", engine=engine)
-    async def aquote(key: str) -> str:
-        if failing.is_set():
-            raise Down(key)
-        return f"v-{key}"
+    quote, aquote = _quotes(engine, failing)
 
     keys = [f"k{i}" for i in range(8)]
     answers: dict[tuple[str, str, str], object] = {}
