@@ -114,6 +114,7 @@ class WriteQueue:
         self.failures = 0  # attempts in a row that met the store out: the backoff's exponent
         self.hurried = 0  # retries a flush asked for now, whatever `due` says
         self.passes = 0  # times the worker ran out of work it could do now (a flush waits on it)
+        self.here_running = 0  # writes being made on a caller's behalf (a flush waits for them)
         self.flushes = 0  # flushes begun: a write tried before the latest is tried once more
         self.taken_at = 0  # `flushes` when the worker took the batch it writes now
         self.given_up = 0  # writes given up at close, the store still out: logged once
@@ -157,19 +158,23 @@ class WriteQueue:
             # Written right here: closed, exiting, or rejection="caller_runs" at a full queue.
             self._mark_pending(writes)
             self.queued += len(writes)
+            if self.here is None:
+                self.here_running += 1
         if self.here is None:
             self.count("queued", (w[2] for w in writes))
             parked = 0
             try:
                 parked = self.write(writes)
             finally:
-                self._handled(len(writes) - parked)
+                self._handled(len(writes) - parked, here=True)
         else:
             self._write_here(writes, self.here)
 
-    def _handled(self, count: int) -> None:
+    def _handled(self, count: int, here: bool = False) -> None:
         with self.lock:
             self.handled += count
+            if here:
+                self.here_running -= 1
             self.progress.notify_all()
 
     def _write_here(self, writes: list[Write], here: Callable[[Callable[[], None]], None]) -> None:
@@ -183,12 +188,13 @@ class WriteQueue:
                 if started.is_set():
                     return  # given up before it started
                 started.set()
+                self.here_running += 1
             self.count("queued", (w[2] for w in writes))
             parked = 0
             try:
                 parked = self.write(writes)
             finally:
-                self._handled(len(writes) - parked)
+                self._handled(len(writes) - parked, here=True)
 
         try:
             here(write)
@@ -556,6 +562,9 @@ class WriteQueue:
             if self.taken_at != self.flushes:
                 # Tried before a flush began: that flush tries them once more.
                 self.hurried = len(self.retry)
+                if self.idle:  # parked by a write made on a caller's behalf
+                    self.idle = False  # not idle for the flush until it tried them
+                    self.has_work.notify()
             self.failures += 1
             backoff = min(RETRY_MOST, RETRY_FIRST * 2 ** min(self.failures - 1, 16))
             # Jittered: the processes of a fleet do not all retry at the same instant.
@@ -667,6 +676,7 @@ class WriteQueue:
         self.queue.clear()
         self.retry.clear()
         self.due, self.failures, self.hurried, self.passes, self.given_up = None, 0, 0, 0, 0
+        self.here_running = 0
         self.flushes = self.taken_at = 0
         self.pending.clear()
         self.queued = self.handled = 0
@@ -687,7 +697,13 @@ class WriteQueue:
                     self.has_work.notify()
             start = self.passes
             self.progress.wait_for(
-                lambda: self.handled >= target or self.worker_done or self.passes > start,
+                # Or all it could do now was tried: the worker is idle since, and no write
+                # made on a caller's behalf is still running (it may yet be written).
+                lambda: (
+                    self.handled >= target
+                    or self.worker_done
+                    or (self.passes > start and self.idle and not self.here_running)
+                ),
                 timeout,
             )
             return self.handled >= target
