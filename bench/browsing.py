@@ -25,7 +25,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # tests/redis_server.py starts the throwaway server
 
 from failover.payload import ReferentialPayload  # noqa: E402
-from failover.stores.sql import SqlStore  # noqa: E402
+from failover.stores.backends.sql import SqlStore  # noqa: E402
 
 LIMIT = 100
 ROUNDS = 50
@@ -69,7 +69,7 @@ def sqlite_rows(count: int) -> list[tuple[str, float]]:
 
 
 def redis_rows(url: str, count: int) -> list[tuple[str, float]]:
-    from failover.stores.redis import RedisStore
+    from failover.stores.backends.redis import RedisStore
 
     store = RedisStore(url, prefix="bench-browsing:")
     now = datetime.now(UTC)

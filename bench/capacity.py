@@ -280,8 +280,8 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=10.0, help="each phase's length")
     args = parser.parse_args()
 
-    from failover.stores.redis import RedisStore
-    from failover.stores.sql import SqlStore
+    from failover.stores.backends.redis import RedisStore
+    from failover.stores.backends.sql import SqlStore
     from tests import postgres, redis_server
 
     stores: dict[str, Callable[[], Any]] = {

@@ -27,7 +27,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from failover.payload import ReferentialPayload  # noqa: E402
-from failover.stores.sql import SqlStore  # noqa: E402
+from failover.stores.backends.sql import SqlStore  # noqa: E402
 
 
 def main() -> int:

@@ -49,7 +49,7 @@ import cachetools
 
 import failover
 from failover import ListSplitter
-from failover.stores.copying import deep_copy
+from failover.stores.layers.copying import deep_copy
 
 CURRENCIES = [f"C{i:03d}" for i in range(1_000)]
 QUOTES = [f"Q{i:02d}" for i in range(20)]

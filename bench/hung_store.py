@@ -29,7 +29,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # tests/ starts the servers
 
 import failover  # noqa: E402
-from failover.stores.sql import SqlStore  # noqa: E402
+from failover.stores.backends.sql import SqlStore  # noqa: E402
 from tests import postgres  # noqa: E402
 from tests.own_servers import children, stopped  # noqa: E402
 from tests.redis_server import RedisServer  # noqa: E402

@@ -23,8 +23,8 @@ from typing import Any
 import failover
 from failover import Failover
 from failover.engine import utcnow
+from failover.stores.backends.sql import SqlStore
 from failover.stores.health_rows import FailoverSummary, ProcessHealth
-from failover.stores.sql import SqlStore
 
 CALLS = 200_000
 KEYS = [f"K{i:04d}" for i in range(1_000)]

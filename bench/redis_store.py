@@ -38,7 +38,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # tests/redis_server.py starts the throwaway server
 
 from failover.payload import ReferentialPayload, envelope  # noqa: E402
-from failover.stores.redis import RedisStore  # noqa: E402
+from failover.stores.backends.redis import RedisStore  # noqa: E402
 
 BATCH = 1_000
 ROUNDS = 30

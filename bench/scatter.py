@@ -43,7 +43,7 @@ sys.path.insert(0, str(ROOT))  # tests/postgres.py starts the --postgres server
 
 import failover  # noqa: E402
 from failover.scatter import ListSplitter  # noqa: E402
-from failover.stores.sql import SqlStore  # noqa: E402
+from failover.stores.backends.sql import SqlStore  # noqa: E402
 
 N = 1_000
 CODES = [f"C{i:04d}" for i in range(N)]

@@ -36,8 +36,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # tests/postgres.py starts the --postgres server
 
 from failover.payload import ReferentialPayload, envelope  # noqa: E402
-from failover.stores.sql import SqlStore  # noqa: E402
-from failover.stores.sql.psycopg import PsycopgStatements, supported  # noqa: E402
+from failover.stores.backends.sql import SqlStore  # noqa: E402
+from failover.stores.backends.sql.psycopg import PsycopgStatements, supported  # noqa: E402
 
 BATCH = 1_000
 

@@ -29,7 +29,7 @@ import failover
 from failover import ReferentialPayload
 from failover.metrics import NullMetrics
 from failover.stores import AsyncWriteStore, FailoverStore, InMemoryStore
-from failover.stores.sql import SqlStore
+from failover.stores.backends.sql import SqlStore
 
 KEYS = [f"K{i:04d}" for i in range(1_000)]
 

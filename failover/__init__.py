@@ -102,8 +102,8 @@ logging.getLogger(__name__).addHandler(logging.NullHandler())
 
 if typing.TYPE_CHECKING:
     from .execution.redis_permits import RedisPermits
-    from .stores.redis import RedisStore
-    from .stores.sql import SqlStore
+    from .stores.backends.redis import RedisStore
+    from .stores.backends.sql import SqlStore
 
 
 def __getattr__(name: str) -> object:

@@ -34,7 +34,7 @@ from .handlers import Partial, envelope_key
 from .handlers.lookup import Lookup, failed_lookup, stale
 from .payload import KIND_OF, PLAIN, ReferentialPayload, enrich, envelope
 from .policy import ExceptionPolicy, default_for
-from .stores.batching import pinned_call
+from .stores.layers.batching import pinned_call
 from .tenant import read_tenant
 
 if TYPE_CHECKING:

@@ -20,13 +20,13 @@ from .closeable import Closeable
 from .errors import ConfigurationError
 from .handlers import DefaultHandler, Handler, ScatterGatherHandler
 from .metrics import NULL_METRICS, Metrics
-from .stores.async_write import AsyncWriteStore
 from .stores.base import FailoverStore, declared, does_io, isolating, walk, writes_async
-from .stores.copying import CopyingStore
-from .stores.deadline import DeadlineStore
 from .stores.factory import make_store, per_tenant
-from .stores.routing import MultiTenantStore, TenantStoreFactory
-from .stores.tiered import TieredStore
+from .stores.layers.async_write import AsyncWriteStore
+from .stores.layers.copying import CopyingStore
+from .stores.layers.deadline import DeadlineStore
+from .stores.layers.routing import MultiTenantStore, TenantStoreFactory
+from .stores.layers.tiered import TieredStore
 from .tenant import current_tenant, pinned
 
 __all__ = ["handler_chain", "store_chain"]

@@ -32,7 +32,7 @@ from .policy import ExceptionPolicy
 from .tenant import current_tenant, pinned
 
 if TYPE_CHECKING:
-    from .stores.routing import MultiTenantStore
+    from .stores.layers.routing import MultiTenantStore
 
 __all__ = ["Binder", "Runtime"]
 

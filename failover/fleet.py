@@ -289,7 +289,7 @@ def _client_factory(
             f"{owner}: fleet needs redis-py: pip install 'failover[redis]' ({exc})"
         ) from exc
     if isinstance(target, str):
-        from .stores.redis.client import checked_prefix, make_client, split_url
+        from .stores.backends.redis.client import checked_prefix, make_client, split_url
 
         try:
             url, prefix = split_url(target)

@@ -33,7 +33,7 @@ from .context import CallContext
 from .errors import SoftTimeoutError
 from .forks import AfterFork
 from .handlers import Partial, key_of
-from .stores.copying import deep_copy
+from .stores.layers.copying import deep_copy
 
 __all__ = ["Flights", "FlownCall"]
 

@@ -175,7 +175,7 @@ class PoolHealth:
 
 @dataclass(frozen=True, slots=True)
 class StoreHealth:
-    """A store the engine bounds with a deadline (`failover.stores.deadline.DeadlineStore`), now.
+    """A store the engine bounds with a deadline (`stores.layers.deadline.DeadlineStore`), now.
 
     Attributes:
         name: the store, as ``failover_store_up`` labels it (``sqlstore``, ``redisstore``).

@@ -35,8 +35,8 @@ from .call import Call, call_of
 from .execution import Refreshes
 from .forks import AfterFork
 from .handlers import key_of
-from .stores.batching import pinned_call
-from .stores.copying import deep_copy
+from .stores.layers.batching import pinned_call
+from .stores.layers.copying import deep_copy
 
 if TYPE_CHECKING:
     from .core import Runtime

@@ -3,7 +3,7 @@ is out: its latest operations, queued writes included, timed out or were refused
 connection, and its breaker is open) and
 ``failover_store_errors_total{store,operation,reason}`` (reason ``timeout``, ``error`` or
 ``breaker_open``), read at scrape time from the engines' deadline layers
-(`failover.stores.deadline.DeadlineStore`)."""
+(`failover.stores.layers.deadline.DeadlineStore`)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from typing import Any
 
 from .health import StoreHealth
 from .stores.base import walk
-from .stores.deadline import DeadlineStore
+from .stores.layers.deadline import DeadlineStore
 
 __all__ = ["StoreMetrics", "store_health", "store_label"]
 

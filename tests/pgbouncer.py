@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
-from failover.stores.sql import make_engine
+from failover.stores.backends.sql import make_engine
 
 from . import postgres
 

@@ -27,7 +27,7 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from failover.stores.sql import SqlStore, make_engine
+from failover.stores.backends.sql import SqlStore, make_engine
 
 SKIP_REASON = (
     "PostgreSQL server binaries not found; install the Debian package `postgresql` "

@@ -21,7 +21,7 @@ from failover.stores import (
     TieredStore,
     per_tenant_tables,
 )
-from failover.stores.sql import SqlStore
+from failover.stores.backends.sql import SqlStore
 
 from . import pgbouncer, postgres, redis_ha, redis_server
 
@@ -59,7 +59,7 @@ FACTORIES: dict[str, StoreFactory] = {
 def redis_store(clock: Any, **kwargs: Any) -> FailoverStore:
     """A `RedisStore` on the session's server, under a key prefix of its own; skips the test
     where ``redis-server`` is missing."""
-    from failover.stores.redis import RedisStore
+    from failover.stores.backends.redis import RedisStore
 
     kwargs.setdefault("prefix", redis_server.unique_prefix())
     url = kwargs.pop("url", None) or redis_server.server().url
@@ -67,7 +67,7 @@ def redis_store(clock: Any, **kwargs: Any) -> FailoverStore:
 
 
 def redis_tenants(clock: Any) -> FailoverStore:
-    from failover.stores.redis import RedisStore
+    from failover.stores.backends.redis import RedisStore
 
     factory = RedisStore.per_tenant(
         redis_server.server().url, prefix=redis_server.unique_prefix(), clock=clock

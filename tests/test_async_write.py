@@ -31,7 +31,7 @@ from failover import (
 )
 from failover.metrics import NullMetrics
 from failover.stores import AsyncWriteStore, CopyingStore, InMemoryStore
-from failover.stores.sql import SqlStore
+from failover.stores.backends.sql import SqlStore
 
 from .conftest import FakeClock
 
@@ -529,7 +529,7 @@ def test_queued_writes_are_flushed_at_interpreter_exit(tmp_path: Path) -> None:
         from datetime import UTC, datetime, timedelta
         from failover import ReferentialPayload
         from failover.stores import AsyncWriteStore
-        from failover.stores.sql import SqlStore
+        from failover.stores.backends.sql import SqlStore
 
         class Gated(SqlStore):
             gate = threading.Event()

@@ -1,4 +1,4 @@
-"""Batched recoveries (`failover.stores.batching.ReadBatcher`): concurrent recoveries of one
+"""Batched recoveries (`failover.stores.layers.batching.ReadBatcher`): concurrent recoveries of one
 failover answered by one ``find_many``, counted on a real ``redis-server`` (``INFO
 commandstats``) and a real SQLite file (SQLAlchemy's statement events); each caller gets its own
 entry; the event loop keeps running while the store reads."""
@@ -17,7 +17,7 @@ import sqlalchemy as sa
 
 import failover
 from failover.stores import SqlStore
-from failover.stores.batching import ReadBatcher
+from failover.stores.layers.batching import ReadBatcher
 
 from .own_servers import running
 from .redis_server import RedisServer

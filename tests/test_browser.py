@@ -212,7 +212,7 @@ def test_entry_labels(browser: Any, clock: FakeClock, tmp_path: Path) -> None:
     from selenium.webdriver.common.by import By
 
     from failover.dashboard import make_store_app
-    from failover.stores.sql import SqlStore
+    from failover.stores.backends.sql import SqlStore
 
     store = SqlStore(f"sqlite:///{tmp_path / 'store.db'}")
     engine = Failover(store, clock=clock, metrics=False, async_writes=False, store_timeout=None)

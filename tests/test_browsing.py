@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from failover import ReferentialPayload
-from failover.stores.sql import SqlStore
+from failover.stores.backends.sql import SqlStore
 
 from . import redis_server
 
@@ -127,7 +127,7 @@ def commands(raw: Any) -> int:
 
 
 def test_a_hundred_thousand_redis_entries_page_in_constant_commands() -> None:
-    from failover.stores.redis import RedisStore
+    from failover.stores.backends.redis import RedisStore
 
     server = redis_server.server()
     store = RedisStore(server.url, prefix=redis_server.unique_prefix())

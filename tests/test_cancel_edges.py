@@ -25,10 +25,10 @@ import pytest
 import failover
 from failover import Failover
 from failover.closeable import AsyncCloseable
+from failover.stores.backends.redis import RedisStore
+from failover.stores.backends.sql import SqlStore
 from failover.stores.base import walk
-from failover.stores.deadline import DeadlineStore
-from failover.stores.redis import RedisStore
-from failover.stores.sql import SqlStore
+from failover.stores.layers.deadline import DeadlineStore
 
 from .conftest import FakeClock, Upstream
 from .own_servers import children, own_postgres, running, stopped

@@ -13,8 +13,8 @@ import pytest
 import failover
 from failover import ConfigurationError, Failover, InMemoryStore, ReferentialPayload
 from failover.stores import AsyncWriteStore, CopyingStore, FailoverStore, MultiTenantStore
+from failover.stores.backends.sql import SqlStore
 from failover.stores.base import isolating, walk
-from failover.stores.sql import SqlStore
 
 from .conftest import FakeClock, Upstream
 

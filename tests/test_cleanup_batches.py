@@ -15,7 +15,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from failover import ReferentialPayload
-from failover.stores.sql import SqlStore
+from failover.stores.backends.sql import SqlStore
 
 from .conftest import FakeClock
 

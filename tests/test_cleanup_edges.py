@@ -537,7 +537,7 @@ def test_cli_clean_on_redis_removes_nothing_and_says_why(
         pytest.skip("redis-server is not installed")
     server = redis_server.server()
     prefix = redis_server.unique_prefix()
-    from failover.stores.redis import RedisStore
+    from failover.stores.backends.redis import RedisStore
 
     store: FailoverStore = RedisStore(server.url, prefix=prefix, clock=real_now_clock)
     with Failover(store, clock=real_now_clock, metrics=False, async_writes=False) as engine:

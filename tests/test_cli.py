@@ -20,7 +20,7 @@ from failover.cli import main, render_table
 from failover.engine import utcnow
 from failover.payload import envelope
 from failover.stores import make_store
-from failover.stores.sql import SqlStore
+from failover.stores.backends.sql import SqlStore
 
 COMMANDS = ["demo", "inspect", "clean", "scheduler"]
 

@@ -22,7 +22,7 @@ import failover
 from failover import BulkheadFull, Failover, InMemoryStore, ReferentialPayload
 from failover.errors import SoftTimeoutError
 from failover.stores import MultiTenantStore
-from failover.stores.sql import SqlStore
+from failover.stores.backends.sql import SqlStore
 
 from .conftest import FakeClock
 from .execution_support import WAIT, ABlocking, Blocking

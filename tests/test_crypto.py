@@ -14,7 +14,7 @@ import failover
 from failover.errors import ConfigurationError, SerializationError
 from failover.serialization.crypto import Cipher, FernetCipher, seal, unseal
 from failover.serialization.rows import entry_binding
-from failover.stores.sql import SqlStore
+from failover.stores.backends.sql import SqlStore
 
 from .conftest import FakeClock, Upstream
 

@@ -117,7 +117,7 @@ def test_every_fast_envelope_builder_sets_every_field(clock: FakeClock) -> None:
     import dataclasses
 
     from failover.payload import Building, envelope
-    from failover.stores.copying import copied
+    from failover.stores.layers.copying import copied
 
     fields = [f.name for f in dataclasses.fields(failover.ReferentialPayload)]
     assert sorted(Building.__slots__) == sorted(fields)

@@ -33,10 +33,10 @@ from failover.errors import StoreError
 from failover.keys import make_key
 from failover.payload import envelope
 from failover.scatter import ListSplitter
+from failover.stores.backends.redis import RedisStore
+from failover.stores.backends.sql import SqlStore
 from failover.stores.health_rows import FailoverSummary, ProcessHealth
-from failover.stores.redis import RedisStore
-from failover.stores.routing import MultiTenantStore
-from failover.stores.sql import SqlStore
+from failover.stores.layers.routing import MultiTenantStore
 
 from . import redis_server
 from .conftest import FakeClock

@@ -24,7 +24,7 @@ import pytest
 import failover
 from failover import Failover
 from failover.errors import BulkheadFull, SoftTimeoutError
-from failover.stores.sql import SqlStore
+from failover.stores.backends.sql import SqlStore
 
 from .conftest import FakeClock
 from .execution_support import WAIT, watch

@@ -25,7 +25,7 @@ import failover
 from failover import Failover, ReferentialPayload
 from failover.metrics import PrometheusMetrics
 from failover.stores import AsyncWriteStore, CachetoolsStore, FailoverStore, InMemoryStore
-from failover.stores.sql import SqlStore
+from failover.stores.backends.sql import SqlStore
 
 from . import postgres, redis_ha, redis_server
 from .conftest import FakeClock

@@ -39,10 +39,10 @@ from failover.execution.breaker import _gates
 from failover.execution.permits import LocalPermits
 from failover.payload import ReferentialPayload
 from failover.stores import InMemoryStore, TieredStore
-from failover.stores.deadline import DeadlineStore, StoreTimeout, StoreUnavailable
-from failover.stores.hedging import HedgingDeadline
-from failover.stores.redis import RedisStore
-from failover.stores.sql import SqlStore
+from failover.stores.backends.redis import RedisStore
+from failover.stores.backends.sql import SqlStore
+from failover.stores.layers.deadline import DeadlineStore, StoreTimeout, StoreUnavailable
+from failover.stores.layers.hedging import HedgingDeadline
 
 from .conftest import FakeClock
 from .own_servers import children, own_postgres, running, stopped

@@ -21,8 +21,8 @@ import failover
 from failover import ConfigurationError, Failover, ListSplitter
 from failover.cli import main
 from failover.labels import LABEL_MAX
-from failover.stores.sql import SqlStore, make_engine
-from failover.stores.sql.table import make_table
+from failover.stores.backends.sql import SqlStore, make_engine
+from failover.stores.backends.sql.table import make_table
 
 from . import postgres, redis_server
 from .conftest import FakeClock
@@ -245,7 +245,7 @@ def test_a_table_left_as_it_is_works_without_labels(
     db: tuple[sa.Engine, str], clock: FakeClock, caplog: pytest.LogCaptureFixture
 ) -> None:
     engine, prefix = db
-    with caplog.at_level(logging.WARNING, "failover.stores.sql.table"):
+    with caplog.at_level(logging.WARNING, "failover.stores.backends.sql.table"):
         store = SqlStore(engine, table_prefix=prefix, create_table=False)
     assert any("has no column 'label'" in r.getMessage() for r in caplog.records)
     app, country = a_labelled_failover(store, clock)
@@ -293,7 +293,7 @@ def test_a_database_refusing_the_column_works_without_labels(
     refusing_database: sa.Engine, clock: FakeClock, caplog: pytest.LogCaptureFixture
 ) -> None:
     earlier_table(refusing_database, "")
-    with caplog.at_level(logging.WARNING, "failover.stores.sql.table"):
+    with caplog.at_level(logging.WARNING, "failover.stores.backends.sql.table"):
         store = SqlStore(refusing_database)
     (warning,) = [r.getMessage() for r in caplog.records if "label" in r.getMessage()]
     assert "refused to add it" in warning
@@ -313,7 +313,7 @@ def test_a_database_refusing_the_column_works_without_labels(
 def test_redis_values_without_a_label_are_as_earlier_versions_wrote_them(
     clock: FakeClock,
 ) -> None:
-    from failover.stores.redis import RedisStore
+    from failover.stores.backends.redis import RedisStore
 
     prefix = redis_server.unique_prefix()
     store = RedisStore(redis_server.server().url, prefix=prefix, clock=clock)

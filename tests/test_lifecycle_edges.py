@@ -29,8 +29,8 @@ import pytest
 import failover
 from failover import Failover
 from failover.stores import AsyncWriteStore
+from failover.stores.backends.sql import SqlStore
 from failover.stores.base import Payload, walk
-from failover.stores.sql import SqlStore
 
 from .conftest import FakeClock
 from .execution_support import WAIT, ABlocking, Blocking

@@ -30,10 +30,10 @@ import failover
 from failover.dashboard import make_asgi_app, make_store_app
 from failover.engine.clock import utcnow
 from failover.execution.redis_permits import RedisPermits
+from failover.stores.backends.redis import RedisStore
+from failover.stores.backends.sql import SqlStore
 from failover.stores.base import Payload
-from failover.stores.batching import ReadBatcher
-from failover.stores.redis import RedisStore
-from failover.stores.sql import SqlStore
+from failover.stores.layers.batching import ReadBatcher
 
 from . import postgres, redis_ha, redis_server
 from .conftest import FakeClock

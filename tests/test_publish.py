@@ -40,7 +40,7 @@ def shared(request: pytest.FixtureRequest, tmp_path: Path, clock: FakeClock) -> 
         url = f"sqlite:///{tmp_path / 'shared.db'}"
 
         def open_sql() -> Any:
-            from failover.stores.sql import SqlStore
+            from failover.stores.backends.sql import SqlStore
 
             opened.append(SqlStore(url))
             return opened[-1]
@@ -50,7 +50,7 @@ def shared(request: pytest.FixtureRequest, tmp_path: Path, clock: FakeClock) -> 
         url, prefix = request.getfixturevalue("postgres_url"), postgres.unique_prefix()
 
         def open_pg() -> Any:
-            from failover.stores.sql import SqlStore
+            from failover.stores.backends.sql import SqlStore
 
             opened.append(SqlStore(url, table_prefix=prefix))
             return opened[-1]
@@ -62,7 +62,7 @@ def shared(request: pytest.FixtureRequest, tmp_path: Path, clock: FakeClock) -> 
         prefix = redis_server.unique_prefix()
 
         def open_redis() -> Any:
-            from failover.stores.redis import RedisStore
+            from failover.stores.backends.redis import RedisStore
 
             opened.append(RedisStore(server.url, prefix=prefix, clock=clock))
             return opened[-1]
@@ -153,7 +153,7 @@ def test_closing_the_engine_removes_its_row(shared: Opener, clock: FakeClock) ->
 def test_the_row_is_published_at_once_then_every_interval(tmp_path: Path, clock: FakeClock) -> None:
     """The thread publishes on start; the next publish waits for the interval (a stop ends
     the wait at once)."""
-    from failover.stores.sql import SqlStore
+    from failover.stores.backends.sql import SqlStore
 
     store = SqlStore(f"sqlite:///{tmp_path / 'f.db'}")
     written: list[ProcessHealth] = []
@@ -198,8 +198,8 @@ def test_the_setting_is_checked_naming_the_engine_and_the_setting(tmp_path: Path
 def test_the_rows_pass_through_the_layers_and_under_the_store_deadline(
     tmp_path: Path, clock: FakeClock
 ) -> None:
-    from failover.stores.deadline import DeadlineStore
-    from failover.stores.sql import SqlStore
+    from failover.stores.backends.sql import SqlStore
+    from failover.stores.layers.deadline import DeadlineStore
 
     far = SqlStore(f"sqlite:///{tmp_path / 'f.db'}")
     tiered = TieredStore(InMemoryStore(), far)
@@ -227,7 +227,7 @@ def test_a_hung_store_holds_neither_a_call_nor_close_past_the_deadline(
 ) -> None:
     """The publish runs on its own thread under the engine's store_timeout: a store that hangs
     while publishing neither delays a business call nor keeps close() waiting for it."""
-    from failover.stores.sql import SqlStore
+    from failover.stores.backends.sql import SqlStore
 
     release = threading.Event()
     entered = threading.Event()
@@ -257,7 +257,7 @@ def test_a_hung_store_holds_neither_a_call_nor_close_past_the_deadline(
 def test_a_failing_publish_is_logged_once_and_retried(
     tmp_path: Path, clock: FakeClock, caplog: pytest.LogCaptureFixture
 ) -> None:
-    from failover.stores.sql import SqlStore
+    from failover.stores.backends.sql import SqlStore
 
     class Refusing(SqlStore):
         refuse = True
@@ -317,7 +317,7 @@ def test_the_store_dashboard_adds_the_rows_up_and_escapes_them(
     """What a row holds is shown as text: anyone who can write to the store can write a row."""
     from failover.dashboard import make_store_app
     from failover.dashboard.cluster import cluster_of
-    from failover.stores.sql import SqlStore
+    from failover.stores.backends.sql import SqlStore
 
     from .servers import fetch, serve_wsgi
 

@@ -25,7 +25,7 @@ from prometheus_client import CollectorRegistry
 import failover
 from failover import BulkheadFull, ConfigurationError
 from failover.execution.redis_permits import RedisPermits
-from failover.stores.redis import RedisStore
+from failover.stores.backends.redis import RedisStore
 
 from . import redis_server
 from .execution_support import WAIT, ABlocking, Blocking, auntil, metric, until

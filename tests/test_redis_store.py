@@ -26,7 +26,7 @@ from failover.payload import ReferentialPayload
 from failover.serialization.crypto import FernetCipher
 from failover.serialization.pickle_codec import PickleCodec
 from failover.stores import MultiTenantStore, make_store
-from failover.stores.redis import RedisStore
+from failover.stores.backends.redis import RedisStore
 
 from . import redis_server
 from .conftest import FakeClock, Upstream

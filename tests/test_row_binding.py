@@ -39,12 +39,12 @@ from failover.serialization.crypto import FernetCipher
 from failover.serialization.json_codec import JsonCodec
 from failover.serialization.pickle_codec import PickleCodec
 from failover.stores import MultiTenantStore, per_tenant_tables
+from failover.stores.backends.redis import RedisStore
+from failover.stores.backends.redis.client import Keys
+from failover.stores.backends.sql import SqlStore, per_tenant_databases
 from failover.stores.base import walk
 from failover.stores.factory import make_store, per_tenant
 from failover.stores.opening import open_shared
-from failover.stores.redis import RedisStore
-from failover.stores.redis.client import Keys
-from failover.stores.sql import SqlStore, per_tenant_databases
 
 from . import postgres, redis_server
 from .conftest import FakeClock

@@ -19,9 +19,9 @@ import sqlalchemy as sa
 import failover
 from failover import DictSplitter
 from failover.keys import make_key
-from failover.stores.redis import RedisStore
-from failover.stores.redis.topology import LazyCluster
-from failover.stores.sql import SqlStore
+from failover.stores.backends.redis import RedisStore
+from failover.stores.backends.redis.topology import LazyCluster
+from failover.stores.backends.sql import SqlStore
 
 from . import pgbouncer, postgres, redis_ha, redis_server
 from .conftest import FakeClock
@@ -292,7 +292,7 @@ def test_mixed_sync_and_async_calls_through_a_two_connection_bouncer_restarted(
 def test_a_read_right_after_the_bouncer_restarted_answers_with_several_kept_connections(
     clock: FakeClock,
 ) -> None:
-    from failover.stores.sql.psycopg import spares
+    from failover.stores.backends.sql.psycopg import spares
 
     bouncer = pgbouncer.PgBouncer(pool_size=2)
     store = SqlStore(bouncer.start().url, table_prefix=postgres.unique_prefix())

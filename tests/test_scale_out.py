@@ -21,10 +21,10 @@ from prometheus_client import CollectorRegistry
 import failover
 from failover import DictSplitter, ReferentialPayload
 from failover.errors import ConfigurationError, StoreError
+from failover.stores.backends.redis import RedisStore
+from failover.stores.backends.redis.topology import LazyCluster
+from failover.stores.backends.sql import SqlStore
 from failover.stores.base import Payload
-from failover.stores.redis import RedisStore
-from failover.stores.redis.topology import LazyCluster
-from failover.stores.sql import SqlStore
 
 from . import pgbouncer, postgres, redis_ha, redis_server
 from .conftest import FakeClock
@@ -311,7 +311,7 @@ async def test_async_reads_prepare_nothing_behind_the_bouncer(clock: FakeClock) 
 
 
 def test_the_pgbouncer_setting() -> None:
-    from failover.stores.sql import make_engine
+    from failover.stores.backends.sql import make_engine
 
     url = postgres.server().url
     engine = make_engine(url, pgbouncer="transaction")

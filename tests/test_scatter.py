@@ -24,7 +24,7 @@ from failover.scatter import (
     StoreContext,
 )
 from failover.stores import InMemoryStore
-from failover.stores.sql import SqlStore, make_engine
+from failover.stores.backends.sql import SqlStore, make_engine
 
 from . import postgres, redis_server
 from .conftest import FakeClock

@@ -19,7 +19,7 @@ from failover.serialization.text import EntryText
 from failover.stores import Capabilities, MultiTenantStore, register_scheme, schemes
 from failover.stores.base import older
 from failover.stores.factory import make_store, per_tenant, per_tenant_stores
-from failover.stores.tenant_stores import TenantStores
+from failover.stores.layers.tenant_stores import TenantStores
 
 from .conftest import FakeClock, Upstream
 

@@ -1,6 +1,6 @@
-"""The PostgreSQL fast path of `SqlStore` (``failover.stores.sql.psycopg``) on the suite's real
-server: connections that break, idle ones, spare connections and the pool they come from, and
-processes forked with spares in hand."""
+"""The PostgreSQL fast path of `SqlStore` (``failover.stores.backends.sql.psycopg``) on the
+suite's real server: connections that break, idle ones, spare connections and the pool they
+come from, and processes forked with spares in hand."""
 
 from __future__ import annotations
 
@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from failover.stores.sql import SqlStore, make_engine
-from failover.stores.sql.psycopg import PsycopgStatements, spares, supported
+from failover.stores.backends.sql import SqlStore, make_engine
+from failover.stores.backends.sql.psycopg import PsycopgStatements, spares, supported
 
 from . import postgres
 from .conftest import FakeClock
@@ -116,7 +116,7 @@ def test_a_connection_ended_by_the_server_is_replaced_and_the_statement_rerun(
 def test_idle_connections_are_pinged_before_use(
     engine: sa.Engine, app: str, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from failover.stores.sql import psycopg as sql_psycopg
+    from failover.stores.backends.sql import psycopg as sql_psycopg
 
     store = SqlStore(engine, table_prefix=postgres.unique_prefix())
     store.store(entry(clock, "k", {"v": 1}))

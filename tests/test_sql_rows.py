@@ -28,7 +28,7 @@ from failover.serialization.base import type_name
 from failover.serialization.crypto import FernetCipher
 from failover.serialization.pickle_codec import PickleCodec
 from failover.serialization.rows import Serializer, entry_binding
-from failover.stores.sql import SqlStore
+from failover.stores.backends.sql import SqlStore
 
 from . import postgres
 from .conftest import FakeClock, Upstream
@@ -263,7 +263,7 @@ FOREIGN = [
     "pickle.loads",
     "tests.test_sql_rows.Exploit",
     "tests.test_sql_rows.ShellExploit",
-    "failover.stores.sql.SqlStore",
+    "failover.stores.backends.sql.SqlStore",
 ]
 
 

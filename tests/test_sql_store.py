@@ -33,7 +33,7 @@ from failover.serialization.crypto import FernetCipher, seal
 from failover.serialization.pickle_codec import PickleCodec
 from failover.serialization.rows import entry_binding
 from failover.stores import make_store
-from failover.stores.sql import SqlStore, make_engine
+from failover.stores.backends.sql import SqlStore, make_engine
 
 from . import postgres
 from .conftest import FakeClock, Upstream
@@ -773,7 +773,7 @@ def test_async_functions_recover_from_a_sql_store(
 WORKER = r"""
 import json, sys, time
 import failover
-from failover.stores.sql import SqlStore
+from failover.stores.backends.sql import SqlStore
 
 url, prefix, mine, theirs = sys.argv[1:5]  # prefix: a SQL table prefix ("" for other stores)
 store = SqlStore(url, table_prefix=prefix) if prefix else url

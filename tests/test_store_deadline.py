@@ -19,9 +19,9 @@ from prometheus_client import CollectorRegistry
 
 import failover
 from failover import ConfigurationError, Failover
+from failover.stores.backends.memory import InMemoryStore
 from failover.stores.base import walk
-from failover.stores.deadline import DeadlineStore, StoreTimeout, StoreUnavailable
-from failover.stores.memory import InMemoryStore
+from failover.stores.layers.deadline import DeadlineStore, StoreTimeout, StoreUnavailable
 from tests.conftest import FakeClock
 
 

@@ -25,9 +25,9 @@ import pytest
 
 import failover
 from failover import ConfigurationError, Failover
+from failover.stores.backends.sql import SqlStore
 from failover.stores.base import walk
-from failover.stores.deadline import DeadlineStore
-from failover.stores.sql import SqlStore
+from failover.stores.layers.deadline import DeadlineStore
 
 from .conftest import FakeClock, Upstream
 from .own_servers import children, own_postgres, running, stopped
@@ -396,7 +396,7 @@ def test_writes_queued_while_the_store_breaker_is_open_are_written_when_it_answe
 def test_caller_runs_writes_wait_no_longer_than_the_store_deadline(
     tmp_path: Path, clock: FakeClock
 ) -> None:
-    from failover.stores.async_write import AsyncWriteStore
+    from failover.stores.layers.async_write import AsyncWriteStore
 
     path = tmp_path / "f.db"
     queue = AsyncWriteStore(SqlStore(f"sqlite:///{path}"), queue_size=1, rejection="caller_runs")

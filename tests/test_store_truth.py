@@ -28,7 +28,7 @@ from prometheus_client import CollectorRegistry
 import failover
 from failover import Failover
 from failover.stores.base import walk
-from failover.stores.deadline import DeadlineStore
+from failover.stores.layers.deadline import DeadlineStore
 
 from .conftest import FakeClock, Upstream
 from .execution_support import metric
@@ -123,7 +123,7 @@ def _engine(store: Any, clock: FakeClock, registry: CollectorRegistry, **kw: Any
 
 
 def _pg_store(server: Any) -> Any:
-    from failover.stores.sql import SqlStore
+    from failover.stores.backends.sql import SqlStore
 
     return SqlStore(server.url, table_prefix=f"t{os.urandom(4).hex()}_")
 
@@ -419,7 +419,7 @@ def test_a_busy_key_never_fills_the_bound_while_the_store_is_out(
     per key: the older ones are overtaken (written by the newer), never counted failed, and
     the bound (``queue_size``) is never reached by a key's past."""
     from failover.stores import AsyncWriteStore
-    from failover.stores.redis import RedisStore
+    from failover.stores.backends.redis import RedisStore
 
     registry = CollectorRegistry()
     url = f"{rds.url}?prefix=t{os.urandom(4).hex()}:"

@@ -36,7 +36,7 @@ from failover.serialization.base import type_name
 from failover.serialization.crypto import FernetCipher, seal
 from failover.serialization.pickle_codec import PickleCodec
 from failover.serialization.rows import entry_binding
-from failover.stores.sql import SqlStore
+from failover.stores.backends.sql import SqlStore
 
 from . import redis_server
 from .conftest import FakeClock
@@ -163,7 +163,7 @@ class RedisBackend(Backend):
     kind = "redis"
 
     def __init__(self, clock: FakeClock, **options: Any) -> None:
-        from failover.stores.redis import RedisStore
+        from failover.stores.backends.redis import RedisStore
 
         server = redis_server.server()  # skips the test where redis-server is missing
         self.prefix = redis_server.unique_prefix()

@@ -23,7 +23,7 @@ from failover.stores import (
     per_tenant_tables,
 )
 from failover.stores.factory import per_tenant_stores
-from failover.stores.routing import safe_tenant_id
+from failover.stores.layers.routing import safe_tenant_id
 from failover.tenant import pinned
 
 from . import postgres

@@ -25,8 +25,8 @@ import failover
 from failover import ConfigurationError, Failover
 from failover.stores import InMemoryStore, TieredStore, make_store
 from failover.stores.base import walk
-from failover.stores.deadline import DeadlineStore
-from failover.stores.hedging import HedgingDeadline
+from failover.stores.layers.deadline import DeadlineStore
+from failover.stores.layers.hedging import HedgingDeadline
 
 from .conftest import FakeClock, Upstream
 from .own_servers import running, stopped

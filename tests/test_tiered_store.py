@@ -25,8 +25,8 @@ from failover.stores import (
     TieredStore,
     make_store,
 )
+from failover.stores.backends.redis import RedisStore
 from failover.stores.base import does_io, flush, writes_async
-from failover.stores.redis import RedisStore
 
 from . import redis_server
 from .conftest import FakeClock, Upstream

@@ -22,7 +22,7 @@ from ..policy import resolve_policy
 from ..publish import HealthPublisher, publish_interval
 from ..store_metrics import StoreMetrics, store_health
 from ..stores.base import FailoverStore, does_io, writes_async
-from ..stores.routing import MultiTenantStore, TenantStoreFactory
+from ..stores.layers.routing import MultiTenantStore, TenantStoreFactory
 from . import validation
 from .clock import utcnow
 from .guards import Guards
@@ -61,7 +61,7 @@ class Failover(Guards, Lifecycle):
             recovering, a write on its own thread): seconds, ``"500ms"`` or a timedelta (default
             0.5 s); past it a read is a miss and a write is dropped, and the store is skipped
             for ``store_breaker_reset`` once ``store_breaker_after`` operations in a row timed
-            out or were refused (`failover.stores.deadline.DeadlineStore`). ``None``:
+            out or were refused (`failover.stores.layers.deadline.DeadlineStore`). ``None``:
             no deadline.
         store_breaker_reset: how long the store breaker skips a store that is out before it
             lets one operation through as a trial: a duration (default 5 s, on ``clock``).

@@ -37,7 +37,7 @@ from ..policy import ExceptionPolicy
 from ..refresh import RefreshAhead
 from ..served import ServedObserver
 from ..stores.base import FailoverStore, does_io, writes_async
-from ..stores.routing import MultiTenantStore
+from ..stores.layers.routing import MultiTenantStore
 from .clock import utcnow
 from .registry import Registry
 

@@ -5,8 +5,8 @@ lost host) gives them back when its leases run out, while a living holder renews
 (every third of the lease time, one round trip for all of them) for as long as its calls run.
 Waiters queue in Redis by arrival; a fair pool serves them in that order. Every decision is one
 Lua script, run atomically by Redis, with Redis's own clock (``TIME``): the processes' clocks
-never matter. The keys and the scripts are `failover.stores.redis.permits`'s; this module holds
-the permit logic and reaches Redis only through its `PermitScripts`.
+never matter. The keys and the scripts are `failover.stores.backends.redis.permits`'s;
+this module holds the permit logic and reaches Redis only through its `PermitScripts`.
 
 Redis unreachable (down, partitioned, too slow for ``socket_timeout``): the caller's choice,
 ``unavailable="refuse"`` (the call is refused, `failover.BulkheadFull`, and served from the
@@ -35,7 +35,7 @@ from .permits import LocalPermits, remaining
 try:
     from redis.exceptions import TimeoutError as _RedisTimeout
 
-    from ..stores.redis.permits import PermitScripts, RedisClient, Unreachable, unanswered
+    from ..stores.backends.redis.permits import PermitScripts, RedisClient, Unreachable, unanswered
 except ImportError as exc:  # pragma: no cover - exercised where redis-py is not installed
     raise ImportError(
         f"RedisPermits needs redis-py: pip install 'failover[redis]' ({exc})"

@@ -14,7 +14,7 @@ from ..keys import make_key
 from ..labels import call_label
 from ..payload import Building, ReferentialPayload
 from ..stores.base import FailoverStore, Payload, does_io
-from ..stores.batching import ReadBatcher
+from ..stores.layers.batching import ReadBatcher
 from .base import Superseded, drop_expired, key_of
 from .lookup import Lookup, lookup_of
 

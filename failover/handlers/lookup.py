@@ -21,7 +21,7 @@ from typing import Any, Protocol
 from ..context import CallContext, Miss
 from ..payload import envelope
 from ..stores.base import FailoverStore, Payload
-from ..stores.batching import ReadBatcher, pinned_call
+from ..stores.layers.batching import ReadBatcher, pinned_call
 
 __all__ = ["Finisher", "Lookup", "failed_lookup", "lookup_of", "stale"]
 

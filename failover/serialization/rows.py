@@ -484,7 +484,7 @@ def _resolve_codec(codec: Codec | None, allowed_types: Iterable[Any], owner: str
 
 class SerializedStore:
     """What a store that keeps its entries as text through a `Serializer` (its ``serializer``)
-    shows of it: `failover.stores.sql.SqlStore`, `failover.stores.redis.RedisStore`."""
+    shows of it: `failover.stores.SqlStore`, `failover.stores.RedisStore`."""
 
     serializer: Serializer
 

@@ -3,7 +3,7 @@
 A header line ``{as_of} {expire_on} {type}`` (microseconds since the Unix epoch, UTC; the
 value's type name), then the payload text as `Serializer` writes it (codec, signature,
 encryption). `EntryText` writes and decodes it; a store's listing reads the header as stored,
-not decoded (`failover.stores.redis.browsing`).
+not decoded (`failover.stores.backends.redis.browsing`).
 
 An entry with a label (a failover with ``label=``) ends its header line with a tab and the label
 (``{as_of} {expire_on} {type}\t{label}``; neither a type name nor a label holds a tab or a line

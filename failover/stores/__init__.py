@@ -2,16 +2,16 @@
 
 import typing
 
-from .async_write import AsyncWriteStore
+from .backends.memory import InMemoryStore
+from .backends.ttl import CachetoolsStore
 from .base import Capabilities, FailoverStore, browsable, delete_many
 from .browsing import Browsable, Page, StoredEntry, Summary
-from .copying import CopyingStore
 from .factory import make_store
-from .memory import InMemoryStore
-from .routing import MultiTenantStore
+from .layers.async_write import AsyncWriteStore
+from .layers.copying import CopyingStore
+from .layers.routing import MultiTenantStore
+from .layers.tiered import TieredStore
 from .schemes import register_scheme
-from .tiered import TieredStore
-from .ttl import CachetoolsStore
 
 __all__ = [
     "AsyncWriteStore",
@@ -37,8 +37,8 @@ __all__ = [
 ]
 
 if typing.TYPE_CHECKING:
-    from .redis import RedisStore
-    from .sql import SqlStore, per_tenant_databases, per_tenant_tables
+    from .backends.redis import RedisStore
+    from .backends.sql import SqlStore, per_tenant_databases, per_tenant_tables
 
 # Loaded when first asked for: the SQL ones load SQLAlchemy (a few hundred milliseconds), the
 # Redis one needs redis-py (an optional extra).
@@ -56,6 +56,6 @@ def __getattr__(name: str) -> object:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     import importlib
 
-    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    value = getattr(importlib.import_module(f"{__name__}.backends.{module}"), name)
     globals()[name] = value
     return value

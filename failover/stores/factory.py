@@ -2,10 +2,10 @@
 
 Both look the URL's scheme up in one table (`failover.stores.schemes`): the library's own
 schemes are registered here, each with its maker and its per-tenant maker (made in
-`failover.stores.tenant_stores`: `per_tenant_stores` here for the in-process stores,
+`failover.stores.layers.tenant_stores`: `per_tenant_stores` here for the in-process stores,
 `RedisStore.per_tenant` for Redis); a scheme not in the table is a SQLAlchemy URL
-(`failover.stores.sql`) when SQLAlchemy has a dialect for it, and refused by name otherwise. Store
-modules are imported when their scheme is first used.
+(`failover.stores.backends.sql`) when SQLAlchemy has a dialect for it, and refused by name
+otherwise. Store modules are imported when their scheme is first used.
 """
 
 from __future__ import annotations
@@ -18,11 +18,12 @@ from urllib.parse import parse_qsl, urlencode, urlsplit
 from ..errors import ConfigurationError
 from ..expiry import parse_ttl
 from ..masking import masked_url
-from . import schemes, tenant_stores
+from . import schemes
 from .base import FailoverStore
-from .routing import check_max_tenants
+from .layers import tenant_stores
+from .layers.routing import check_max_tenants
+from .layers.tenant_stores import TenantStores
 from .schemes import Scheme
-from .tenant_stores import TenantStores
 
 __all__ = ["check_sql_scheme", "make_store", "per_tenant", "per_tenant_stores"]
 
@@ -89,7 +90,7 @@ def _scheme(url: object) -> str:
 
 def _redis_module() -> Any:
     try:
-        from . import redis
+        from .backends import redis
     except ImportError as exc:
         raise ConfigurationError(f"Redis stores need redis-py: {exc}") from None
     return redis
@@ -128,7 +129,7 @@ def make_store(url: str, *, clock: Callable[[], datetime] | None = None) -> Fail
     if row is not None:
         return row.make(url, clock)
     check_sql_scheme(url, scheme)
-    from .sql import SqlStore
+    from .backends.sql import SqlStore
 
     return SqlStore(url)  # SqlStore turns a bad URL into a ConfigurationError naming it
 
@@ -176,7 +177,7 @@ def per_tenant(url: str, *, clock: Callable[[], datetime] | None = None) -> Tena
     """The engine's strategy for a store URL under multi-tenancy.
 
     The URL's ``max_tenants`` option (``sqlite:///f.db?max_tenants=200``) is the router's: the
-    tenants' stores kept open at once (see `failover.stores.routing.MultiTenantStore`); it is
+    tenants' stores kept open at once (see `failover.stores.layers.routing.MultiTenantStore`); it is
     taken out before the store sees the URL.
 
     ``memory://`` and ``cachetools://`` URLs: one in-process store per tenant
@@ -234,7 +235,7 @@ def _per_tenant(url: str, scheme: str, clock: Callable[[], datetime] | None) -> 
             )
         return row.per_tenant(url, clock)
     check_sql_scheme(url, scheme)
-    from .sql import per_tenant_databases, per_tenant_tables
+    from .backends.sql import per_tenant_databases, per_tenant_tables
 
     if "{tenant}" in url:
         return per_tenant_databases(url)
@@ -245,13 +246,13 @@ def _per_tenant(url: str, scheme: str, clock: Callable[[], datetime] | None) -> 
 
 
 def _memory(url: str, clock: Callable[[], datetime] | None) -> FailoverStore:
-    from .memory import InMemoryStore
+    from .backends.memory import InMemoryStore
 
     return InMemoryStore(**_int_options(url, {"max_entries"}, frozenset({"copy"})))
 
 
 def _cachetools(url: str, clock: Callable[[], datetime] | None) -> FailoverStore:
-    from .ttl import CachetoolsStore
+    from .backends.ttl import CachetoolsStore
 
     return CachetoolsStore(**_int_options(url, {"maxsize"}), clock=clock)
 
@@ -267,8 +268,8 @@ def _redis_per_tenant(url: str, clock: Callable[[], datetime] | None) -> TenantS
 
 
 def _tiered(url: str, clock: Callable[[], datetime] | None) -> FailoverStore:
-    from .tiered import TieredStore
-    from .ttl import CachetoolsStore
+    from .backends.ttl import CachetoolsStore
+    from .layers.tiered import TieredStore
 
     far_url, hedge = _hedge_option(url[len(_TIERED) :])
     return TieredStore(
@@ -277,8 +278,8 @@ def _tiered(url: str, clock: Callable[[], datetime] | None) -> FailoverStore:
 
 
 def _tiered_per_tenant(url: str, clock: Callable[[], datetime] | None) -> TenantStores:
-    from .tiered import TieredStore
-    from .ttl import CachetoolsStore
+    from .backends.ttl import CachetoolsStore
+    from .layers.tiered import TieredStore
 
     far_url, hedge = _hedge_option(url[len(_TIERED) :])
     far = _per_tenant(far_url, _scheme(far_url), clock)

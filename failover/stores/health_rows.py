@@ -6,8 +6,8 @@ the rows of every process and adds them up. A row expires by itself: a process t
 stops being shown once its row's ``expire_on`` passes.
 
 A store that keeps rows declares it (``keeps_health``, see `failover.stores.base.Capabilities`)
-and implements `HealthRows`: `failover.stores.sql.SqlStore` in a table of its own beside the
-entries' table, `failover.stores.redis.RedisStore` in a key per process. The layers over a store
+and implements `HealthRows`: `failover.stores.SqlStore` in a table of its own beside the
+entries' table, `failover.stores.RedisStore` in a key per process. The layers over a store
 pass the rows through (`HealthRowsLayer`); a tenant router does not: the rows are a process's,
 not a tenant's.
 

@@ -34,7 +34,7 @@ def in_process(url: str) -> bool:
     row = schemes.find(url.partition("://")[0].lower())
     if row is not None and row.in_process:
         return True
-    from .sql.engine import is_memory
+    from .backends.sql.engine import is_memory
 
     parsed = _sqlalchemy_url(url) if url.lower().startswith("sqlite") else None
     return parsed is not None and is_memory(parsed)
@@ -60,7 +60,7 @@ def open_shared(url: str, *, create: bool, table_prefix: str = "") -> FailoverSt
         ConfigurationError: a URL the store refuses (a misspelt scheme gets the nearest).
     """
     if url.partition("://")[0].lower() in REDIS_SCHEMES:
-        from .redis import RedisStore
+        from .backends.redis import RedisStore
 
         redis_store = RedisStore(url)
         try:
@@ -71,8 +71,8 @@ def open_shared(url: str, *, create: bool, table_prefix: str = "") -> FailoverSt
         return redis_store
     from sqlalchemy.exc import SQLAlchemyError
 
-    from .sql import SqlStore, make_engine
-    from .sql.store import row_options
+    from .backends.sql import SqlStore, make_engine
+    from .backends.sql.store import row_options
 
     check_sql_scheme(url, url.partition("://")[0].lower())  # names the nearest known scheme
     probe = make_engine(row_options(url)[0])  # the store's own options are not the driver's

@@ -3,7 +3,7 @@
 The one place that tells a store that cannot be reached (a killed PostgreSQL refusing
 connections, a Redis that is gone, a socket that timed out) from one that answered with an
 error (a bad statement) or a value the store cannot encode (the caller's own): the store
-breaker (`failover.stores.deadline.DeadlineStore`) counts the first kind toward opening, and
+breaker (`failover.stores.layers.deadline.DeadlineStore`) counts the first kind toward opening, and
 the async-writes queue retries it. The drivers are recognised by their classes' names, so that
 none is imported here.
 """

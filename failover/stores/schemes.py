@@ -22,7 +22,7 @@ from ..errors import ConfigurationError
 
 if TYPE_CHECKING:
     from .base import FailoverStore
-    from .tenant_stores import TenantStores
+    from .layers.tenant_stores import TenantStores
 
 __all__ = ["Scheme", "find", "nearest", "register_scheme", "registered", "supported"]
 
@@ -93,7 +93,7 @@ def register_scheme(
         name: the scheme, e.g. ``"kv"`` for ``kv://...`` URLs.
         make: ``(url, clock) -> store``; ``clock`` is the engine's time source or ``None``.
         per_tenant: ``(url, clock) -> factory tenant -> store`` (a
-            `failover.stores.tenant_stores.TenantStores`), or ``None``: a multi-tenant engine
+            `failover.stores.layers.tenant_stores.TenantStores`), or ``None``: a multi-tenant engine
             refuses the scheme, naming it.
         in_process: its stores live inside this process (commands such as ``failover inspect``
             then know there is nothing to read from outside).
