@@ -25,11 +25,11 @@ from typing import Any, Protocol
 
 import pybreaker
 
-from .errors import ConfigurationError
-from .execution.fleet_state import FleetStorage, SharedBreakers
-from .forks import AfterFork
-from .health import StoreHealth
-from .masking import masked_url
+from ..errors import ConfigurationError
+from ..execution.fleet_state import FleetStorage, SharedBreakers
+from ..forks import AfterFork
+from ..health import StoreHealth
+from ..masking import masked_url
 
 __all__ = ["LABEL", "LEASE_TTL", "LOG_EVERY", "SYNC_EVERY", "Fleet", "make_fleet"]
 
@@ -289,7 +289,7 @@ def _client_factory(
             f"{owner}: fleet needs redis-py: pip install 'failover[redis]' ({exc})"
         ) from exc
     if isinstance(target, str):
-        from .stores.backends.redis.client import checked_prefix, make_client, split_url
+        from ..stores.backends.redis.client import checked_prefix, make_client, split_url
 
         try:
             url, prefix = split_url(target)
