@@ -7,7 +7,7 @@ import logging
 import threading
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from datetime import datetime, timedelta
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from ...errors import ConfigurationError
 from ...expiry import parse_ttl
@@ -20,14 +20,16 @@ from ..base import (
     delete_many,
     does_io,
     native_async,
+    walk,
     writes_async,
 )
 from ..browsing import BrowsingLayer
 from ..health_rows import HealthRowsLayer
 from .async_write import AsyncWriteStore
 from .hedging import HedgingDeadline
+from .write_queue import Tombstone
 
-__all__ = ["TieredStore"]
+__all__ = ["Coherence", "TieredStore"]
 
 log = logging.getLogger(__name__)
 
@@ -41,6 +43,15 @@ def _fresher(a: Payload | None, b: Payload | None) -> Payload | None:
     if b.as_of is not None and (a.as_of is None or b.as_of > a.as_of):
         return b
     return a
+
+
+class Coherence(Protocol):
+    """Where a tiered store says what it wrote, for the other processes to drop their near
+    copies (the fleet's backplane, `failover.fleet.backplane`). Never waits."""
+
+    def stored(self, name: str, keys: Sequence[str]) -> None: ...
+
+    def invalidated(self, name: str, keys: Sequence[str]) -> None: ...
 
 
 class TieredStore(HealthRowsLayer, BrowsingLayer, Capabilities):
@@ -60,6 +71,11 @@ class TieredStore(HealthRowsLayer, BrowsingLayer, Capabilities):
     hedges: when ``near`` holds an entry, ``far`` gets ``hedge_after`` to answer, then ``near``
     answers (``far``'s answer, if it comes within the deadline, is kept in ``near`` for later);
     a ``far`` that fails or whose breaker is open leaves ``near`` to answer at once.
+
+    Under an engine with ``fleet=``, the near copies stay coherent across processes: what this
+    store writes or deletes is said on the fleet's backplane (``coherence``), and what other
+    processes write or delete is dropped from ``near`` (`drop_near`), within about one round
+    trip of the fleet's Redis; after the backplane was out, every near copy is dropped.
 
     Args:
         near: an in-process store (`InMemoryStore`, `CachetoolsStore`), which does no I/O.
@@ -103,6 +119,9 @@ class TieredStore(HealthRowsLayer, BrowsingLayer, Capabilities):
         self._lock = threading.Lock()
         self._deletes = 0
         self._tasks: set[asyncio.Future[Any]] = set()  # hedged async reads still running
+        # The fleet's backplane (`cohere`), told of this store's writes once far has them:
+        # `_told` at once after far's own call, or far's queue after each batch; None: none.
+        self._told: Coherence | None = None
         _FORKS.add(self)
 
     def guard_far(
@@ -148,13 +167,20 @@ class TieredStore(HealthRowsLayer, BrowsingLayer, Capabilities):
         entry. What the far one kept out (the shared store)."""
         with self._lock:
             self.near.store(payload)
-        return self.far.store(payload)
+        kept = self.far.store(payload)
+        if self._told is not None:
+            self._told.stored(payload.name, (payload.key,))
+        return kept
 
     def store_many(self, payloads: Sequence[Payload]) -> int | None:
         """Store in both tiers (in the far one through its queue); what the far one kept out."""
         with self._lock:
             self.near.store_many(payloads)
-        return self.far.store_many(payloads)
+        kept = self.far.store_many(payloads)
+        if self._told is not None:
+            for name, keys in _by_name(payloads).items():
+                self._told.stored(name, keys)
+        return kept
 
     def delete(self, name: str, key: str) -> None:
         """Delete from both tiers."""
@@ -162,6 +188,8 @@ class TieredStore(HealthRowsLayer, BrowsingLayer, Capabilities):
             self._deletes += 1
             self.near.delete(name, key)
         self.far.delete(name, key)
+        if self._told is not None:
+            self._told.invalidated(name, (key,))
 
     def delete_many(self, name: str, keys: Iterable[str]) -> None:
         """Delete from both tiers, in one go each."""
@@ -170,6 +198,49 @@ class TieredStore(HealthRowsLayer, BrowsingLayer, Capabilities):
             self._deletes += 1
             delete_many(self.near, name, keys)
         delete_many(self.far, name, keys)
+        if self._told is not None:
+            self._told.invalidated(name, keys)
+
+    # -- what other processes wrote (the backplane) ----------------------------------------------
+
+    def cohere(self, coherence: Coherence) -> None:
+        """Tell ``coherence`` (the fleet's backplane) of this store's writes once ``far`` has
+        them (after its queue wrote them, when it has one: another process told earlier
+        would read the old entry from ``far`` again)."""
+        queue = next((s for s in walk(self.far) if isinstance(s, AsyncWriteStore)), None)
+        if queue is None:
+            self._told = coherence
+            return
+
+        def landed(writes: list[Any]) -> None:
+            stored: dict[str, list[str]] = {}
+            deleted: dict[str, list[str]] = {}
+            for name, key, value in writes:
+                (deleted if isinstance(value, Tombstone) else stored).setdefault(name, []).append(
+                    key
+                )
+            for name, keys in stored.items():
+                coherence.stored(name, keys)
+            for name, keys in deleted.items():
+                coherence.invalidated(name, keys)
+
+        queue.on_landed(landed)
+
+    def drop_near(self, name: str, keys: Iterable[str]) -> None:
+        """Drop the near copies of ``keys`` of ``name`` (another process wrote or deleted
+        them): the next read asks ``far``. A refill read before this is not kept."""
+        with self._lock:
+            self._deletes += 1
+            delete_many(self.near, name, list(keys))
+
+    def drop_near_all(self, name: str | None = None) -> None:
+        """Drop every near copy of ``name`` (``None``: of every name)."""
+        near: Any = self.near
+        with self._lock:
+            self._deletes += 1
+            names = [name] if name is not None else list(near.names())
+            for each in names:
+                delete_many(near, each, [p.key for p in near.find_all(each)])
 
     # -- reads ------------------------------------------------------------------------------------
 
@@ -387,6 +458,13 @@ class TieredStore(HealthRowsLayer, BrowsingLayer, Capabilities):
             self.far.close()
         finally:
             self.near.close()
+
+
+def _by_name(payloads: Sequence[Payload]) -> dict[str, list[str]]:
+    found: dict[str, list[str]] = {}
+    for payload in payloads:
+        found.setdefault(payload.name, []).append(payload.key)
+    return found
 
 
 _FORKS = AfterFork(TieredStore.forked)
