@@ -197,7 +197,8 @@ def test_a_process_does_not_act_on_its_own_messages(fleet_server: RedisServer) -
     )
     other = Failover(fleet=f"{fleet_server.url}?prefix={tag}", metrics=False)
     try:
-        assert engine.fleet is not None and other.fleet is not None
+        assert engine.fleet is not None
+        assert other.fleet is not None
         assert engine.fleet.bus.subscribed.wait(HANG)
         assert other.fleet.bus.subscribed.wait(HANG)
         heard = threading.Event()
