@@ -211,6 +211,7 @@ def test_a_process_does_not_act_on_its_own_messages(fleet_server: RedisServer) -
         own("EUR")
         assert engine.flush(HANG)
         assert heard.wait(HANG)  # the message went out (another process heard it)
+        assert engine.fleet.sync()  # after the round that published it
         assert engine.fleet.bus.sent >= 1
         tiered = engine.raw_store
         assert isinstance(tiered, TieredStore)

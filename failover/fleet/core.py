@@ -275,6 +275,11 @@ class Fleet:
         if thread is not None and thread is not threading.current_thread():
             thread.join(timeout)
             ended = not thread.is_alive()
+        if ended and timeout != 0 and self.bus.pending():
+            # What this process wrote last is told to the others (one round, bounded by the
+            # socket timeout); writes still queued in the store when it closes are not.
+            with self._round:
+                self._sync_once()
         ended = self.bus.stop(timeout) and ended
         _FORKS.discard(self)
         try:

@@ -7,7 +7,7 @@ import logging
 import threading
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from datetime import datetime, timedelta
-from typing import Any, Protocol, TypeVar
+from typing import Any, TypeVar
 
 from ...errors import ConfigurationError
 from ...expiry import parse_ttl
@@ -20,16 +20,15 @@ from ..base import (
     delete_many,
     does_io,
     native_async,
-    walk,
     writes_async,
 )
 from ..browsing import BrowsingLayer
 from ..health_rows import HealthRowsLayer
 from .async_write import AsyncWriteStore
+from .coherent import Coherence, CoherentNear, by_name
 from .hedging import HedgingDeadline
-from .write_queue import Tombstone
 
-__all__ = ["Coherence", "TieredStore"]
+__all__ = ["TieredStore"]
 
 log = logging.getLogger(__name__)
 
@@ -45,16 +44,7 @@ def _fresher(a: Payload | None, b: Payload | None) -> Payload | None:
     return a
 
 
-class Coherence(Protocol):
-    """Where a tiered store says what it wrote, for the other processes to drop their near
-    copies (the fleet's backplane, `failover.fleet.backplane`). Never waits."""
-
-    def stored(self, name: str, keys: Sequence[str]) -> None: ...
-
-    def invalidated(self, name: str, keys: Sequence[str]) -> None: ...
-
-
-class TieredStore(HealthRowsLayer, BrowsingLayer, Capabilities):
+class TieredStore(CoherentNear, HealthRowsLayer, BrowsingLayer, Capabilities):
     """A process-local store (``near``) in front of a shared one (``far``, e.g. Redis or
     PostgreSQL).
 
@@ -178,7 +168,7 @@ class TieredStore(HealthRowsLayer, BrowsingLayer, Capabilities):
             self.near.store_many(payloads)
         kept = self.far.store_many(payloads)
         if self._told is not None:
-            for name, keys in _by_name(payloads).items():
+            for name, keys in by_name(payloads).items():
                 self._told.stored(name, keys)
         return kept
 
@@ -200,47 +190,6 @@ class TieredStore(HealthRowsLayer, BrowsingLayer, Capabilities):
         delete_many(self.far, name, keys)
         if self._told is not None:
             self._told.invalidated(name, keys)
-
-    # -- what other processes wrote (the backplane) ----------------------------------------------
-
-    def cohere(self, coherence: Coherence) -> None:
-        """Tell ``coherence`` (the fleet's backplane) of this store's writes once ``far`` has
-        them (after its queue wrote them, when it has one: another process told earlier
-        would read the old entry from ``far`` again)."""
-        queue = next((s for s in walk(self.far) if isinstance(s, AsyncWriteStore)), None)
-        if queue is None:
-            self._told = coherence
-            return
-
-        def landed(writes: list[Any]) -> None:
-            stored: dict[str, list[str]] = {}
-            deleted: dict[str, list[str]] = {}
-            for name, key, value in writes:
-                (deleted if isinstance(value, Tombstone) else stored).setdefault(name, []).append(
-                    key
-                )
-            for name, keys in stored.items():
-                coherence.stored(name, keys)
-            for name, keys in deleted.items():
-                coherence.invalidated(name, keys)
-
-        queue.on_landed(landed)
-
-    def drop_near(self, name: str, keys: Iterable[str]) -> None:
-        """Drop the near copies of ``keys`` of ``name`` (another process wrote or deleted
-        them): the next read asks ``far``. A refill read before this is not kept."""
-        with self._lock:
-            self._deletes += 1
-            delete_many(self.near, name, list(keys))
-
-    def drop_near_all(self, name: str | None = None) -> None:
-        """Drop every near copy of ``name`` (``None``: of every name)."""
-        near: Any = self.near
-        with self._lock:
-            self._deletes += 1
-            names = [name] if name is not None else list(near.names())
-            for each in names:
-                delete_many(near, each, [p.key for p in near.find_all(each)])
 
     # -- reads ------------------------------------------------------------------------------------
 
@@ -458,13 +407,6 @@ class TieredStore(HealthRowsLayer, BrowsingLayer, Capabilities):
             self.far.close()
         finally:
             self.near.close()
-
-
-def _by_name(payloads: Sequence[Payload]) -> dict[str, list[str]]:
-    found: dict[str, list[str]] = {}
-    for payload in payloads:
-        found.setdefault(payload.name, []).append(payload.key)
-    return found
 
 
 _FORKS = AfterFork(TieredStore.forked)
