@@ -47,14 +47,22 @@ def _fleet_url(where: str, fleet_server: RedisServer) -> str:
 
 
 def _child(
-    fleet: str, store: str, counter: str, tag: str, kind: str, lease: float, hold: str
+    fleet: str,
+    store: str,
+    counter: str,
+    tag: str,
+    kind: str,
+    lease: float,
+    hold: str,
+    timeout: float = 2.0,
 ) -> Callable[[int, Here], Commands]:
     """A child's setup: an engine on ``fleet`` and ``store``, one failover whose upstream
     counts its calls in ``counter`` and holds the first one (``hold``: ``"release"`` until
-    the test pushes to the release list, ``"forever"`` until killed)."""
+    the test pushes to the release list, ``"forever"`` until killed). ``timeout``: the fleet's
+    socket timeout (long enough that a loaded machine does not make a lease's ask fail)."""
 
     def setup(index: int, here: Here) -> Commands:
-        engine = Failover(store=store, fleet=fleet, metrics=False, store_timeout=0.5)
+        engine = Failover(store=store, fleet=fleet, metrics=False, store_timeout=timeout)
         assert engine.fleet is not None
         engine.fleet.flights.lease = lease
         assert engine.fleet.bus.subscribed.wait(HANG)  # it hears the others' landings
@@ -198,7 +206,7 @@ def test_a_holder_killed_mid_call_is_taken_over_and_every_caller_answered(
         store.url,
         tag,
         kind,
-        lease=1.0,  # short: a dead holder's lease lapses within a second
+        lease=2.0,  # short: a dead holder's lease lapses within two seconds
         hold="forever",
     )
     counts = store.client()
@@ -234,6 +242,7 @@ def test_with_the_fleet_stopped_each_process_flies_alone_and_callers_are_answere
         kind,
         lease=5.0,
         hold="none",
+        timeout=0.5,
     )
     assert fleet_server.process is not None
     with fleet_of(PROCESSES, setup) as children, stopped([fleet_server.process.pid]):
