@@ -344,3 +344,71 @@ def test_without_a_fleet_every_scheduler_cleans(clock: FakeClock) -> None:
     finally:
         for e in engines:
             e.close()
+
+
+# -- scatter/gather ----------------------------------------------------------------------------
+
+
+def test_scatter_slices_not_fresh_fly_once_for_the_fleet(fleet_server: RedisServer) -> None:
+    """Two engines standing for two processes: a call whose slices are partly fresh asks the
+    upstream for the others only, once for the fleet; the other engine's call of the same
+    slices waits for that flight and is answered from the slices it stored."""
+    from failover.scatter import ListSplitter
+
+    tag = unique_prefix()
+    store = shared_server()
+    engines = [
+        Failover(
+            store=f"{store.url}?prefix={tag}",
+            fleet=f"{fleet_server.url}?prefix={tag}",
+            metrics=False,
+            store_timeout=2.0,
+        )
+        for _ in range(2)
+    ]
+    calls: list[str] = []
+    entered, release = threading.Event(), threading.Event()
+    fns = []
+    try:
+        for e in engines:
+            assert e.fleet is not None
+            assert e.fleet.bus.subscribed.wait(HANG)
+
+            @failover.failover(
+                "fleet.flight.countries",
+                engine=e,
+                single_flight="fleet",
+                fresh_for="1m",
+                splitter=ListSplitter(item_key="code"),
+            )
+            def countries(codes: str) -> list[dict[str, str]]:
+                calls.append(codes)
+                entered.set()
+                assert release.wait(HANG)
+                return [{"code": c} for c in codes.split(",")]
+
+            fns.append(countries)
+        release.set()
+        assert fns[0]("FR") == [{"code": "FR"}]  # FR fresh from now on
+        assert engines[0].flush(HANG)
+        calls.clear()
+        entered.clear()
+        release.clear()
+        out: list[Any] = [None, None]
+        first = threading.Thread(target=lambda: out.__setitem__(0, fns[0]("FR,IT")))
+        first.start()
+        assert entered.wait(HANG)  # the first engine's flight of IT holds the lease
+        second = threading.Thread(target=lambda: out.__setitem__(1, fns[1]("FR,IT")))
+        second.start()
+        fleet = engines[1].fleet
+        assert fleet is not None
+        assert fleet.flights.waited.wait(HANG)  # the second waits for that flight
+        release.set()
+        first.join(HANG)
+        second.join(HANG)
+        assert calls == ["IT"]  # the slice not fresh, asked once for the fleet
+        assert out == [[{"code": "FR"}, {"code": "IT"}]] * 2
+    finally:
+        release.set()
+        for e in engines:
+            e.close()
