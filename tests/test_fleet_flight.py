@@ -412,3 +412,92 @@ def test_scatter_slices_not_fresh_fly_once_for_the_fleet(fleet_server: RedisServ
         release.set()
         for e in engines:
             e.close()
+
+
+# -- what the fleet is told cannot be used against it ----------------------------------------
+
+
+def test_two_tenants_never_share_a_fleet_flight(fleet_server: RedisServer, tmp_path: Any) -> None:
+    """A flight's lease is the tenant's: while acme's call of a key is in flight in one process,
+    globex's call of the same key in another takes its own lease and calls its own upstream."""
+    tag = unique_prefix()
+    engines = [
+        Failover(
+            f"sqlite:///{tmp_path}/{i}-{{tenant}}.db",
+            tenant_resolver=failover.current_tenant,
+            fleet=f"{fleet_server.url}?prefix={tag}",
+            metrics=False,
+            store_timeout=2.0,
+        )
+        for i in range(2)
+    ]
+    entered, release = threading.Event(), threading.Event()
+    fns = []
+    try:
+        for e in engines:
+
+            @failover.failover("fleet.flight.profile", engine=e, single_flight="fleet")
+            def profile(user: str) -> dict[str, str | None]:
+                tenant = failover.current_tenant()
+                if tenant == "acme":
+                    entered.set()
+                    assert release.wait(HANG)
+                return {"tenant": tenant}
+
+            fns.append(profile)
+
+        def call(fn: Any, tenant: str, out: list[Any]) -> None:
+            with failover.tenant(tenant):
+                out.append(fn("u1"))
+
+        acme: list[Any] = []
+        holder = threading.Thread(target=call, args=(fns[0], "acme", acme))
+        holder.start()
+        assert entered.wait(HANG)
+        globex: list[Any] = []
+        call(fns[1], "globex", globex)  # not held by acme's flight: answers at once
+        assert globex == [{"tenant": "globex"}]
+        fleet = engines[1].fleet
+        assert fleet is not None
+        assert fleet.flights.counts["waited"] == 0
+        release.set()
+        holder.join(HANG)
+        assert acme == [{"tenant": "acme"}]
+    finally:
+        release.set()
+        for e in engines:
+            e.close()
+
+
+def test_messages_that_are_not_the_buses_are_ignored(fleet_server: RedisServer) -> None:
+    """Anyone who can publish on the fleet's channel: malformed messages, unknown kinds and
+    items of the wrong shape are ignored; the process keeps listening and acting."""
+    tag = unique_prefix()
+    store = shared_server()
+    engine = Failover(
+        store=f"tiered+{store.url}?prefix={tag}",
+        fleet=f"{fleet_server.url}?prefix={tag}",
+        metrics=False,
+    )
+    client = fleet_server.client()
+    try:
+        assert engine.fleet is not None
+        bus = engine.fleet.bus
+        assert bus.subscribed.wait(HANG)
+        channel = bus.channel
+        for junk in (
+            "not json",
+            '{"o": "x", "k": {"zz": [1]}}',
+            '{"o": "x", "k": {"n": [1, "a", ["s"]], "f": [["k"], 3]}}',
+            '{"o": "x", "k": []}',
+            '{"o": "x", "k": [1, 2]}',
+            "[1, 2]",
+        ):
+            client.publish(channel, junk)
+        engine.fleet.backplane.applied.clear()
+        client.publish(channel, '{"o": "x", "k": {"n": [["d", null, "name", ["key"]]]}}')
+        assert engine.fleet.backplane.applied.wait(HANG)  # still listening, still acting
+        assert bus.subscribed.is_set()
+    finally:
+        client.close()
+        engine.close()

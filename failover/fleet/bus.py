@@ -202,7 +202,9 @@ class Bus:
             body = json.loads(message["data"])
             if body.get("o") == self.token:
                 return  # this process's own
-            kinds = body.get("k") or {}
+            kinds = body.get("k")
+            if not isinstance(kinds, dict):
+                raise TypeError("no kinds")
         except Exception:
             log.debug("fleet: a message that is not the bus's", exc_info=True)
             return
