@@ -498,6 +498,8 @@ def test_messages_that_are_not_the_buses_are_ignored(fleet_server: RedisServer) 
         client.publish(channel, '{"o": "x", "k": {"n": [["d", null, "name", ["key"]]]}}')
         assert engine.fleet.backplane.applied.wait(HANG)  # still listening, still acting
         assert bus.subscribed.is_set()
+        assert not bus.lost.is_set()  # never dropped the subscription (nor resynced)
+        assert bus.resynced == 1
     finally:
         client.close()
         engine.close()
