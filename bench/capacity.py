@@ -24,6 +24,19 @@ engine's queue counts the entries written and the keys read; writes are measured
 coalescing memos are warm (past I + K/c). It also measures what the store sustains: batched
 writes (500 per batch, as the async-writes worker sends) and ``find_many`` of 100 keys, from 4
 threads, for a few seconds each. Prints a markdown table: model vs measured.
+
+The fleet (``--fleet``, docs/scale.md "The fleet's Redis"), with real processes (forked, each
+an engine of its own, as tests/fleet_procs.py makes them):
+
+- cold keys: P processes, each with M concurrent callers of one cold key at once, over a number
+  of keys; an upstream call takes ``--upstream-ms``. Upstream calls per cold key, with per-process
+  single flight (model: P, one per process) and with ``single_flight="fleet"`` (model: 1), and
+  the fleet's Redis commands per cold key;
+- the backplane: P processes with a tiered store write W entries a second in all; the messages
+  a second published on the fleet's channel (model: at most W; one message carries every entry
+  a process wrote since its previous round), the entries per message, and the deliveries a
+  second Redis makes (messages x P subscribers); then what one Redis sustains: deliveries a
+  second of 200-byte messages to P subscribers.
 """
 
 from __future__ import annotations
@@ -270,6 +283,232 @@ def sustained(make_store: Callable[[], Any], seconds: float = 3.0) -> tuple[floa
     return writes, reads
 
 
+# -- the fleet ------------------------------------------------------------------------------------
+
+
+def _commands(client: Any, *names: str) -> int:
+    stats = client.info("commandstats")
+    return sum(int(v["calls"]) for k, v in stats.items() if not names or k in names)
+
+
+def cold_keys(
+    fleet_url: str,
+    store_url: str,
+    processes: int,
+    callers: int,
+    keys: int,
+    upstream: float,
+    fleet: bool,
+) -> tuple[float, float]:
+    """Upstream calls per cold key, and the lease scripts and publishes the fleet's Redis
+    runs per cold key."""
+    import redis
+
+    from tests.fleet_procs import Here, fleet_of
+    from tests.redis_server import unique_prefix
+
+    tag = unique_prefix()
+    counter = redis.Redis.from_url(store_url)
+
+    def setup(index: int, here: Here) -> dict[str, Callable[..., Any]]:
+        engine = failover.Failover(
+            store=f"{store_url}?prefix={tag}", fleet=f"{fleet_url}?prefix={tag}", metrics=False
+        )
+        assert engine.fleet is not None
+        assert engine.fleet.bus.subscribed.wait(10)
+        calls = redis.Redis.from_url(store_url)
+
+        @failover.failover(
+            "cap.cold", engine=engine, single_flight="fleet" if fleet else True, fresh_for="1m"
+        )
+        def get(key: str) -> dict[str, str]:
+            calls.incr(f"{tag}calls")
+            time.sleep(upstream)
+            return {"key": key}
+
+        def run(key: str) -> int:
+            threads = [threading.Thread(target=get, args=(key,)) for _ in range(callers)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            return callers
+
+        return {"run": run}
+
+    fleet_client = redis.Redis.from_url(fleet_url)
+    # The commands a client sends (a lease script, a publish), not those a script runs.
+    sent = ("cmdstat_eval", "cmdstat_publish")
+    with fleet_of(processes, setup) as children:
+        before = _commands(fleet_client, *sent)
+        for k in range(keys):
+            for child in children:
+                child.send("run", f"cold-{k}")
+            for child in children:
+                child.answer(60)
+        commands = _commands(fleet_client, *sent) - before
+    calls = int(counter.get(f"{tag}calls") or 0)
+    counter.close()
+    fleet_client.close()
+    return calls / keys, commands / keys
+
+
+def backplane(
+    fleet_url: str, store_url: str, processes: int, writes: float, seconds: float
+) -> dict[str, float]:
+    """Messages a second on the fleet's channel for ``writes`` entries a second in all."""
+    import redis
+
+    from tests.redis_server import unique_prefix
+
+    tag = unique_prefix()
+    engines = [
+        failover.Failover(
+            store=f"tiered+{store_url}?prefix={tag}",
+            fleet=f"{fleet_url}?prefix={tag}",
+            metrics=False,
+        )
+        for _ in range(processes)
+    ]
+    for e in engines:
+        assert e.fleet is not None
+        assert e.fleet.bus.subscribed.wait(10)
+    functions = []
+    for e in engines:
+
+        @failover.failover("cap.bp", engine=e)
+        def put(key: str) -> dict[str, str]:
+            return {"key": key}
+
+        functions.append(put)
+    client = redis.Redis.from_url(fleet_url)
+    before = _commands(client, "cmdstat_publish")
+    stop_at = time.monotonic() + seconds
+    done = [0]
+    lock = threading.Lock()
+
+    def process(fn: Callable[[str], Any], seed: int) -> None:
+        period = processes / writes
+        due = time.monotonic()
+        n = 0
+        while time.monotonic() < stop_at:
+            now = time.monotonic()
+            if now < due:
+                time.sleep(due - now)
+            due += period
+            fn(f"{seed}-{n}")
+            n += 1
+        with lock:
+            done[0] += n
+
+    threads = [threading.Thread(target=process, args=(f, i)) for i, f in enumerate(functions)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for e in engines:
+        e.flush(10)
+    time.sleep(0.5)  # the last rounds
+    published = _commands(client, "cmdstat_publish") - before
+    received = sum(e.fleet.bus.received for e in engines if e.fleet is not None)
+    for e in engines:
+        e.close()
+    client.close()
+    return {
+        "writes": done[0] / seconds,
+        "messages": published / seconds,
+        "entries_per_message": done[0] / max(published, 1),
+        "deliveries": received / seconds,
+    }
+
+
+def pubsub_sustained(fleet_url: str, subscribers: int, seconds: float = 3.0) -> float:
+    """Deliveries a second one Redis makes: 200-byte messages to ``subscribers``, published
+    from 4 threads."""
+    import redis
+
+    channel = f"cap:{uuid.uuid4().hex[:8]}"
+    got = [0]
+    lock = threading.Lock()
+    stop = threading.Event()
+
+    def listen() -> None:
+        sub = redis.Redis.from_url(fleet_url).pubsub()
+        sub.subscribe(channel)
+        n = 0
+        while not stop.is_set():
+            if sub.get_message(timeout=0.1) is not None:
+                n += 1
+        with lock:
+            got[0] += n
+        sub.close()
+
+    listeners = [threading.Thread(target=listen) for _ in range(subscribers)]
+    for t in listeners:
+        t.start()
+    time.sleep(0.5)
+    body = "x" * 200
+    stop_at = time.monotonic() + seconds
+
+    def publish() -> None:
+        client = redis.Redis.from_url(fleet_url)
+        while time.monotonic() < stop_at:
+            pipe = client.pipeline(transaction=False)
+            for _ in range(50):
+                pipe.publish(channel, body)
+            pipe.execute()
+        client.close()
+
+    publishers = [threading.Thread(target=publish) for _ in range(4)]
+    for t in publishers:
+        t.start()
+    for t in publishers:
+        t.join()
+    time.sleep(0.5)
+    stop.set()
+    for t in listeners:
+        t.join()
+    return got[0] / seconds
+
+
+def fleet_main(args: argparse.Namespace) -> None:
+    from tests import redis_server
+
+    store = redis_server.server()
+    fleet = redis_server.RedisServer().start()
+    try:
+        p, m = args.fleet_processes, args.callers
+        print(
+            f"\nThe fleet: P={p} processes, M={m} callers each, an upstream call of "
+            f"{args.upstream_ms:g} ms, {args.cold_keys} cold keys\n"
+        )
+        print("| measure | model | measured |")
+        print("|---|---:|---:|")
+        for fleet_on, model in ((False, p), (True, 1)):
+            calls, commands = cold_keys(
+                fleet.url, store.url, p, m, args.cold_keys, args.upstream_ms / 1000, fleet_on
+            )
+            what = 'single_flight="fleet"' if fleet_on else "single_flight=True (per process)"
+            print(f"| upstream calls per cold key, {what} | {model} | {calls:.2f} |")
+            print(f"| fleet Redis scripts + publishes per cold key, {what} | | {commands:.1f} |")
+        for writes in args.writes:
+            got = backplane(fleet.url, store.url, p, writes, args.seconds)
+            print(
+                f"| backplane at {got['writes']:,.0f} writes/s: messages/s | ≤ {writes:,.0f} | "
+                f"{got['messages']:,.1f} |"
+            )
+            print(f"| ... entries per message | | {got['entries_per_message']:,.1f} |")
+            print(f"| ... deliveries/s (messages x other processes) | | {got['deliveries']:,.1f} |")
+        sustained_deliveries = pubsub_sustained(fleet.url, p)
+        print(
+            f"| Redis sustains: deliveries/s, 200-byte messages to {p} subscribers | | "
+            f"{sustained_deliveries:,.0f} |"
+        )
+    finally:
+        fleet.stop()
+        redis_server.stop()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--processes", type=int, default=40)
@@ -278,7 +517,18 @@ def main() -> None:
     parser.add_argument("--interval", type=float, default=5.0, help="store_interval, seconds")
     parser.add_argument("--ttl", type=float, default=600.0)
     parser.add_argument("--seconds", type=float, default=10.0, help="each phase's length")
+    parser.add_argument("--fleet", action="store_true", help="measure the fleet instead")
+    parser.add_argument("--fleet-processes", type=int, default=8)
+    parser.add_argument("--callers", type=int, default=8, help="callers per process (--fleet)")
+    parser.add_argument("--cold-keys", type=int, default=20)
+    parser.add_argument("--upstream-ms", type=float, default=50.0)
+    parser.add_argument(
+        "--writes", type=float, nargs="*", default=[100.0, 1000.0], help="entries/s (--fleet)"
+    )
     args = parser.parse_args()
+    if args.fleet:
+        fleet_main(args)
+        return
 
     from failover.stores.backends.redis import RedisStore
     from failover.stores.backends.sql import SqlStore

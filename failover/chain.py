@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import datetime, timedelta
+from typing import Any
 
 from .closeable import Closeable
 from .errors import ConfigurationError
@@ -41,19 +42,23 @@ def store_chain(
     store_timeout: float | None = None,
     store_breaker_reset: float = 5.0,
     store_breaker_after: int = 3,
+    backplane: Any = None,
 ) -> tuple[FailoverStore, FailoverStore]:
-    """The engine's raw store and the chain over it, from `Failover`'s ``store=`` setting.
+    """The engine's raw store and the chain over it, from `Failover`'s ``store=`` setting;
+    ``backplane`` (the engine's fleet's) keeps the near copies of tiered stores coherent.
 
     Raises:
         ConfigurationError: a store setting that cannot work.
     """
 
-    def layers(raw: FailoverStore) -> FailoverStore:
-        """The layers over one raw store (one tenant's, with multi-tenancy), outermost first:
+    def layers(raw: FailoverStore, tenant: str | None = None) -> FailoverStore:
+        """The layers over one raw store (``tenant``'s, with multi-tenancy), outermost first:
         copying, the deadline, async writes, then the raw store."""
         if isinstance(raw, MultiTenantStore):
             return raw  # a router stays outermost: its tenants' chains are its own
         for layer in walk(raw):
+            if backplane is not None and isinstance(layer, TieredStore):
+                backplane.attach(layer, tenant)
             # A queue the store brought along (a tiered store's, one given by the user)
             # reports to the engine's metrics, unless it was given its own.
             if isinstance(layer, AsyncWriteStore):
@@ -162,7 +167,7 @@ class _TenantChains:
     def __init__(
         self,
         factory: TenantStoreFactory,
-        chain: Callable[[FailoverStore], FailoverStore],
+        chain: Callable[[FailoverStore, str], FailoverStore],
         writes_async: bool,
     ) -> None:
         self.factory = factory
@@ -187,7 +192,7 @@ class _TenantChains:
         return most
 
     def __call__(self, tenant: str) -> FailoverStore:
-        return self.chain(self.factory(tenant))
+        return self.chain(self.factory(tenant), tenant)
 
     def close(self) -> None:
         """Close the factory, when it holds resources (a shared connection pool)."""

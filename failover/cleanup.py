@@ -64,6 +64,9 @@ class CleanupScheduler:
             callable that runs one cleanup and returns the count removed.
         every: the period: a timedelta, seconds, or ``"30s"``/``"15m"``/``"1h"``.
         metrics: receives ``cleanup(removed, seconds)`` after each successful run.
+        turn: asked before each scheduled run, with the period in seconds: ``False`` skips
+            that period (another instance of the fleet cleans it, `failover.fleet.cleanup`);
+            counted in ``skipped``. ``None``: every period runs.
 
     Raises:
         ConfigurationError: ``every`` is not a positive duration, or the target cannot clean.
@@ -74,8 +77,11 @@ class CleanupScheduler:
         engine_or_callable: Cleanable | Callable[[], int],
         every: timedelta | float | str,
         metrics: Metrics | None = None,
+        turn: Callable[[float], bool] | None = None,
     ) -> None:
         self.every = _period(every)
+        self.turn = turn
+        self.skipped = 0  # periods another instance of the fleet cleaned
         if isinstance(engine_or_callable, Cleanable):
             self._clean: Callable[[], int] = engine_or_callable.clean
         elif callable(engine_or_callable):
@@ -162,6 +168,12 @@ class CleanupScheduler:
         # The first run always happens, even when stop() comes before the thread gets going.
         while True:
             try:
+                if self.turn is not None and not self.turn(period):
+                    self.skipped += 1
+                    log.debug("failover: cleanup skipped: another instance of the fleet runs it")
+                    if stopping.wait(period):
+                        return
+                    continue
                 removed = self.run_once()
             except Exception:
                 log.exception("failover: cleanup failed; the next run is in %s", self.every)

@@ -53,7 +53,8 @@ class FailoverDefinition:
         is_method: whether the first parameter (``self``/``cls``) is left out of keys.
         weight: bulkhead permits one call takes.
         bulkhead: the name of the shared bulkhead pool the failover draws from, or ``None``.
-        single_flight: concurrent calls with the same key share one upstream call.
+        single_flight: concurrent calls with the same key share one upstream call
+            (``"fleet"``: across the processes of the engine's fleet).
         label: what labels the failover's stored entries: ``None`` (none, the default),
             ``True`` (the call's arguments) or a callable of the call's arguments (see
             `failover.labels`).
@@ -91,7 +92,7 @@ class FailoverDefinition:
     return_annotation: Any = field(default=None, repr=False)
     weight: int = 1
     bulkhead: str | None = None
-    single_flight: bool = False
+    single_flight: bool | str = False
     label: Callable[..., object] | bool | None = None
     breaker_defaults: Callable[[], Mapping[str, Any]] = field(default=_no_defaults, repr=False)
     fresh_for: timedelta | None = None

@@ -191,6 +191,10 @@ class FlownCall(Call):
                 except BaseException as exc:
                     self._refused(exc)
                     raise
+        return self.lead(fn, args, kwargs)
+
+    def lead(self, fn: Callable[..., Any], args: Any, kwargs: Any) -> Any:
+        """The leader's upstream call (`Call.run`); a fleet's flight asks the fleet first."""
         return super().run(fn, args, kwargs)
 
     async def arun(self, fn: Callable[..., Any], args: Any, kwargs: Any) -> Any:
@@ -214,6 +218,10 @@ class FlownCall(Call):
                 except BaseException as exc:
                     self._refused(exc)
                     raise
+        return await self.alead(fn, args, kwargs)
+
+    async def alead(self, fn: Callable[..., Any], args: Any, kwargs: Any) -> Any:
+        """`lead` for a task."""
         return await super().arun(fn, args, kwargs)
 
     def _refused(self, exc: BaseException) -> None:

@@ -11,7 +11,7 @@ import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Annotated, Any, TypedDict, get_type_hints
+from typing import Annotated, Any, Literal, TypedDict, cast, get_type_hints
 
 import pybreaker
 
@@ -129,6 +129,15 @@ def _flag(value: Any, owner: str, setting: str) -> bool:
     return value
 
 
+def _single_flight(value: Any, owner: str, setting: str) -> bool | str:
+    if value == "fleet" or isinstance(value, bool):
+        return cast(bool | str, value)
+    raise ConfigurationError(
+        f"{owner}: single_flight= must be True or False, or 'fleet' (one flight per key "
+        f"across the engine's fleet), got {value!r}"
+    )
+
+
 def _breaker(value: Any, owner: str, setting: str) -> Any:
     if value is not None and not isinstance(value, bool | pybreaker.CircuitBreaker):
         raise ConfigurationError(
@@ -239,7 +248,9 @@ class Options(TypedDict, total=False):
         store_interval: write coalescing: the least time between two stores of one key;
             ``None``: the engine's.
         single_flight: concurrent calls with the same key share one upstream call and one
-            store write; each waits at most its own ``timeout``.
+            store write; each waits at most its own ``timeout``. ``"fleet"``: one upstream
+            call per key across the processes of the engine's ``fleet=`` (a lease per key in
+            its Redis; see `failover.fleet.flown`).
         fresh_for: cache-first window: a stored entry younger than this is served (up to date)
             without calling the upstream; older ones fail over as usual up to ``ttl``.
         refresh_ahead: with ``fresh_for``: a call that finds an entry this old (a fraction of
@@ -278,7 +289,7 @@ class Options(TypedDict, total=False):
     acquire_timeout: Annotated[timedelta | float | str | None, Setting(0.0, _wait)]
     timeout: Annotated[timedelta | float | str | None, Setting(None, _timeout)]
     store_interval: Annotated[timedelta | float | str | None, Setting(None, _interval)]
-    single_flight: Annotated[bool, Setting(False, _flag)]
+    single_flight: Annotated[bool | Literal["fleet"], Setting(False, _single_flight)]
     fresh_for: Annotated[timedelta | float | str | None, Setting(None, _fresh_for)]
     refresh_ahead: Annotated[float | timedelta | str | None, Setting(None, _refresh_ahead)]
     label: Annotated[bool | Callable[..., object] | None, Setting(False, check_label)]

@@ -146,6 +146,7 @@ class Failover(Guards, Lifecycle):
                 self.store_timeout,
                 self.store_breaker_reset,
                 self.store_breaker_after,
+                None if self.fleet is None else self.fleet.backplane,
             )
         except BaseException:
             if self.fleet is not None:
@@ -181,9 +182,9 @@ class Failover(Guards, Lifecycle):
         self.ignore_tenant = ignore_tenant
         if not self.ignore_tenant and not isinstance(self.store, MultiTenantStore):
             self.wiring.unrouted = f"engine {self!r} does not route by tenant"
-        self.maintenance = Maintenance(self.store, clock, self.metrics, self.refreshes, self.pools)
-        if self.fleet is not None:  # stopped by close(), before the store
-            self.maintenance.background.append(self.fleet)
+        self.maintenance = Maintenance(
+            self.store, clock, self.metrics, self.refreshes, self.pools, self.fleet
+        )
         self.publisher: HealthPublisher | None = None
         if publish_every is not None:
             try:

@@ -7,7 +7,7 @@ import logging
 import threading
 from collections.abc import Callable
 from datetime import datetime, timedelta
-from typing import Protocol
+from typing import Any, Protocol
 
 from ..cleanup import Cleanable, CleanupScheduler
 from ..closeable import AsyncCloseable
@@ -39,6 +39,7 @@ class Maintenance:
         metrics: Metrics,
         refreshes: Refreshes,
         pools: Pools,
+        fleet: Any = None,
     ) -> None:
         self.store = store
         self.clock = clock
@@ -50,6 +51,11 @@ class Maintenance:
         self._clean_lock = threading.Lock()  # one cleanup at a time: scheduled or by hand
         self._schedulers: list[CleanupScheduler] = []
         self.background: list[Background] = []
+        # The engine's fleet, if any: one scheduled cleanup per period for the whole fleet;
+        # stopped by close(), before the store.
+        self.fleet = fleet
+        if fleet is not None:
+            self.background.append(fleet)
 
     def clean(self) -> int:
         """See `Failover.clean`."""
@@ -58,7 +64,8 @@ class Maintenance:
 
     def start_cleanup(self, engine: Cleanable, every: timedelta | float | str) -> CleanupScheduler:
         """See `Failover.start_cleanup`."""
-        scheduler = CleanupScheduler(engine, every, metrics=self.metrics)
+        turn = None if self.fleet is None else self.fleet.cleanups.turn
+        scheduler = CleanupScheduler(engine, every, metrics=self.metrics, turn=turn)
         with self._lock:  # started under the lock: a concurrent close() stops it or refuses it
             if self.closed:
                 raise RuntimeError("Failover: cannot start a cleanup on a closed engine")

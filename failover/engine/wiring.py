@@ -27,6 +27,7 @@ from ..execution import (
 )
 from ..execution.circuit import Circuit
 from ..fleet import Fleet
+from ..fleet.flown import FleetFlights, FleetFlownCall
 from ..flight import Flights, FlownCall
 from ..handlers import Handler, key_of
 from ..log_observer import LogObserver
@@ -128,9 +129,16 @@ class Wiring:
                     self.events(d),
                     self.store if isinstance(self.store, MultiTenantStore) else None,
                 )
-                if d.single_flight:
-                    rt.flights = Flights()
-                rt.call_type = FlownCall if d.single_flight else Call
+                rt.call_type = Call
+                if d.single_flight == "fleet":
+                    if self.fleet is None:
+                        raise ConfigurationError(
+                            f"failover {d.name!r}: single_flight='fleet' needs an engine with "
+                            "fleet= (Failover(fleet='redis://...'))"
+                        )
+                    rt.flights, rt.call_type = FleetFlights(self.fleet), FleetFlownCall
+                elif d.single_flight:
+                    rt.flights, rt.call_type = Flights(), FlownCall
                 rt.bind(self.execution(d))
                 if d.refresh_ahead is not None:
                     rt.ahead = RefreshAhead(rt, self.refreshes)

@@ -220,7 +220,7 @@ class SharedBreakers:
             pipe.set(self.key(name), json.dumps(record))
             sent += 1
             if release:
-                pipe.eval(_RELEASE, 1, self.key(name) + ":trial", self.token)
+                pipe.execute_command("EVAL", _RELEASE, 1, self.key(name) + ":trial", self.token)
                 sent += 1
         wanted = [s for s in storages if s.wanted and s.state != _CLOSED]
         ttl_ms = int(self.lease_ttl * 1000)
@@ -228,7 +228,7 @@ class SharedBreakers:
             s.wanted = False
             pipe.set(self.key(s.breaker_name) + ":trial", self.token, nx=True, px=ttl_ms)
         if storages:
-            pipe.mget([self.key(s.breaker_name) for s in storages])
+            pipe.execute_command("MGET", *[self.key(s.breaker_name) for s in storages])
         count = sent + len(wanted) + (1 if storages else 0)
         return Round(self, pending, storages, wanted, sent, count)
 

@@ -168,6 +168,11 @@ class AsyncWriteStore(HealthRowsLayer, BrowsingLayer, Layer):
 
     # -- writes -----------------------------------------------------------------------------------
 
+    def on_landed(self, landed: Callable[[list[Write]], None]) -> None:
+        """Have ``landed`` told, on the writing thread, of the writes each batch made (or gave
+        up for good): ``(name, key, payload or a tombstone)`` each."""
+        self._q.landed = landed
+
     def store(self, payload: Payload) -> int:
         """Queue one entry; 0: the queue counts what becomes of it (``superseded`` included).
 

@@ -25,6 +25,7 @@ from ..base import (
 from ..browsing import BrowsingLayer
 from ..health_rows import HealthRowsLayer
 from .async_write import AsyncWriteStore
+from .coherent import Coherence, CoherentNear, by_name
 from .hedging import HedgingDeadline
 
 __all__ = ["TieredStore"]
@@ -43,7 +44,7 @@ def _fresher(a: Payload | None, b: Payload | None) -> Payload | None:
     return a
 
 
-class TieredStore(HealthRowsLayer, BrowsingLayer, Capabilities):
+class TieredStore(CoherentNear, HealthRowsLayer, BrowsingLayer, Capabilities):
     """A process-local store (``near``) in front of a shared one (``far``, e.g. Redis or
     PostgreSQL).
 
@@ -60,6 +61,11 @@ class TieredStore(HealthRowsLayer, BrowsingLayer, Capabilities):
     hedges: when ``near`` holds an entry, ``far`` gets ``hedge_after`` to answer, then ``near``
     answers (``far``'s answer, if it comes within the deadline, is kept in ``near`` for later);
     a ``far`` that fails or whose breaker is open leaves ``near`` to answer at once.
+
+    Under an engine with ``fleet=``, the near copies stay coherent across processes: what this
+    store writes or deletes is said on the fleet's backplane (``coherence``), and what other
+    processes write or delete is dropped from ``near`` (`drop_near`), within about one round
+    trip of the fleet's Redis; after the backplane was out, every near copy is dropped.
 
     Args:
         near: an in-process store (`InMemoryStore`, `CachetoolsStore`), which does no I/O.
@@ -103,6 +109,9 @@ class TieredStore(HealthRowsLayer, BrowsingLayer, Capabilities):
         self._lock = threading.Lock()
         self._deletes = 0
         self._tasks: set[asyncio.Future[Any]] = set()  # hedged async reads still running
+        # The fleet's backplane (`cohere`), told of this store's writes once far has them:
+        # `_told` at once after far's own call, or far's queue after each batch; None: none.
+        self._told: Coherence | None = None
         _FORKS.add(self)
 
     def guard_far(
@@ -148,13 +157,20 @@ class TieredStore(HealthRowsLayer, BrowsingLayer, Capabilities):
         entry. What the far one kept out (the shared store)."""
         with self._lock:
             self.near.store(payload)
-        return self.far.store(payload)
+        kept = self.far.store(payload)
+        if self._told is not None:
+            self._told.stored(payload.name, (payload.key,))
+        return kept
 
     def store_many(self, payloads: Sequence[Payload]) -> int | None:
         """Store in both tiers (in the far one through its queue); what the far one kept out."""
         with self._lock:
             self.near.store_many(payloads)
-        return self.far.store_many(payloads)
+        kept = self.far.store_many(payloads)
+        if self._told is not None:
+            for name, keys in by_name(payloads).items():
+                self._told.stored(name, keys)
+        return kept
 
     def delete(self, name: str, key: str) -> None:
         """Delete from both tiers."""
@@ -162,6 +178,8 @@ class TieredStore(HealthRowsLayer, BrowsingLayer, Capabilities):
             self._deletes += 1
             self.near.delete(name, key)
         self.far.delete(name, key)
+        if self._told is not None:
+            self._told.invalidated(name, (key,))
 
     def delete_many(self, name: str, keys: Iterable[str]) -> None:
         """Delete from both tiers, in one go each."""
@@ -170,6 +188,8 @@ class TieredStore(HealthRowsLayer, BrowsingLayer, Capabilities):
             self._deletes += 1
             delete_many(self.near, name, keys)
         delete_many(self.far, name, keys)
+        if self._told is not None:
+            self._told.invalidated(name, keys)
 
     # -- reads ------------------------------------------------------------------------------------
 

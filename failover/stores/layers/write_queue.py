@@ -94,6 +94,9 @@ class WriteQueue:
         self.dropping = False  # inside a burst of discarded writes (warned already)
         self.idle = False  # the worker waits for writes (only then is it worth a notify)
         self.worker_done = False  # the worker ended (stopped, or killed by a BaseException)
+        # Told of the writes the store took (or refused for good) after each batch: a tiered
+        # store says so to the other processes of its fleet (`TieredStore.cohere`).
+        self.landed: Callable[[list[Write]], None] | None = None
         self.exit_hook = functools.partial(_flush_at_exit, weakref.ref(self))
         # A store that is down fails every batch: logged once, then once a minute (per
         # operation); the engine gives its clock (`AsyncWriteStore.clock`).
@@ -473,10 +476,22 @@ class WriteQueue:
             failed += self._delete(deletes, again)
             again = self._overtaken(again)
             parked = self._park(newest, again)
+            if self.landed is not None:
+                self._landed(newest, again)
         failed += len(again) - parked
         if failed:
             self.metrics.async_failed(failed)
         return parked
+
+    def _landed(self, newest: list[Write], again: list[Write]) -> None:
+        waiting = {id(w) for w in again}
+        done = [w for w in newest if id(w) not in waiting]
+        landed = self.landed
+        if done and landed is not None:
+            try:
+                landed(done)
+            except Exception:  # the listener's trouble must not stop the worker
+                log.warning("failover: telling of landed writes failed", exc_info=True)
 
     def _delete(self, deletes: list[Write], again: list[Write]) -> int:
         """Make the queued ``deletes``, one statement (round trip) per name; those the store

@@ -1,17 +1,21 @@
 """The fleet: where the processes of one service coordinate, through one Redis
 (``Failover(fleet="redis://…")``).
 
-Everything on it is owned by the library and held to a store's rules. Its Redis is only ever
-spoken to by one daemon thread per process, with bounded socket timeouts: never on a caller's
-thread, never on an event loop. Each tick (`SYNC_EVERY`) the thread runs one pipelined round
-made of the fleet's parts (today the engine's breakers, `failover.execution.fleet_state`), and
-it runs one at once when a part asks (a transition to publish, a trial lease to take). While
+Everything on it is owned by the library and held to a store's rules, with bounded socket
+timeouts. Each tick (`SYNC_EVERY`) one daemon thread per process runs one pipelined round made
+of the fleet's parts (the engine's breakers, `failover.execution.fleet_state`; the flights'
+leases, `failover.fleet.leases`; the bus's outgoing messages, `failover.fleet.bus`), and it
+runs one at once when a part asks (a transition to publish, a trial lease to take, a message
+to send). Two things talk to Redis elsewhere: a single-flight call takes its key's lease on
+its own thread, or on its event loop through ``redis.asyncio`` (never a blocking call on a
+loop), within the socket timeout; and the bus's subscriber thread reads the fleet's channel
+(`failover.fleet.backplane` keeps near copies coherent with it). While
 Redis does not answer, every part keeps working in this process alone; the trouble is counted
 as a store's (``failover_store_up{store="fleet"}`` 0, ``failover_store_errors_total{store=
 "fleet",operation="sync",reason=…}``) and logged once, then at most once per `LOG_EVERY` with a
 count; the next round that gets through re-syncs (what this process decided meanwhile is
-published, what the others published is applied). A forked child starts its thread, its
-connections and its lease token anew.
+published, what the others published is applied, the near copies are dropped). A forked child
+starts its threads, its connections and its lease token anew.
 """
 
 from __future__ import annotations
@@ -19,17 +23,21 @@ from __future__ import annotations
 import logging
 import threading
 import time
+import uuid
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Sequence
 from typing import Any, Protocol
 
 import pybreaker
 
-from .errors import ConfigurationError
-from .execution.fleet_state import FleetStorage, SharedBreakers
-from .forks import AfterFork
-from .health import StoreHealth
-from .masking import masked_url
+from ..execution.fleet_state import FleetStorage, SharedBreakers
+from ..forks import AfterFork
+from ..health import StoreHealth
+from .backplane import Backplane
+from .bus import Bus
+from .cleanup import CleanupTurns
+from .clients import AsyncClients, target_of
+from .leases import FlightLeases
 
 __all__ = ["LABEL", "LEASE_TTL", "LOG_EVERY", "SYNC_EVERY", "Fleet", "make_fleet"]
 
@@ -39,7 +47,6 @@ LABEL = "fleet"  # the ``store`` label of its health
 SYNC_EVERY = 0.5  # seconds between rounds: another process's trip is seen within about this
 LEASE_TTL = 5.0  # seconds a half-open trial lease lives (a crashed holder frees it then)
 LOG_EVERY = 60.0  # seconds between two log lines about the same outage
-DEFAULT_PREFIX = "failover:fleet:"
 
 
 class Part(Protocol):
@@ -53,7 +60,8 @@ class Fleet:
 
     Args:
         target: a ``redis://``/``rediss://``/``unix://`` URL (``?prefix=`` sets the key prefix,
-            default ``failover:fleet:``), or a `redis.Redis` / `redis.asyncio.Redis` client,
+            default ``failover:fleet:``), a ``redis+sentinel://`` or ``redis+cluster://`` URL,
+            or a `redis.Redis` / `redis.asyncio.Redis` / `redis.cluster.RedisCluster` client,
             whose connection settings are copied into a client of the fleet's own (with the
             fleet's socket timeouts).
         timeout: seconds before a connect, a read or a write gives up.
@@ -65,13 +73,29 @@ class Fleet:
 
     def __init__(self, target: object, timeout: float = 0.5, owner: str = "Failover") -> None:
         self.timeout = timeout
-        self._make, self.shown, prefix = _client_factory(target, timeout, owner)
+        self.target = target_of(target, timeout, owner)
+        self.shown = self.target.shown
+        self._make = self.target.make
         self.client: Any = self._make()
+        self._async = (
+            None if self.target.make_async is None else AsyncClients(self.target.make_async)
+        )
         self.up = True  # until a round fails: the parts then keep to this process
         self.errors: Counter[tuple[str, str]] = Counter()  # (operation, reason) -> count
         self.failed_rounds = 0
+        prefix = self.target.prefix
         self.breakers = SharedBreakers(self, prefix, LEASE_TTL, _notice)
-        self.parts: list[Part] = [self.breakers]
+        token = uuid.uuid4().hex
+        self.flights = FlightLeases(self, prefix, token)
+        self.bus = Bus(self, f"{prefix}bus", token)
+        self.bus.handlers["f"] = self.flights.heard
+        self.cleanups = CleanupTurns(self, f"{prefix}cleanup", token)
+        self.backplane = Backplane(self.bus)
+        self.bus.handlers["n"] = self.backplane.heard
+        self.bus.resyncs.append(self.backplane.resync)
+        # The bus last: what the others put on it in a round goes out in that round.
+        self.parts: list[Part] = [self.breakers, self.flights, self.bus]
+        self._trouble_lock = threading.Lock()
         self.synced = threading.Event()  # set after each round that got through
         self._wake = threading.Event()
         self._round = threading.Lock()  # one round at a time (the thread's, or `sync`'s)
@@ -80,6 +104,7 @@ class Fleet:
         self._unlogged = 0
         self._thread: threading.Thread | None = None
         self._start()
+        self.bus.start()
         _FORKS.add(self)
 
     def __repr__(self) -> str:
@@ -96,6 +121,26 @@ class Fleet:
         listeners from the thread."""
         self.breakers.attach(breaker, storage)
         self.wake()
+
+    # -- the other parts' side -----------------------------------------------------------------
+
+    def send(self, kind: str, items: Sequence[Any]) -> None:
+        """Queue a message for the bus (`failover.fleet.bus.Bus.send`); never waits."""
+        self.bus.send(kind, items)
+
+    def async_client(self) -> Any:
+        """The running loop's ``redis.asyncio`` client; ``None`` where the fleet has none (a
+        cluster, a Sentinel set: async callers then use a worker thread)."""
+        return None if self._async is None else self._async.get()
+
+    def subscriber(self) -> Any:
+        """A new subscription object (its own connection), for the bus's thread."""
+        return self.client.pubsub()
+
+    def trouble(self, operation: str, exc: BaseException) -> None:
+        """``operation`` on the fleet's Redis failed (``exc``): counted and logged as a failed
+        round is; the parts keep to this process until a round gets through."""
+        self._trouble(exc, operation)
 
     # -- the thread ----------------------------------------------------------------------------
 
@@ -123,11 +168,15 @@ class Fleet:
             self._wake.clear()
 
     def _sync_once(self) -> bool:
-        pipe = self.client.pipeline(transaction=False)
+        try:  # a cluster's client is made on first use: it may fail here
+            pipe = self.client.pipeline(transaction=False)
+        except Exception as exc:
+            self._trouble(exc)
+            return False
         rounds = [part.commands(pipe) for part in self.parts]
         try:
             if not pipe.command_stack:
-                pipe.ping()
+                pipe.execute_command("PING")
             answers = pipe.execute()
         except Exception as exc:
             for one in rounds:
@@ -144,20 +193,25 @@ class Fleet:
         self._answered()
         return True
 
-    def _trouble(self, exc: BaseException) -> None:
+    def _trouble(self, exc: BaseException, operation: str = "sync") -> None:
+        with self._trouble_lock:  # from the threads and from callers (a lease asked for)
+            self._troubled(exc, operation)
+
+    def _troubled(self, exc: BaseException, operation: str) -> None:
         import redis
 
         reason = "timeout" if isinstance(exc, redis.TimeoutError | TimeoutError) else "error"
-        self.errors[("sync", reason)] += 1
+        self.errors[(operation, reason)] += 1
         self.failed_rounds += 1
         now = time.monotonic()
         if self.up:
             self.up = False
             self._logged_at, self._unlogged = now, 0
             log.warning(
-                "fleet %s: unreachable (%s); breakers keep working in this process alone "
-                "until it answers",
+                "fleet %s: unreachable (%s, %s); breakers and single flight keep working in "
+                "this process alone until it answers",
                 self.shown,
+                operation,
                 type(exc).__name__,
                 exc_info=True,
             )
@@ -198,11 +252,18 @@ class Fleet:
         self._round = threading.Lock()
         self._wake = threading.Event()
         self.synced = threading.Event()
+        self._trouble_lock = threading.Lock()
         _unlock(self.client)
         self.client = self._make()
+        if self._async is not None:
+            self._async.forked()
         self.breakers.forked()
+        token = uuid.uuid4().hex
+        self.flights.token = self.bus.token = self.cleanups.token = token
+        self.flights.forked()
         if not self._closed:
             self._start()
+        self.bus.forked()
 
     def stop(self, timeout: float | None = None) -> bool:
         """Stop the thread and close the client; return whether the thread ended in time (a
@@ -214,6 +275,12 @@ class Fleet:
         if thread is not None and thread is not threading.current_thread():
             thread.join(timeout)
             ended = not thread.is_alive()
+        if ended and timeout != 0 and self.bus.pending():
+            # What this process wrote last is told to the others (one round, bounded by the
+            # socket timeout); writes still queued in the store when it closes are not.
+            with self._round:
+                self._sync_once()
+        ended = self.bus.stop(timeout) and ended
         _FORKS.discard(self)
         try:
             self.client.close()
@@ -229,6 +296,10 @@ def _unlock(client: Any) -> None:
     may have been held by the parent's fleet thread at the fork, and closing it (when it is
     collected) would wait for them for ever (redis-py's pool resets itself in a child under its
     lock)."""
+    from ..stores.backends.redis.topology import LazyCluster
+
+    if isinstance(client, LazyCluster) or type(client).__name__ == "RedisCluster":
+        return  # no pool of the fleet thread's to unlock (a cluster's are per node)
     pool = getattr(client, "connection_pool", None)
     for name in ("_lock", "_fork_lock"):
         held = getattr(pool, name, None)
@@ -257,63 +328,3 @@ def make_fleet(value: object, timeout: float | None) -> Fleet | None:
 
 
 _FORKS = AfterFork(Fleet.forked)
-
-# The connection settings copied from a given client into the fleet's own (redis-py's names).
-_COPIED = (
-    "host",
-    "port",
-    "path",
-    "db",
-    "username",
-    "password",
-    "client_name",
-    "credential_provider",
-    "ssl_keyfile",
-    "ssl_certfile",
-    "ssl_cert_reqs",
-    "ssl_ca_certs",
-    "ssl_ca_path",
-    "ssl_check_hostname",
-)
-
-
-def _client_factory(
-    target: object, timeout: float, owner: str
-) -> tuple[Callable[[], Any], str, str]:
-    """``(make a client, the fleet as shown, the key prefix)``."""
-    try:
-        import redis
-        import redis.asyncio
-    except ImportError as exc:  # pragma: no cover - where redis-py is not installed
-        raise ConfigurationError(
-            f"{owner}: fleet needs redis-py: pip install 'failover[redis]' ({exc})"
-        ) from exc
-    if isinstance(target, str):
-        from .stores.backends.redis.client import checked_prefix, make_client, split_url
-
-        try:
-            url, prefix = split_url(target)
-            prefix = checked_prefix(DEFAULT_PREFIX if prefix is None else prefix, owner)
-            make_client(url, timeout)  # checked now: a bad URL fails the engine, not the thread
-        except ConfigurationError as exc:
-            raise ConfigurationError(f"{owner}: fleet: {exc}") from None
-        return (lambda: make_client(url, timeout)), masked_url(target), prefix
-    if isinstance(target, redis.Redis | redis.asyncio.Redis):
-        pool = target.connection_pool
-        given = pool.connection_kwargs
-        kwargs = {k: given[k] for k in _COPIED if k in given}
-        # The fleet's own bounds, whatever the given client waits: a round must end in time.
-        kwargs["socket_timeout"] = kwargs["socket_connect_timeout"] = timeout
-        if "path" in kwargs:
-            kwargs["unix_socket_path"] = kwargs.pop("path")
-            kwargs.pop("host", None)
-            kwargs.pop("port", None)
-        if "SSL" in pool.connection_class.__name__:
-            kwargs["ssl"] = True
-        where = given.get("path") or f"{given.get('host')}:{given.get('port')}"
-        shown = f"{type(target).__module__}.{type(target).__name__}({where})"
-        return (lambda: redis.Redis(**kwargs)), shown, DEFAULT_PREFIX
-    raise ConfigurationError(
-        f"{owner}: fleet must be a Redis URL (redis://, rediss://, unix://) or a redis.Redis / "
-        f"redis.asyncio.Redis client, got {target!r}"
-    )
