@@ -24,6 +24,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from datetime import datetime
+from logging import DEBUG
 from time import perf_counter
 from typing import TYPE_CHECKING, Any
 
@@ -32,7 +33,7 @@ from .errors import SerializationError, refused_by
 from .execution import Wait
 from .handlers import Partial, envelope_key
 from .handlers.lookup import Lookup, failed_lookup, stale
-from .payload import KIND_OF, PLAIN, ReferentialPayload, enrich, envelope
+from .payload import KIND_OF, PLAIN, Building, ReferentialPayload, enrich, envelope
 from .policy import ExceptionPolicy, default_for
 from .stores.layers.batching import pinned_call
 from .tenant import read_tenant
@@ -46,6 +47,7 @@ __all__ = ["Call", "call_of"]
 
 _new = object.__new__
 log = logging.getLogger("failover")
+_traces = logging.getLogger("failover.health")  # the logs observer's logger (`log_observer`)
 
 
 def call_of(
@@ -266,6 +268,33 @@ class Call(CallContext):
 
         A call whose keys cannot be had (a failing ``key=`` callable or splitter) gets a
         lookup that answers `Miss.ERROR`."""
+        start = self._recovering(cause)
+        if start is None:
+            return None
+        try:
+            lookup = self.rt.handler.lookup(self, cause)
+        except Exception as exc:
+            lookup = failed_lookup(self, cause, exc)
+        lookup.start = start
+        return lookup
+
+    def recover(self, cause: Exception) -> ReferentialPayload[Any] | None:
+        """`failed`, the read and `settle` in one, for a thread: the store read made in place
+        (`Handler.recover`). What the caller gets, or ``None`` to re-raise ``cause``."""
+        start = self._recovering(cause)
+        if start is None:
+            return None
+        found: ReferentialPayload[Any] | Miss
+        try:
+            lookup, found = self.rt.handler.recover(self, cause)
+        except Exception as exc:
+            lookup, found = failed_lookup(self, cause, exc), Miss.ERROR
+        lookup.start = start
+        return self.settle(lookup, found)
+
+    def _recovering(self, cause: Exception) -> float | None:
+        """Report a guard's refusal; whether ``cause`` is recovered: ``None`` if not (reported
+        as raised), else when its read starts (``0.0`` when no observer times it)."""
         rt = self.rt
         self.seconds = seconds = perf_counter() - self.start
         if rt.execution is not None and (guard := refused_by(cause)) is not None:
@@ -274,13 +303,7 @@ class Call(CallContext):
         if not (isinstance(cause, recovers) if recovers is not None else rt.accepts(cause)):
             rt.events.raised(seconds, cause)
             return None
-        start = perf_counter() if rt.events.timed else 0.0
-        try:
-            lookup = rt.handler.lookup(self, cause)
-        except Exception as exc:
-            lookup = failed_lookup(self, cause, exc)
-        lookup.start = start
-        return lookup
+        return perf_counter() if rt.events.timed else 0.0
 
     def settle(
         self, lookup: Lookup, found: ReferentialPayload[Any] | Miss
@@ -298,6 +321,10 @@ class Call(CallContext):
         if unattempted and isinstance(cause, unattempted):
             seconds = None  # refused by a guard: the upstream was not called
         hook = self.definition.on_recovered
+        if _traces.isEnabledFor(DEBUG) and refused_by(cause) is None:
+            # The upstream's traceback, at debug, for each failed call (the logs observer is
+            # called only when the state changes): never at a higher level, it repeats.
+            _traces.debug("failover %r: the upstream failed", self.definition.name, exc_info=cause)
         if isinstance(found, ReferentialPayload):
             as_of = found.as_of
             events.recovered(seconds, cause, as_of)
@@ -306,10 +333,19 @@ class Call(CallContext):
                 value = enrich(value, False, as_of)
             if hook is not None:  # the hook sees the entry as recovered (the store's is live)
                 value = self._hooked(hook, cause, stale(found, cause), value)
-            f = found
-            out = envelope(
-                f.name, f.key, value, as_of, f.expire_on, False, cause, f.label, f.partial
-            )
+            # `envelope`, inlined: the recovery path's one envelope, without a frame.
+            made: Any = _new(Building)
+            made.name = found.name
+            made.key = found.key
+            made.payload = value
+            made.as_of = as_of
+            made.expire_on = found.expire_on
+            made.up_to_date = False
+            made.cause = cause
+            made.label = found.label
+            made.partial = found.partial
+            made.__class__ = ReferentialPayload
+            out: ReferentialPayload[Any] = made
             events.served(out)
             return out
         events.not_recovered(seconds, cause)
