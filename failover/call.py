@@ -292,13 +292,17 @@ class Call(CallContext):
         lookup.start = start
         return self.settle(lookup, found)
 
+    def refused(self, guard: str, cause: Exception) -> None:
+        """Report that guard ``guard`` refused this call with ``cause`` (once per refusal)."""
+        self.rt.events.refused(guard, cause)
+
     def _recovering(self, cause: Exception) -> float | None:
         """Report a guard's refusal; whether ``cause`` is recovered: ``None`` if not (reported
         as raised), else when its read starts (``0.0`` when no observer times it)."""
         rt = self.rt
         self.seconds = seconds = perf_counter() - self.start
         if rt.execution is not None and (guard := refused_by(cause)) is not None:
-            rt.events.refused(guard, cause)  # a guard's refusal, not the upstream's failure
+            self.refused(guard, cause)  # a guard's refusal, not the upstream's failure
         recovers = rt.recovers
         if not (isinstance(cause, recovers) if recovers is not None else rt.accepts(cause)):
             rt.events.raised(seconds, cause)

@@ -87,6 +87,7 @@ class FailoverStats(Observer):
         "info",
         "lock",
         "name",
+        "refused_pools",
         "upstream_error",
         "upstream_error_sum",
         "upstream_ok",
@@ -114,6 +115,9 @@ class FailoverStats(Observer):
         self._failure: tuple[str, datetime] | None = None  # the upstream's latest: kind, when
         # Refusals per guard, per second of the window: guard -> {second: count} (refusals only).
         self._refusals: dict[str, dict[int, int]] = {}
+        # Refusals since the start by the pool whose permits were not free (the refusal's
+        # ``pool``): a pool's health reads them (`failover.health.PoolHealth`).
+        self.refused_pools: dict[str, int] = {}
         self._stale: tuple[datetime, datetime] | None = None  # the latest stale value: as_of, when
         self.breaker: str | None = None
         self.info: dict[str, str] = {}
@@ -245,6 +249,9 @@ class FailoverStats(Observer):
                 if seconds is None:
                     seconds = self._refusals[guard] = {}
                 seconds[second] = seconds.get(second, 0) + 1
+                pool = getattr(cause, "pool", None)
+                if isinstance(pool, str):
+                    self.refused_pools[pool] = self.refused_pools.get(pool, 0) + 1
                 if len(seconds) > WINDOW:  # keep the window's seconds only
                     for old in [s for s in seconds if second - s >= WINDOW]:
                         del seconds[old]
