@@ -30,7 +30,7 @@ from .errors import refused_by
 from .events import Events, Observer
 from .logs import INTERVAL, LogLimiter
 
-__all__ = ["LogObserver"]
+__all__ = ["LogObserver", "StoreLog"]
 
 log = logging.getLogger("failover.health")
 
@@ -258,3 +258,37 @@ def _counts(
             changes.get(_UP, 0),
         ],
     )
+
+
+class StoreLog(Observer):
+    """Logs an engine's stores going out and answering again (`Observer.store_state`, the
+    engine's stream): one line each way, per deadline layer that changed.
+
+    Args:
+        owner: the engine, as the lines name it.
+    """
+
+    __slots__ = ("owner",)
+
+    safe: ClassVar[bool] = True
+
+    def __init__(self, owner: str) -> None:
+        self.owner = owner
+
+    def __repr__(self) -> str:
+        return f"StoreLog({self.owner!r})"
+
+    def store_state(self, store: str, up: bool) -> None:
+        """The store ``store`` went out (a warning), or answers again (info)."""
+        try:
+            if up:
+                log.info("%s: store %r answers again", self.owner, store)
+            else:
+                log.warning(
+                    "%s: store %r is out (its latest operations timed out or were refused at "
+                    "the connection): calls skip it until a trial operation answers",
+                    self.owner,
+                    store,
+                )
+        except Exception:  # a log line never breaks an operation
+            pass
