@@ -92,12 +92,14 @@ class Observer:
         """The failover's circuit breaker is now closed (0), half-open (1) or open (2); also
         its state when the breaker is attached to the failover."""
 
-    def store_state(self, store: str, up: bool) -> None:
+    def store_state(self, store: str, up: bool, source: object) -> None:
         """A store the engine bounds with a deadline (its ``store`` label: ``sqlstore``,
         ``redisstore``) went out (``up=False``: its breaker opened, its latest operations timed
         out or were refused at the connection) or answers again (``True``). A fact of the
-        engine's stream, told by each of its deadline layers (a tiered store has two), under
-        that layer's lock: an observer records or wakes, it never waits nor uses the store."""
+        engine's stream, told by each of its deadline layers (``source``: a tiered store has
+        two, a router one per tenant; one found out already tells so when first watched),
+        under that layer's lock: an observer records or wakes, it never waits nor uses the
+        store."""
 
     def method(self, fact: str) -> Callable[..., None]:
         """What `Events` calls for ``fact``: the method itself, or (to spare the call path a
@@ -154,7 +156,7 @@ class Events:
     read: Callable[[str, float, ReferentialPayload[Any] | None], None]
     served: Callable[[ReferentialPayload[Any]], None]
     breaker_state: Callable[[int], None]
-    store_state: Callable[[str, bool], None]
+    store_state: Callable[[str, bool, object], None]
 
     def __init__(self, observers: Sequence[Observer]) -> None:
         self.observers = tuple(observers)

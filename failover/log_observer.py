@@ -278,7 +278,7 @@ class StoreLog(Observer):
     def __repr__(self) -> str:
         return f"StoreLog({self.owner!r})"
 
-    def store_state(self, store: str, up: bool) -> None:
+    def store_state(self, store: str, up: bool, source: object) -> None:
         """The store ``store`` went out (a warning), or answers again (info)."""
         try:
             if up:

@@ -140,7 +140,7 @@ class HealthPublisher(Observer):
 
     safe: ClassVar[bool] = True
 
-    def store_state(self, store: str, up: bool) -> None:
+    def store_state(self, store: str, up: bool, source: object) -> None:
         """A store answers again: publish now if publishing failed (its row may have lapsed);
         the thread publishes (this runs under the store's lock: it only wakes it)."""
         if up and self._failing:

@@ -11,13 +11,14 @@ included, timed out or were refused at the connection, and its breaker is open),
 
 from __future__ import annotations
 
+import functools
 import threading
 import weakref
 from collections import Counter
 from collections.abc import Iterator
 from typing import Any, ClassVar
 
-from .events import Observer
+from .events import Events, Observer
 from .health import StoreHealth
 from .stores.base import walk
 from .stores.layers.deadline import DeadlineStore
@@ -39,50 +40,86 @@ class StoreStates(Observer):
     """The stores of one engine's store chain as their ``store_state`` facts left them: a
     ``store`` label is down while any of its deadline layers is out.
 
+    Attached to the engine's stream, it has each deadline layer of the chain tell the stream
+    its changes (`DeadlineStore.watch`): the layers there then, and those a router opens later
+    (a tenant's store), found when the health is read.
+
     Args:
-        store: the engine's store chain (its deadline layers are the ones told about).
+        store: the engine's store chain.
     """
 
-    __slots__ = ("__weakref__", "_lock", "_out", "layers")
+    __slots__ = ("__weakref__", "_events", "_lock", "_seen", "_up", "store", "tracked")
 
     safe: ClassVar[bool] = True
 
     def __init__(self, store: object) -> None:
-        self.layers = [
-            (layer, store_label(layer)) for layer in walk(store) if isinstance(layer, DeadlineStore)
-        ]
+        self.store = store
         self._lock = threading.Lock()
-        self._out: dict[str, int] = {}  # label -> its layers out now
+        self._up: weakref.WeakKeyDictionary[object, bool] = weakref.WeakKeyDictionary()
+        self._seen: weakref.WeakSet[DeadlineStore] = weakref.WeakSet()  # layers watched
+        self._events: Events | None = None
+        # What the metrics export: the layers of the chain as it was made.
+        self.tracked: list[tuple[DeadlineStore, str]] = []
 
     def __repr__(self) -> str:
-        return f"StoreStates({[label for _, label in self.layers]!r})"
+        return f"StoreStates({[label for _, label in self.tracked]!r})"
 
-    def store_state(self, store: str, up: bool) -> None:
-        """A layer of ``store`` went out, or answers again."""
+    def attach(self, events: Events) -> None:
+        """Have the chain's deadline layers tell ``events`` their changes."""
+        self._events = events
+        self.tracked = self.layers()
+
+    def store_state(self, store: str, up: bool, source: object) -> None:
+        """``source``, a deadline layer of ``store``, went out, or answers again."""
         with self._lock:
-            self._out[store] = self._out.get(store, 0) + (-1 if up else 1)
+            self._up[source] = up
 
-    def states(self) -> list[tuple[str, bool, Counter[tuple[str, str]]]]:
+    def layers(self) -> list[tuple[DeadlineStore, str]]:
+        """The deadline layers of the chain now (a router's: its tenants' stores open now),
+        with their labels; each new one is watched (it tells its state at once if out)."""
+        found = [
+            (layer, store_label(layer))
+            for layer in walk(self.store)
+            if isinstance(layer, DeadlineStore)
+        ]
+        events = self._events
+        if events is not None:
+            for layer, label in found:
+                with self._lock:
+                    new = layer not in self._seen
+                    self._seen.add(layer)
+                if new:
+                    layer.watch(functools.partial(_tell, events, label, layer))
+        return found
+
+    def states(self, now: bool = True) -> list[tuple[str, bool, Counter[tuple[str, str]]]]:
         """Each deadline layer's label, whether its store is up, and its error counts by
-        ``(operation, reason)``; what a layer owes is counted first (`DeadlineStore.settle`)."""
-        for layer, _ in self.layers:
+        ``(operation, reason)``: of the chain now, or (``now=False``) as it was made; what a
+        layer owes is counted first (`DeadlineStore.settle`)."""
+        layers = self.layers() if now else self.tracked
+        for layer, _ in layers:
             layer.settle()
         with self._lock:
-            out = {label for label, n in self._out.items() if n > 0}
-        return [(label, label not in out, layer.errors) for layer, label in self.layers]
+            ups = [self._up.get(layer, True) for layer, _ in layers]
+        return [(label, up, layer.errors) for (layer, label), up in zip(layers, ups, strict=True)]
 
     def health(self) -> list[StoreHealth]:
-        """What ``HealthReport.stores`` shows: one per ``store`` label."""
+        """What ``HealthReport.stores`` shows: one per ``store`` label, down when any of its
+        layers is."""
         found: dict[str, tuple[bool, Counter[str]]] = {}
         for label, up, counts in self.states():
-            errors = found.get(label, (True, Counter()))[1]
+            was, errors = found.get(label, (True, Counter()))
             for (_, reason), n in list(counts.items()):
                 errors[reason] += n
-            found[label] = (up, errors)
+            found[label] = (was and up, errors)
         return [
             StoreHealth(label, "up" if up else "down", dict(errors))
             for label, (up, errors) in found.items()
         ]
+
+
+def _tell(events: Events, store: str, layer: DeadlineStore, up: bool) -> None:
+    events.store_state(store, up, layer)  # read at each change: the stream may rebind it
 
 
 class StoreMetrics:
@@ -125,7 +162,7 @@ class StoreMetrics:
         up: dict[str, int] = {}
         errors: Counter[tuple[str, str, str]] = Counter()
         for states in list(self._states):
-            for label, answers, counts in states.states():
+            for label, answers, counts in states.states(now=False):
                 up[label] = min(up.get(label, 1), int(answers))
                 for (operation, reason), n in list(counts.items()):
                     errors[(label, operation, reason)] += n

@@ -104,3 +104,42 @@ def test_a_store_out_and_back_is_seen_by_health_metrics_logs_and_the_publisher(
         assert len(store.health_rows(clock())) == 1
     finally:
         engine.close()
+
+
+def test_a_tenants_store_opened_later_is_watched_too(tmp_path: Path, clock: FakeClock) -> None:
+    stores: dict[str, Refusing] = {}
+
+    def make(tenant: str) -> Refusing:
+        stores[tenant] = Refusing(f"sqlite:///{tmp_path / tenant}.db")
+        return stores[tenant]
+
+    engine = Failover(
+        make,
+        tenant_resolver=failover.current_tenant,
+        clock=clock,
+        metrics=False,
+        async_writes=False,
+        store_breaker_after=1,
+    )
+    upstream = Upstream()
+
+    @failover.failover("svc.tenant", engine=engine)
+    def rates(code: int) -> object:
+        return upstream(code)
+
+    try:
+        assert engine.health().stores == {}  # no tenant's store is open yet
+        with failover.tenant("acme"):
+            assert rates(1) == 1
+            upstream.fail()
+            stores["acme"].out = True
+            with pytest.raises(ConnectionError):
+                rates(1)  # the tenant's store is out before the health was ever read
+        assert engine.health().stores["refusing"].status == "down"
+        stores["acme"].out = False
+        clock.advance(60)
+        with failover.tenant("acme"):
+            assert rates(1) == 1  # the trial answers: served stale
+        assert engine.health().stores["refusing"].status == "up"
+    finally:
+        engine.close()

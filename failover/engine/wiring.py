@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import functools
 import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -247,13 +246,6 @@ def _tenant_key(call: Call) -> Any:
 
 def engine_stream(stores: StoreStates, observers: Sequence[Observer]) -> Events:
     """An engine's own stream: the facts of its stores (`Observer.store_state`), told by each
-    deadline layer of its chain, to ``stores`` (what its health and metrics read) and to
-    ``observers`` (the logs, the health publisher)."""
-    events = Events([stores, *observers])
-    for layer, label in stores.layers:
-        layer.watch(functools.partial(_store_state, events, label))
-    return events
-
-
-def _store_state(events: Events, store: str, up: bool) -> None:
-    events.store_state(store, up)  # read at each change: the stream may rebind it
+    deadline layer of its chain (``stores`` has them told), to ``stores`` (what its health and
+    metrics read) and to ``observers`` (the logs, the health publisher)."""
+    return Events([stores, *observers])

@@ -167,8 +167,11 @@ class DeadlineStore(HealthRowsLayer, BrowsingLayer, Layer):
         opened) or answers again (``True``), on the thread whose operation changed it, under
         the breaker's lock (so that watchers hear the changes in their order): a watcher
         records or wakes, it never waits nor uses the store. One that raises is logged, never
-        the operation's outcome."""
-        self._watchers.append(watcher)
+        the operation's outcome. A store out already is told at once."""
+        with self._lock:
+            self._watchers.append(watcher)
+            if self._open_until is not None:
+                self._tell(watcher, False)
 
     def settle(self) -> None:
         """Count what is owed before the store's state is read (nothing here; a hedging layer
@@ -238,10 +241,13 @@ class DeadlineStore(HealthRowsLayer, BrowsingLayer, Layer):
     def _changed(self, up: bool) -> None:
         """Tell the watchers the store went out or answers again."""
         for watcher in self._watchers:
-            try:
-                watcher(up)
-            except Exception:  # a watcher's bug is never the operation's outcome
-                log.warning("%r: a watcher of its state failed", self, exc_info=True)
+            self._tell(watcher, up)
+
+    def _tell(self, watcher: Callable[[bool], None], up: bool) -> None:
+        try:
+            watcher(up)
+        except Exception:  # a watcher's bug is never the operation's outcome
+            log.warning("%r: a watcher of its state failed", self, exc_info=True)
 
     def _failure(self, operation: str, exc: BaseException) -> str | None:
         """Count an error that came back; its outcome for `_ended`: ``"out"`` when it says the
