@@ -8,14 +8,14 @@ The shells (``decorator.py``) are a few lines around it::
         with call:                     # the guards (bulkhead, breaker) admit the call
             result = call.run(fn, args, kwargs)
     except Exception as exc:
-        lookup = call.failed(exc)      # the store read that recovers it, or None: re-raise
-        ...
-        out = call.settle(lookup, lookup.read())
+        out = call.recover(exc)        # read from the store in place and settled, or None:
+        ...                            # re-raise
     return call.live(result)           # stored; the value enriched as live
 
 An ``async def`` failover's shell enters with ``async with call`` (a guard's wait does not block
-the loop), calls ``await call.arun(...)`` (the soft timeout is the one real fork) and reads with
-``await lookup.aread()``; its runtime says whether storing runs on a worker thread
+the loop), calls ``await call.arun(...)`` (the soft timeout is the one real fork), and recovers
+in two steps, ``lookup = call.failed(exc)`` then ``call.settle(lookup, await lookup.aread())``
+(the loop turn's reads batched); its runtime says whether storing runs on a worker thread
 (`Runtime.off_loop`).
 """
 
