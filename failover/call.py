@@ -8,14 +8,14 @@ The shells (``decorator.py``) are a few lines around it::
         with call:                     # the guards (bulkhead, breaker) admit the call
             result = call.run(fn, args, kwargs)
     except Exception as exc:
-        lookup = call.failed(exc)      # the store read that recovers it, or None: re-raise
-        ...
-        out = call.settle(lookup, lookup.read())
+        out = call.recover(exc)        # read from the store in place and settled, or None:
+        ...                            # re-raise
     return call.live(result)           # stored; the value enriched as live
 
 An ``async def`` failover's shell enters with ``async with call`` (a guard's wait does not block
-the loop), calls ``await call.arun(...)`` (the soft timeout is the one real fork) and reads with
-``await lookup.aread()``; its runtime says whether storing runs on a worker thread
+the loop), calls ``await call.arun(...)`` (the soft timeout is the one real fork), and recovers
+in two steps, ``lookup = call.failed(exc)`` then ``call.settle(lookup, await lookup.aread())``
+(the loop turn's reads batched); its runtime says whether storing runs on a worker thread
 (`Runtime.off_loop`).
 """
 
@@ -24,6 +24,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from datetime import datetime
+from logging import DEBUG
 from time import perf_counter
 from typing import TYPE_CHECKING, Any
 
@@ -32,7 +33,7 @@ from .errors import SerializationError, refused_by
 from .execution import Wait
 from .handlers import Partial, envelope_key
 from .handlers.lookup import Lookup, failed_lookup, stale
-from .payload import KIND_OF, PLAIN, ReferentialPayload, enrich, envelope
+from .payload import KIND_OF, PLAIN, Building, ReferentialPayload, enrich, envelope
 from .policy import ExceptionPolicy, default_for
 from .stores.layers.batching import pinned_call
 from .tenant import read_tenant
@@ -46,6 +47,7 @@ __all__ = ["Call", "call_of"]
 
 _new = object.__new__
 log = logging.getLogger("failover")
+_traces = logging.getLogger("failover.health")  # the logs observer's logger (`log_observer`)
 
 
 def call_of(
@@ -266,21 +268,46 @@ class Call(CallContext):
 
         A call whose keys cannot be had (a failing ``key=`` callable or splitter) gets a
         lookup that answers `Miss.ERROR`."""
-        rt = self.rt
-        self.seconds = seconds = perf_counter() - self.start
-        if rt.execution is not None and (guard := refused_by(cause)) is not None:
-            rt.events.refused(guard, cause)  # a guard's refusal, not the upstream's failure
-        recovers = rt.recovers
-        if not (isinstance(cause, recovers) if recovers is not None else rt.accepts(cause)):
-            rt.events.raised(seconds, cause)
+        start = self._recovering(cause)
+        if start is None:
             return None
-        start = perf_counter() if rt.events.timed else 0.0
         try:
-            lookup = rt.handler.lookup(self, cause)
+            lookup = self.rt.handler.lookup(self, cause)
         except Exception as exc:
             lookup = failed_lookup(self, cause, exc)
         lookup.start = start
         return lookup
+
+    def recover(self, cause: Exception) -> ReferentialPayload[Any] | None:
+        """`failed`, the read and `settle` in one, for a thread: the store read made in place
+        (`Handler.recover`). What the caller gets, or ``None`` to re-raise ``cause``."""
+        start = self._recovering(cause)
+        if start is None:
+            return None
+        found: ReferentialPayload[Any] | Miss
+        try:
+            lookup, found = self.rt.handler.recover(self, cause)
+        except Exception as exc:
+            lookup, found = failed_lookup(self, cause, exc), Miss.ERROR
+        lookup.start = start
+        return self.settle(lookup, found)
+
+    def refused(self, guard: str, cause: Exception) -> None:
+        """Report that guard ``guard`` refused this call with ``cause`` (once per refusal)."""
+        self.rt.events.refused(guard, cause)
+
+    def _recovering(self, cause: Exception) -> float | None:
+        """Report a guard's refusal; whether ``cause`` is recovered: ``None`` if not (reported
+        as raised), else when its read starts (``0.0`` when no observer times it)."""
+        rt = self.rt
+        self.seconds = seconds = perf_counter() - self.start
+        if rt.execution is not None and (guard := refused_by(cause)) is not None:
+            self.refused(guard, cause)  # a guard's refusal, not the upstream's failure
+        recovers = rt.recovers
+        if not (isinstance(cause, recovers) if recovers is not None else rt.accepts(cause)):
+            rt.events.raised(seconds, cause)
+            return None
+        return perf_counter() if rt.events.timed else 0.0
 
     def settle(
         self, lookup: Lookup, found: ReferentialPayload[Any] | Miss
@@ -298,6 +325,10 @@ class Call(CallContext):
         if unattempted and isinstance(cause, unattempted):
             seconds = None  # refused by a guard: the upstream was not called
         hook = self.definition.on_recovered
+        if _traces.isEnabledFor(DEBUG) and refused_by(cause) is None:
+            # The upstream's traceback, at debug, for each failed call (the logs observer is
+            # called only when the state changes): never at a higher level, it repeats.
+            _traces.debug("failover %r: the upstream failed", self.definition.name, exc_info=cause)
         if isinstance(found, ReferentialPayload):
             as_of = found.as_of
             events.recovered(seconds, cause, as_of)
@@ -306,10 +337,19 @@ class Call(CallContext):
                 value = enrich(value, False, as_of)
             if hook is not None:  # the hook sees the entry as recovered (the store's is live)
                 value = self._hooked(hook, cause, stale(found, cause), value)
-            f = found
-            out = envelope(
-                f.name, f.key, value, as_of, f.expire_on, False, cause, f.label, f.partial
-            )
+            # `envelope`, inlined: the recovery path's one envelope, without a frame.
+            made: Any = _new(Building)
+            made.name = found.name
+            made.key = found.key
+            made.payload = value
+            made.as_of = as_of
+            made.expire_on = found.expire_on
+            made.up_to_date = False
+            made.cause = cause
+            made.label = found.label
+            made.partial = found.partial
+            made.__class__ = ReferentialPayload
+            out: ReferentialPayload[Any] = made
             events.served(out)
             return out
         events.not_recovered(seconds, cause)

@@ -139,8 +139,7 @@ def _sync_shell(state: State, envelope: bool) -> Callable[..., Any]:
                 with call:
                     result = call.run(fn, args, kwargs)
         except Exception as exc:
-            lookup = call.failed(exc)  # the store read that recovers the call, if any
-            out = None if lookup is None else call.settle(lookup, lookup.read())
+            out = call.recover(exc)  # recovered from the store, or None: re-raise
             if out is None:
                 raise
             return out if envelope else out.payload

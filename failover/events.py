@@ -6,7 +6,9 @@ The core (`failover.call.Call`) says what happened: a guard refused a call (whic
 the store failed), or some of its entries were superseded by newer ones; the store was read
 for a recovery; the ``on_recovered`` hook failed; a value
 that is not live was served. The failover's circuit breaker changed state (`breaker_state`, from
-its pybreaker listener, on whichever thread changed it). Observers
+its pybreaker listener, on whichever thread changed it). A store went out or answers again
+(`store_state`: on the engine's own stream, `failover.engine.Failover.events`, from its deadline
+layers). Observers
 subscribe by overriding the `Observer` methods they want: the health statistics
 (`failover.recorder.FailoverStats`), the Prometheus metrics (`failover.metrics_observer`), the
 logs (`failover.log_observer`), OpenTelemetry (`failover.otel`), the stale report of a unit of
@@ -19,7 +21,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Sequence
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, cast
 
 if TYPE_CHECKING:
     from .payload import ReferentialPayload
@@ -54,8 +56,9 @@ class Observer:
     def refused(self, guard: str, cause: Exception) -> None:
         """Guard ``guard`` (``bulkhead``, ``breaker``, ``timeout``…: the refusal's
         `failover.errors.refused_by`) refused the call with ``cause``; the call's recovery
-        (`recovered` or `not_recovered`, with the same ``cause``) follows. Never an upstream
-        failure: the upstream was not called, or not waited for."""
+        (`recovered` or `not_recovered`, with the same ``cause``) follows (none for a refresh
+        ahead: the entry is still served). Never an upstream failure: the upstream was not
+        called, or not waited for."""
 
     def recovered(self, seconds: float | None, cause: Exception, as_of: datetime | None) -> None:
         """A call failed with ``cause`` and was served the value stored at ``as_of``;
@@ -89,6 +92,15 @@ class Observer:
         """The failover's circuit breaker is now closed (0), half-open (1) or open (2); also
         its state when the breaker is attached to the failover."""
 
+    def store_state(self, store: str, up: bool, source: object) -> None:
+        """A store the engine bounds with a deadline (its ``store`` label: ``sqlstore``,
+        ``redisstore``) went out (``up=False``: its breaker opened, its latest operations timed
+        out or were refused at the connection) or answers again (``True``). A fact of the
+        engine's stream, told by each of its deadline layers (``source``: a tiered store has
+        two, a router one per tenant; one found out already tells so when first watched),
+        under that layer's lock: an observer records or wakes, it never waits nor uses the
+        store."""
+
     def method(self, fact: str) -> Callable[..., None]:
         """What `Events` calls for ``fact``: the method itself, or (to spare the call path a
         frame) an equivalent callable."""
@@ -119,6 +131,7 @@ FACTS = (
     "read",
     "served",
     "breaker_state",
+    "store_state",
 )
 
 
@@ -143,6 +156,7 @@ class Events:
     read: Callable[[str, float, ReferentialPayload[Any] | None], None]
     served: Callable[[ReferentialPayload[Any]], None]
     breaker_state: Callable[[int], None]
+    store_state: Callable[[str, bool, object], None]
 
     def __init__(self, observers: Sequence[Observer]) -> None:
         self.observers = tuple(observers)
@@ -165,8 +179,9 @@ class Events:
         return f"Events({list(self.observers)!r})"
 
 
-def _nothing(*args: Any) -> None:
-    return None
+# A fact no observer wants calls this: a C callable that takes any arguments and does nothing
+# with them (the empty string's ``format``), so that it costs the call path no frame.
+_nothing = cast("Callable[..., None]", "".format)
 
 
 def _fan(fact: str, observers: list[Observer]) -> Callable[..., None]:

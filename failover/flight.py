@@ -115,7 +115,7 @@ class FlownCall(Call):
     handed to the followers) or follows it (no guards entered: its "upstream" is the leader's
     outcome, waited for at most its soft timeout, its result not stored again)."""
 
-    __slots__ = ("flight", "flight_key", "leads")
+    __slots__ = ("flight", "flight_key", "heard", "leads")
 
     flight: _Flight
     flight_key: Any
@@ -238,8 +238,15 @@ class FlownCall(Call):
         if error is None:
             return True
         if isinstance(error, Exception):
+            self.heard = error
             raise error
         return False
+
+    def refused(self, guard: str, cause: Exception) -> None:
+        """`Call.refused`, but a follower recovering from its leader's refusal reports none:
+        the leader was refused, and reported it (one refusal, counted once)."""
+        if getattr(self, "heard", None) is not cause:
+            super().refused(guard, cause)
 
     def live(self, result: Any, late: bool = False) -> Any:
         """The leader stores its result and hands it to its followers; a follower reports

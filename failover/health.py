@@ -38,14 +38,12 @@ class PoolStats(Protocol):
         name: the pool's name (a private pool's is its failover's).
         permits: permits in all.
         kind: where the permits come from: ``local``, ``redis``...
-        rejected: calls refused, per failover name.
         source: the `failover.PermitSource`: ``in_use()`` and ``waiting()``.
     """
 
     name: str
     permits: int
     kind: str
-    rejected: dict[str, int]
     source: Any
 
 
@@ -153,14 +151,15 @@ class PoolHealth:
     rejected: Mapping[str, int]
 
     @classmethod
-    def of(cls, pool: PoolStats) -> PoolHealth:
-        """``pool``'s counts; a source that fails to count gives ``None`` counts."""
+    def of(cls, pool: PoolStats, rejected: Mapping[str, int]) -> PoolHealth:
+        """``pool``'s counts, with its refusals per failover (``rejected``: the refusals
+        its failovers' records counted); a source that fails to count gives ``None`` counts."""
         try:
             in_use: int | None = int(pool.source.in_use())
             waiting: int | None = int(pool.source.waiting())
         except Exception:
             in_use = waiting = None
-        return cls(pool.name, pool.kind, pool.permits, in_use, waiting, dict(pool.rejected))
+        return cls(pool.name, pool.kind, pool.permits, in_use, waiting, dict(rejected))
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready dictionary."""

@@ -10,7 +10,9 @@ callers get (live, served stale, nothing usable) when it changes, and its guards
 - A guard's refusal (`Observer.refused`) is a line of that guard's, at most once per interval
   with a count (`failover.logs.LogLimiter`): never "the upstream fails (BulkheadFull)", and it
   changes no state: the upstream was not called, or not waited for.
-- Each failed call's traceback goes to debug.
+- Each failed call's traceback goes to debug, logged by the call itself (`Call.settle`): this
+  observer is called for a fact only while it may change the state (`Observer.wants`), so a
+  steady outage costs its calls no frame here.
 
 The lines never carry a call's arguments or values. Time is the engine's clock, so that tests
 are deterministic.
@@ -28,11 +30,13 @@ from .errors import refused_by
 from .events import Events, Observer
 from .logs import INTERVAL, LogLimiter
 
-__all__ = ["LogObserver"]
+__all__ = ["LogObserver", "StoreLog"]
 
 log = logging.getLogger("failover.health")
 
 _UP, _STALE, _DOWN = "live", "stale", "down"
+# The outcome that keeps each state as it is: not asked of the observer while nothing is owed.
+_STATE_OF = {"live": _UP, "recovered": _STALE, "not_recovered": _DOWN}
 _NOW = {_UP: "calls are live", _STALE: "serving stored values",
         _DOWN: "callers get the exception policy's answer"}  # fmt: skip
 
@@ -47,6 +51,7 @@ class LogObserver(Observer):
     """
 
     __slots__ = (
+        "_bound",
         "_changes",
         "_events",
         "_first",
@@ -76,6 +81,7 @@ class LogObserver(Observer):
         # Whether a live call has anything to do: the state is not live, or a summary is owed.
         # The success path reads this one attribute, nothing else.
         self._watch = False
+        self._bound = (_UP, False)  # the state and whether a summary is owed, as subscribed
         self._line: datetime | None = None  # when the latest state line was logged
         self._last_change: datetime | None = None  # when callers' state last changed
         self._told = 0  # changes logged as they happened since the latest quiet spell
@@ -89,22 +95,30 @@ class LogObserver(Observer):
         return f"LogObserver({self.name!r})"
 
     def attach(self, events: Events) -> None:
-        """The stream it observes: `live` is asked of it only while it has something to do."""
+        """The stream it observes: a call's outcome is asked of it only while it has something
+        to do."""
         self._events = events
-        events.resubscribe("live")
+        for fact in _STATE_OF:
+            events.resubscribe(fact)
 
     def wants(self, fact: str) -> bool:
-        """``live`` only while calls are not live or a summary is owed (`_watch`): the success
-        path does not call it otherwise."""
-        return fact != "live" or self._watch
+        """An outcome (``live``, ``recovered``, ``not_recovered``) only while it would change
+        the state or a summary is owed: the calls of a steady state (live, or a steady outage)
+        do not call it."""
+        state = _STATE_OF.get(fact)
+        return state is None or state != self._state or bool(self._changes)
 
-    def _watching(self, watch: bool) -> None:
-        """Set `_watch` (``lock`` held), subscribing to ``live`` or not when it changes."""
-        if watch != self._watch:
-            self._watch = watch
+    def _rebind(self) -> None:
+        """After a change of the state or of the summary owed (``lock`` held): subscribe to the
+        outcomes that would change them now, and only those."""
+        self._watch = self._state != _UP or bool(self._changes)
+        bound = (self._state, bool(self._changes))
+        if bound != self._bound:
+            self._bound = bound
             events = self._events
             if events is not None:
-                events.resubscribe("live")
+                for fact in _STATE_OF:
+                    events.resubscribe(fact)
 
     # -- the facts ----------------------------------------------------------------------------
 
@@ -139,8 +153,6 @@ class LogObserver(Observer):
     # -- the state ----------------------------------------------------------------------------
 
     def _failed(self, state: str, cause: Exception, as_of: datetime | None) -> None:
-        if log.isEnabledFor(logging.DEBUG):  # the per-call traceback: debug only
-            log.debug("failover %r: the upstream failed", self.name, exc_info=cause)
         self._changed(state, type(cause).__name__, as_of)
 
     def _changed(self, state: str, kind: str | None, as_of: datetime | None) -> None:
@@ -172,12 +184,12 @@ class LogObserver(Observer):
                 if changed:
                     self._count(state, kind, now)
                 if not owed:
-                    self._watching(True)  # a summary is owed, later
+                    self._rebind()  # a summary is owed, later
                     return
             summary = (self._changes, self._kinds, self._first) if self._changes else None
             self._changes, self._kinds, self._first = {}, {}, None
             self._line = now
-            self._watching(state != _UP)
+            self._rebind()
         try:
             if quiet:
                 self._log(state, kind, as_of, now, summary)
@@ -246,3 +258,37 @@ def _counts(
             changes.get(_UP, 0),
         ],
     )
+
+
+class StoreLog(Observer):
+    """Logs an engine's stores going out and answering again (`Observer.store_state`, the
+    engine's stream): one line each way, per deadline layer that changed.
+
+    Args:
+        owner: the engine, as the lines name it.
+    """
+
+    __slots__ = ("owner",)
+
+    safe: ClassVar[bool] = True
+
+    def __init__(self, owner: str) -> None:
+        self.owner = owner
+
+    def __repr__(self) -> str:
+        return f"StoreLog({self.owner!r})"
+
+    def store_state(self, store: str, up: bool, source: object) -> None:
+        """The store ``store`` went out (a warning), or answers again (info)."""
+        try:
+            if up:
+                log.info("%s: store %r answers again", self.owner, store)
+            else:
+                log.warning(
+                    "%s: store %r is out (its latest operations timed out or were refused at "
+                    "the connection): calls skip it until a trial operation answers",
+                    self.owner,
+                    store,
+                )
+        except Exception:  # a log line never breaks an operation
+            pass

@@ -12,7 +12,10 @@ removes the row.
 
 Publishing never touches a business call: it runs on its own thread, through the engine's store
 chain (under its ``store_timeout``), and a failure is logged (once with its traceback, then at
-most once a minute with a count, every failure at debug level) and retried at the next interval.
+most once a minute with a count, every failure at debug level) and retried at the next interval,
+or as soon as the store answers again: the publisher observes the engine's stream
+(`failover.events`, ``store_state``), so that a process whose row lapsed while the store was out
+shows again at once.
 """
 
 from __future__ import annotations
@@ -24,9 +27,10 @@ import threading
 import uuid
 from collections.abc import Callable
 from datetime import datetime, timedelta
-from typing import Self
+from typing import ClassVar, Self
 
 from .errors import ConfigurationError
+from .events import Observer
 from .expiry import parse_ttl
 from .forks import AfterFork
 from .health import HealthReport
@@ -86,8 +90,10 @@ def summary(report: HealthReport) -> dict[str, FailoverSummary]:
     }
 
 
-class HealthPublisher:
-    """Writes one engine's health row to its store: now, then every ``every``, until stopped.
+class HealthPublisher(Observer):
+    """Writes one engine's health row to its store: now, then every ``every``, until stopped;
+    an observer of the engine's stream: a store that answers again after failed publishes is
+    published to at once.
 
     Args:
         store: where the row goes (the engine's store chain, which keeps health rows).
@@ -129,7 +135,16 @@ class HealthPublisher:
         self._publishing = threading.Lock()
         self._lock = threading.Lock()
         self._stopping = threading.Event()
+        self._nudge = threading.Event()  # publish now, not at the end of the interval
         self._thread: threading.Thread | None = None
+
+    safe: ClassVar[bool] = True
+
+    def store_state(self, store: str, up: bool, source: object) -> None:
+        """A store answers again: publish now if publishing failed (its row may have lapsed);
+        the thread publishes (this runs under the store's lock: it only wakes it)."""
+        if up and self._failing:
+            self._nudge.set()
 
     def __repr__(self) -> str:
         return f"HealthPublisher({self.hostname}:{self.pid}, every={self.every})"
@@ -203,6 +218,7 @@ class HealthPublisher:
         """
         with self._lock:
             self._stopping.set()
+            self._nudge.set()
             thread, self._thread = self._thread, None
         _FORKS.discard(self)
         if thread is not None and thread is not threading.current_thread():
@@ -218,12 +234,16 @@ class HealthPublisher:
 
     def _loop(self, stopping: threading.Event) -> None:
         seconds = self.every.total_seconds()
+        nudge = self._nudge
         while True:
             self.publish()
             self.published.set()
-            # Waiting on the event rather than sleeping lets stop() end the wait at once.
-            if stopping.wait(seconds):
+            # Waiting on an event rather than sleeping lets stop() (and a store that answers
+            # again) end the wait at once.
+            nudge.wait(seconds)
+            if stopping.is_set():
                 return
+            nudge.clear()
 
     def _forked(self) -> None:
         """In a forked child: the thread did not come along; the child is a process of its
@@ -231,6 +251,7 @@ class HealthPublisher:
         self._identify()
         self.started_at = self.clock()
         self.published = threading.Event()
+        self._nudge = threading.Event()
         self._thread = None
         self._lock, self._publishing = threading.Lock(), threading.Lock()
         self.start()

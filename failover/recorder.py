@@ -18,7 +18,6 @@ from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import ClassVar
 
-from .errors import refused_by
 from .events import Observer
 from .health import (
     BREAKER_STATES,
@@ -88,6 +87,7 @@ class FailoverStats(Observer):
         "info",
         "lock",
         "name",
+        "refused_pools",
         "upstream_error",
         "upstream_error_sum",
         "upstream_ok",
@@ -115,6 +115,9 @@ class FailoverStats(Observer):
         self._failure: tuple[str, datetime] | None = None  # the upstream's latest: kind, when
         # Refusals per guard, per second of the window: guard -> {second: count} (refusals only).
         self._refusals: dict[str, dict[int, int]] = {}
+        # Refusals since the start by the pool whose permits were not free (the refusal's
+        # ``pool``): a pool's health reads them (`failover.health.PoolHealth`).
+        self.refused_pools: dict[str, int] = {}
         self._stale: tuple[datetime, datetime] | None = None  # the latest stale value: as_of, when
         self.breaker: str | None = None
         self.info: dict[str, str] = {}
@@ -198,7 +201,8 @@ class FailoverStats(Observer):
                     errors[kind] = 1 if n is None else n + 1
             if outcome == _LIVE:
                 return
-            if refused_by(cause) is None:  # a guard's refusal is not the upstream's failure
+            # A guard's refusal is not the upstream's failure (`refused_by`, inlined: no frame).
+            if not isinstance(getattr(cause, "guard", None), str):
                 self._failure = (kind, now)
             if as_of is not None:
                 self._stale = (as_of, now)
@@ -245,6 +249,9 @@ class FailoverStats(Observer):
                 if seconds is None:
                     seconds = self._refusals[guard] = {}
                 seconds[second] = seconds.get(second, 0) + 1
+                pool = getattr(cause, "pool", None)
+                if isinstance(pool, str):
+                    self.refused_pools[pool] = self.refused_pools.get(pool, 0) + 1
                 if len(seconds) > WINDOW:  # keep the window's seconds only
                     for old in [s for s in seconds if second - s >= WINDOW]:
                         del seconds[old]

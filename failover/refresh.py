@@ -32,6 +32,7 @@ from time import perf_counter
 from typing import TYPE_CHECKING, Any
 
 from .call import Call, call_of
+from .errors import refused_by
 from .execution import Refreshes
 from .forks import AfterFork
 from .handlers import key_of
@@ -171,10 +172,14 @@ class RefreshAhead:
 
     @contextmanager
     def _refreshing(self) -> Iterator[None]:
-        """One refresh: its failure logged at debug."""
+        """One refresh: a guard's refusal of it reported (a refusal like a call's), its
+        failure logged at debug."""
         try:
             yield
-        except Exception:
+        except Exception as exc:
+            guard = refused_by(exc)
+            if guard is not None:
+                self.runtime.events.refused(guard, exc)
             self._failed()
 
     # The two shells of a background call, as the decorator's: the guards, the upstream (within

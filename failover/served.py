@@ -6,20 +6,22 @@ made in that context (in asyncio tasks it starts, and in worker threads that cop
 such as Starlette's threadpool) and served stale, or given a value made by an exception policy,
 adds its name to the report. `failover.asgi.StaleHeaders` turns the report into response headers.
 
-Outside `collect` the core pays one context-variable read per failed call, and nothing on a call
-whose upstream answered.
+Until the process first enters `collect`, the `ServedObserver`s are not subscribed to their
+streams (`Observer.wants`): a call pays nothing; after it, one context-variable read per call not
+answered live outside a report, and nothing on a call whose upstream answered.
 """
 
 from __future__ import annotations
 
 import threading
+import weakref
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from contextvars import ContextVar
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from .events import Observer
+from .events import Events, Observer
 
 if TYPE_CHECKING:
     from .payload import ReferentialPayload
@@ -79,12 +81,32 @@ class StaleReport:
 _current: ContextVar[StaleReport | None] = ContextVar("failover_stale_report", default=None)
 
 
+_lock = threading.Lock()
+_collected: list[bool] = []  # not empty once a report was collected in this process
+_observers: weakref.WeakSet[ServedObserver] = weakref.WeakSet()  # to subscribe at that moment
+
+
+def _first_collect() -> None:
+    """The first `collect` of the process: every `ServedObserver` subscribes to its stream,
+    before the block runs."""
+    with _lock:
+        if _collected:
+            return
+        _collected.append(True)
+        observers = list(_observers)
+    for observer in observers:
+        if observer.events is not None:
+            observer.events.resubscribe("served")
+
+
 class _Collecting:
     """`collect`'s context manager (a class: cheaper than a generator, once per request)."""
 
     __slots__ = ("report", "token")
 
     def __enter__(self) -> StaleReport:
+        if not _collected:
+            _first_collect()
         self.report = StaleReport(_current.get())
         self.token = _current.set(self.report)
         return self.report
@@ -130,13 +152,28 @@ class ServedObserver(Observer):
     """Adds each call of a failover served a value that is not live to the report being
     collected (one context-variable read per such call)."""
 
-    __slots__ = ("clock", "name")
+    __slots__ = ("__weakref__", "clock", "events", "name")
 
     safe: ClassVar[bool] = True
 
     def __init__(self, clock: Callable[[], datetime], name: str | None = None) -> None:
         self.clock = clock
         self.name = name  # the failover's own name, as written (not its domain)
+        self.events: Events | None = None
+
+    def wants(self, fact: str) -> bool:
+        """``served`` once a report was ever collected in this process (`collect`): before
+        that, no call could add to one."""
+        return bool(_collected)
+
+    def attach(self, events: Events) -> None:
+        """``events``, for `collect`'s first use to subscribe it."""
+        self.events = events
+        with _lock:
+            _observers.add(self)
+            collecting = bool(_collected)
+        if collecting:  # a first collect may have come since ``events`` asked `wants`
+            events.resubscribe("served")
 
     def __repr__(self) -> str:
         return "ServedObserver()"

@@ -1,23 +1,29 @@
-"""The store's health in a Prometheus registry: ``failover_store_up{store}`` (0 while the store
-is out: its latest operations, queued writes included, timed out or were refused at the
-connection, and its breaker is open) and
+"""The state of an engine's stores, as their facts tell it, and its Prometheus families.
+
+`StoreStates` observes the engine's stream (`failover.events`, the ``store_state`` fact its
+deadline layers tell: `failover.stores.layers.deadline.DeadlineStore.watch`): a store is down
+while any of its deadline layers is out. `HealthReport.stores` reads it, and so does
+``failover_store_up{store}`` (0 while the store is out: its latest operations, queued writes
+included, timed out or were refused at the connection, and its breaker is open), beside
 ``failover_store_errors_total{store,operation,reason}`` (reason ``timeout``, ``error`` or
-``breaker_open``), read at scrape time from the engines' deadline layers
-(`failover.stores.layers.deadline.DeadlineStore`)."""
+``breaker_open``: the layers' counts), read at scrape time.
+"""
 
 from __future__ import annotations
 
+import functools
 import threading
 import weakref
 from collections import Counter
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, ClassVar
 
+from .events import Events, Observer
 from .health import StoreHealth
 from .stores.base import walk
 from .stores.layers.deadline import DeadlineStore
 
-__all__ = ["StoreMetrics", "store_health", "store_label"]
+__all__ = ["StoreMetrics", "StoreStates", "store_label"]
 
 _by_registry: dict[int, StoreMetrics] = {}
 _lock = threading.Lock()
@@ -30,25 +36,95 @@ def store_label(layer: DeadlineStore) -> str:
     return type(below[-1]).__name__.lower()
 
 
-def store_health(store: object) -> list[StoreHealth]:
-    """The health of each deadline layer of the store chain ``store`` (what
-    ``HealthReport.stores`` shows), one per ``store`` label, down when any layer's breaker is."""
-    found: dict[str, tuple[bool, Counter[str]]] = {}
-    for layer in walk(store):
-        if isinstance(layer, DeadlineStore):
-            label = store_label(layer)
-            up, errors = found.get(label, (True, Counter()))
-            for (_, reason), n in list(layer.errors.items()):
+class StoreStates(Observer):
+    """The stores of one engine's store chain as their ``store_state`` facts left them: a
+    ``store`` label is down while any of its deadline layers is out.
+
+    Attached to the engine's stream, it has each deadline layer of the chain tell the stream
+    its changes (`DeadlineStore.watch`): the layers there then, and those a router opens later
+    (a tenant's store), found when the health is read.
+
+    Args:
+        store: the engine's store chain.
+    """
+
+    __slots__ = ("__weakref__", "_events", "_lock", "_seen", "_up", "store", "tracked")
+
+    safe: ClassVar[bool] = True
+
+    def __init__(self, store: object) -> None:
+        self.store = store
+        self._lock = threading.Lock()
+        self._up: weakref.WeakKeyDictionary[object, bool] = weakref.WeakKeyDictionary()
+        self._seen: weakref.WeakSet[DeadlineStore] = weakref.WeakSet()  # layers watched
+        self._events: Events | None = None
+        # What the metrics export: the layers of the chain as it was made.
+        self.tracked: list[tuple[DeadlineStore, str]] = []
+
+    def __repr__(self) -> str:
+        return f"StoreStates({[label for _, label in self.tracked]!r})"
+
+    def attach(self, events: Events) -> None:
+        """Have the chain's deadline layers tell ``events`` their changes."""
+        self._events = events
+        self.tracked = self.layers()
+
+    def store_state(self, store: str, up: bool, source: object) -> None:
+        """``source``, a deadline layer of ``store``, went out, or answers again."""
+        with self._lock:
+            self._up[source] = up
+
+    def layers(self) -> list[tuple[DeadlineStore, str]]:
+        """The deadline layers of the chain now (a router's: its tenants' stores open now),
+        with their labels; each new one is watched (it tells its state at once if out)."""
+        found = [
+            (layer, store_label(layer))
+            for layer in walk(self.store)
+            if isinstance(layer, DeadlineStore)
+        ]
+        events = self._events
+        if events is not None:
+            for layer, label in found:
+                with self._lock:
+                    new = layer not in self._seen
+                    self._seen.add(layer)
+                if new:
+                    layer.watch(functools.partial(_tell, events, label, layer))
+        return found
+
+    def states(self, now: bool = True) -> list[tuple[str, bool, Counter[tuple[str, str]]]]:
+        """Each deadline layer's label, whether its store is up, and its error counts by
+        ``(operation, reason)``: of the chain now, or (``now=False``) as it was made; what a
+        layer owes is counted first (`DeadlineStore.settle`)."""
+        layers = self.layers() if now else self.tracked
+        for layer, _ in layers:
+            layer.settle()
+        with self._lock:
+            ups = [self._up.get(layer, True) for layer, _ in layers]
+        return [(label, up, layer.errors) for (layer, label), up in zip(layers, ups, strict=True)]
+
+    def health(self) -> list[StoreHealth]:
+        """What ``HealthReport.stores`` shows: one per ``store`` label, down when any of its
+        layers is."""
+        found: dict[str, tuple[bool, Counter[str]]] = {}
+        for label, up, counts in self.states():
+            was, errors = found.get(label, (True, Counter()))
+            for (_, reason), n in list(counts.items()):
                 errors[reason] += n
-            found[label] = (up and layer.up, errors)
-    return [
-        StoreHealth(label, "up" if up else "down", dict(errors))
-        for label, (up, errors) in found.items()
-    ]
+            found[label] = (was and up, errors)
+        return [
+            StoreHealth(label, "up" if up else "down", dict(errors))
+            for label, (up, errors) in found.items()
+        ]
+
+
+def _tell(events: Events, store: str, layer: DeadlineStore, up: bool) -> None:
+    events.store_state(store, up, layer)  # read at each change: the stream may rebind it
 
 
 class StoreMetrics:
-    """The deadline layers exported to one registry while they live.
+    """The engines' stores (their `StoreStates`) and shared dependencies that are not stores,
+    exported to one registry while they live.
 
     Args:
         registry: a `prometheus_client.CollectorRegistry`.
@@ -56,8 +132,9 @@ class StoreMetrics:
 
     def __init__(self, registry: Any) -> None:
         self.registry = registry
-        # Deadline layers, and shared dependencies with ``up`` and ``errors`` (`track_source`):
-        # a `failover.RedisPermits` source, an engine's fleet (``store="fleet"``).
+        self._states: weakref.WeakSet[StoreStates] = weakref.WeakSet()  # the engines' stores
+        # Shared dependencies with ``up`` and ``errors`` (`track_source`): a
+        # `failover.RedisPermits` source, an engine's fleet (``store="fleet"``).
         self._layers: weakref.WeakKeyDictionary[Any, str] = weakref.WeakKeyDictionary()
         registry.register(_Collector(self))
 
@@ -70,11 +147,9 @@ class StoreMetrics:
                 found = _by_registry[id(registry)] = cls(registry)
             return found
 
-    def track(self, store: object) -> None:
-        """Export every deadline layer of the store chain ``store``."""
-        for layer in walk(store):
-            if isinstance(layer, DeadlineStore):
-                self._layers[layer] = store_label(layer)
+    def track(self, states: StoreStates) -> None:
+        """Export an engine's stores (its `StoreStates`)."""
+        self._states.add(states)
 
     def track_source(self, source: object, label: str) -> None:
         """Export a shared dependency that is not a store (a `failover.RedisPermits` source, an
@@ -86,6 +161,11 @@ class StoreMetrics:
         """``store -> up`` (down when any engine's breaker on it is open) and the error counts."""
         up: dict[str, int] = {}
         errors: Counter[tuple[str, str, str]] = Counter()
+        for states in list(self._states):
+            for label, answers, counts in states.states(now=False):
+                up[label] = min(up.get(label, 1), int(answers))
+                for (operation, reason), n in list(counts.items()):
+                    errors[(label, operation, reason)] += n
         for layer, label in list(self._layers.items()):
             up[label] = min(up.get(label, 1), int(layer.up))
             for (operation, reason), n in list(layer.errors.items()):

@@ -483,7 +483,7 @@ def test_a_refresh_takes_a_bulkhead_permit_and_gives_it_back_threads(clock: Fake
     up.release.set()
     assert engine.refreshes.wait(WAIT)
     assert bulkhead.free == 1
-    assert bulkhead.pool.rejected == {"ctx.permit": 1}
+    assert engine.health().pools[bulkhead.pool.name].rejected == {"ctx.permit": 1}
 
     # The permit held by a caller: the refresh is refused, the entry stays, the key is free.
     up.release.clear()
@@ -493,7 +493,7 @@ def test_a_refresh_takes_a_bulkhead_permit_and_gives_it_back_threads(clock: Fake
         clock.advance(25)
         refreshed_at = get.referential("FR").as_of
         assert engine.refreshes.wait(WAIT)
-        assert bulkhead.pool.rejected == {"ctx.permit": 2}
+        assert engine.health().pools[bulkhead.pool.name].rejected == {"ctx.permit": 2}
         assert up.calls == 3  # the refused refresh never called the upstream
         up.release.set()
         assert holder.result(WAIT) == "DE"
@@ -523,7 +523,7 @@ async def test_a_refresh_takes_a_bulkhead_permit_and_gives_it_back_tasks(
     up.release.set()
     await background_done()
     assert bulkhead.free == 1
-    assert bulkhead.pool.rejected == {"ctx.apermit": 1}
+    assert engine.health().pools[bulkhead.pool.name].rejected == {"ctx.apermit": 1}
 
     up.release.clear()
     holder = asyncio.create_task(get("DE"))
@@ -532,7 +532,7 @@ async def test_a_refresh_takes_a_bulkhead_permit_and_gives_it_back_tasks(
     clock.advance(25)
     refreshed_at = (await get.referential("FR")).as_of
     await background_done(but=holding)  # the refresh: refused, the key given back
-    assert bulkhead.pool.rejected == {"ctx.apermit": 2}
+    assert engine.health().pools[bulkhead.pool.name].rejected == {"ctx.apermit": 2}
     assert up.calls == 3
     up.release.set()
     assert await holder == "DE"

@@ -14,6 +14,7 @@ from typing import Any
 
 import pybreaker
 import pytest
+from prometheus_client import CollectorRegistry
 
 import failover
 from failover import BulkheadFull, Failover, ListSplitter
@@ -89,7 +90,7 @@ def test_followers_of_a_leader_holding_the_only_permit_get_its_result_sync(
         assert fields(g) == fields(lead)
     assert (bulkhead.free, bulkhead.waiting) == (1, 0)
     assert rates.referential(8).up_to_date  # the permit is there for the next call
-    assert bulkhead.pool.rejected == {}
+    assert engine.health().pools[bulkhead.pool.name].rejected == {}
     engine.close()
 
 
@@ -505,7 +506,8 @@ def test_a_leader_thread_that_waits_in_vain_for_a_permit_hands_its_refusal_on(
         assert (g.payload, g.up_to_date, g.as_of) == ({"code": 7}, False, stored.as_of)
         assert isinstance(g.cause, BulkheadFull)
         assert g.cause is got[0].cause
-    assert bulkhead.pool.rejected == {"edge.vain": 1}  # one wait, one refusal
+    rejected = engine.health().pools[bulkhead.pool.name].rejected
+    assert rejected == {"edge.vain": 1}  # one wait, one refusal
     assert (bulkhead.free, bulkhead.waiting) == (0, 0)
     up.release.set()
     assert holder.result() == {"code": 1}
@@ -543,7 +545,7 @@ def test_a_fresh_answer_takes_no_permit_and_joins_no_flight(clock: FakeClock) ->
         assert (g.payload, g.up_to_date, g.as_of, g.key) == ({"code": 2}, True, two.as_of, two.key)
     assert (flights.leads, flights.follows) == (1, 0)
     assert bulkhead.free == 0
-    assert bulkhead.pool.rejected == {}
+    assert engine.health().pools[bulkhead.pool.name].rejected == {}
     with pytest.raises(BulkheadFull):  # a call that is not fresh does need the permit
         rates(3)
     up.release.set()
@@ -577,7 +579,7 @@ async def test_an_async_fresh_answer_takes_no_permit_and_joins_no_flight(clock: 
         assert (g.payload, g.up_to_date, g.as_of) == ({"code": 2}, True, two.as_of)
     assert (flights.leads, flights.follows) == (1, 0)
     assert bulkhead.free == 0
-    assert bulkhead.pool.rejected == {}
+    assert engine.health().pools[bulkhead.pool.name].rejected == {}
     up.release.set()
     assert (await leader).up_to_date
     assert bulkhead.free == 1
@@ -766,3 +768,101 @@ async def test_the_bare_path_and_the_entered_paths_give_the_same_envelopes(
         assert got.as_of == live[variant].as_of
     for engine in engines:
         await asyncio.to_thread(engine.close)
+
+
+# -- a leader's refusal is counted once, not again by each follower ------------------------------
+
+
+class RefusingLater:
+    """A permit source whose asks wait for the test, then are refused: a leader refused while
+    its followers wait for it."""
+
+    kind = "gated"
+
+    def __init__(self) -> None:
+        self.asked = threading.Event()
+        self.answer = threading.Event()
+
+    def bind(self, pool: str, permits: int, fair: bool) -> RefusingLater:
+        return self
+
+    def acquire(self, weight: int, deadline: float | None) -> object | None:
+        self.asked.set()
+        assert self.answer.wait(WAIT)
+        return None
+
+    async def aacquire(self, weight: int, deadline: float | None) -> object | None:
+        self.asked.set()
+        assert await asyncio.to_thread(self.answer.wait, WAIT)
+        return None
+
+    def release(self, lease: object) -> None:
+        raise AssertionError("no permit was given")
+
+    def in_use(self) -> int:
+        return 0
+
+    def waiting(self) -> int:
+        return 0
+
+
+def _refusals(engine: Failover, registry: CollectorRegistry, name: str) -> tuple[Any, ...]:
+    """The refusals of ``name`` as an operator sees them: the metric, health, the pool's."""
+    report = engine.health()
+    labels = {"name": name, "guard": "bulkhead"}
+    return (
+        registry.get_sample_value("failover_refused_total", labels),
+        report.failovers[name].refused,
+        report.pools["gated"].rejected,
+    )
+
+
+def test_the_followers_of_a_refused_leader_do_not_count_its_refusal_again(
+    clock: FakeClock,
+) -> None:
+    registry = CollectorRegistry()
+    engine = Failover(clock=clock, metrics=registry)
+    source = RefusingLater()
+    engine.bulkhead_pool("gated", permits=1, source=source)
+
+    @failover.failover(
+        "edge.once", engine=engine, single_flight=True, bulkhead="gated", policy="never_throw"
+    )
+    def rates(code: int) -> object:
+        raise AssertionError("refused: the upstream is never called")
+
+    flights = watch(rates)
+    leader = Caller(rates.referential, 7)
+    assert source.asked.wait(WAIT)  # the leader asks for its permit
+    followers = [Caller(rates.referential, 7) for _ in range(3)]
+    flights.reach(leads=1, follows=3)
+    source.answer.set()  # refused: the leader and its followers recover from that one refusal
+    got = [leader.result(), *(f.result() for f in followers)]
+    assert all(isinstance(g.cause, BulkheadFull) for g in got)
+    assert _refusals(engine, registry, "edge.once") == (1, {"bulkhead": 1}, {"edge.once": 1})
+    engine.close()
+
+
+async def test_the_followers_of_a_refused_async_leader_do_not_count_its_refusal_again(
+    clock: FakeClock,
+) -> None:
+    registry = CollectorRegistry()
+    engine = Failover(clock=clock, metrics=registry)
+    source = RefusingLater()
+    engine.bulkhead_pool("gated", permits=1, source=source)
+
+    @failover.failover(
+        "edge.aonce", engine=engine, single_flight=True, bulkhead="gated", policy="never_throw"
+    )
+    async def rates(code: int) -> object:
+        raise AssertionError("refused: the upstream is never called")
+
+    flights = watch(rates)
+    calls = [asyncio.create_task(rates.referential(7)) for _ in range(4)]
+    await flights.areach(leads=1, follows=3)
+    assert await asyncio.to_thread(source.asked.wait, WAIT)  # the leader asks for its permit
+    source.answer.set()  # refused: the leader and its followers recover from that one refusal
+    got = await asyncio.gather(*calls)
+    assert all(isinstance(g.cause, BulkheadFull) for g in got)
+    assert _refusals(engine, registry, "edge.aonce") == (1, {"bulkhead": 1}, {"edge.aonce": 1})
+    await asyncio.to_thread(engine.close)

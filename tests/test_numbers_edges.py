@@ -940,6 +940,6 @@ def test_threads_refused_at_once_are_each_counted(switchy: None, clock: FakeCloc
     up.release.set()
     holder.join()
     labels = {"name": "num.refused", "pool": "num.refused"}
-    assert eng.bulkhead(f.definition).pool.rejected == {"num.refused": threads * calls}
+    assert eng.health().pools["num.refused"].rejected == {"num.refused": threads * calls}
     assert registry.get_sample_value("failover_bulkhead_rejected_total", labels) == threads * calls
     eng.close()

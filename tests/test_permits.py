@@ -170,7 +170,7 @@ def test_three_failovers_share_one_pool(engine: Failover) -> None:
     assert fns[2]("c") == "c"
     bulkheads = [engine.bulkhead(f.definition) for f in fns]
     assert len({id(b.pool) for b in bulkheads}) == 1
-    assert bulkheads[0].pool.rejected == {"report-2": 1, "report-0": 1}
+    assert engine.health().pools["reports"].rejected == {"report-2": 1, "report-0": 1}
     assert bulkheads[0].free == 2
 
 

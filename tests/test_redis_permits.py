@@ -173,7 +173,7 @@ def test_failovers_share_a_redis_pool_and_nested_calls_take_no_permit(
         held = [threads.submit(a, "x"), threads.submit(a, "y")]
         up.wait_entered(2)
         assert b("z") is None  # refused: the Redis pool is full
-        assert pool.rejected == {"r-b": 1}
+        assert engine.health().pools[pool.name].rejected == {"r-b": 1}
         up.release.set()
         assert [h.result() for h in held] == ["x", "y"]
     assert pool.free == 2

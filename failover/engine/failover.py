@@ -12,15 +12,17 @@ from ..context import PolicyLike
 from ..core import Decorated, Runtime
 from ..definition import FailoverDefinition
 from ..errors import ConfigurationError
+from ..events import Observer
 from ..execution import Pools, Refreshes
 from ..fleet import Fleet, make_fleet
 from ..handlers import Handler
 from ..health import DOWN_MIN, DOWN_RATIO, HealthReport, down_thresholds
+from ..log_observer import StoreLog
 from ..metrics import Metrics, PrometheusMetrics, resolve_metrics
 from ..otel import resolve_opentelemetry
 from ..policy import resolve_policy
 from ..publish import HealthPublisher, publish_interval
-from ..store_metrics import StoreMetrics, store_health
+from ..store_metrics import StoreMetrics, StoreStates
 from ..stores.base import FailoverStore, does_io, writes_async
 from ..stores.layers.routing import MultiTenantStore, TenantStoreFactory
 from . import validation
@@ -29,7 +31,7 @@ from .guards import Guards
 from .lifecycle import Lifecycle
 from .maintenance import Maintenance
 from .registry import Registry
-from .wiring import Wiring
+from .wiring import Wiring, engine_stream
 
 __all__ = ["Failover"]
 
@@ -152,8 +154,10 @@ class Failover(Guards, Lifecycle):
             if self.fleet is not None:
                 self.fleet.stop(0)
             raise
+        # The stores' states, as their facts on the engine's stream tell them (`events`).
+        self.stores = StoreStates(self.store)
         if isinstance(self.metrics, PrometheusMetrics):  # the store's health beside them
-            StoreMetrics.for_registry(self.metrics.registry).track(self.store)
+            StoreMetrics.for_registry(self.metrics.registry).track(self.stores)
             if self.fleet is not None:
                 StoreMetrics.for_registry(self.metrics.registry).track_source(self.fleet, "fleet")
         if isinstance(self.store, MultiTenantStore):
@@ -185,16 +189,26 @@ class Failover(Guards, Lifecycle):
         self.maintenance = Maintenance(
             self.store, clock, self.metrics, self.refreshes, self.pools, self.fleet
         )
+        self._observe(publish_every)
+
+    def _observe(self, publish_every: timedelta | None) -> None:
+        """The engine's own stream (`events`): its stores' facts, to their record (health,
+        metrics), the logs and the health publisher (started here, with ``publish_every``)."""
+        owner = f"Failover(store={self.raw_store!r})"
         self.publisher: HealthPublisher | None = None
         if publish_every is not None:
             try:
-                owner = f"Failover(store={self.raw_store!r})"
                 self.publisher = HealthPublisher(
-                    self.store, self.health, clock, publish_every, owner
+                    self.store, self.health, self.clock, publish_every, owner
                 )
             except Exception:
                 self.store.close()
                 raise
+        watchers: list[Observer] = [StoreLog(owner)]
+        if self.publisher is not None:
+            watchers.append(self.publisher)
+        self.events = engine_stream(self.stores, watchers)
+        if self.publisher is not None:
             self.maintenance.background.append(self.publisher.start())
 
     def __repr__(self) -> str:
@@ -240,7 +254,7 @@ class Failover(Guards, Lifecycle):
             ConfigurationError: a threshold out of range.
         """
         thresholds = down_thresholds(down_ratio, down_min, "Failover.health")
-        stores = store_health(self.store)
+        stores = self.stores.health()
         if self.fleet is not None:
             stores.append(self.fleet.health())
         return self.registry.health(self.clock(), self.pools.all(), stores, thresholds)

@@ -89,7 +89,7 @@ class Registry:
         return HealthReport.of(
             (s.health(now, *thresholds) for s in stats),
             now,
-            (PoolHealth.of(p) for p in pools),
+            (PoolHealth.of(p, _rejected(p.name, stats)) for p in pools),
             stores,
         )
 
@@ -136,6 +136,18 @@ class Registry:
                 stacklevel=6,
             )
             return
+
+
+def _rejected(pool: str, stats: Iterable[FailoverStats]) -> dict[str, int]:
+    """The refusals of ``pool``'s permits, per failover, as the failovers' records counted them
+    from their streams (the one count of a refusal)."""
+    rejected = {}
+    for s in stats:
+        with s.lock:
+            n = s.refused_pools.get(pool)
+        if n:
+            rejected[s.name] = n
+    return rejected
 
 
 def _slice_type(decorated: Decorated) -> Any:

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import pybreaker
@@ -37,6 +37,7 @@ from ..otel import OpenTelemetry
 from ..policy import ExceptionPolicy
 from ..refresh import RefreshAhead
 from ..served import ServedObserver
+from ..store_metrics import StoreStates
 from ..stores.base import FailoverStore, does_io, writes_async
 from ..stores.layers.routing import MultiTenantStore
 from .clock import utcnow
@@ -249,3 +250,10 @@ def _tenant_key(call: Call) -> Any:
     """The soft timeout's flight key of a call on an engine routed by tenant:
     ``(tenant, key)``, the tenant resolved on the caller's thread (`Runtime.flight_key`)."""
     return call.rt.flight_key(key_of(call))
+
+
+def engine_stream(stores: StoreStates, observers: Sequence[Observer]) -> Events:
+    """An engine's own stream: the facts of its stores (`Observer.store_state`), told by each
+    deadline layer of its chain (``stores`` has them told), to ``stores`` (what its health and
+    metrics read) and to ``observers`` (the logs, the health publisher)."""
+    return Events([stores, *observers])

@@ -38,9 +38,6 @@ _held: contextvars.ContextVar[tuple[Pool, ...]] = contextvars.ContextVar(
 )
 
 
-_COUNTING = threading.Lock()  # the refusal counts of every pool (refusals only: no hot path)
-
-
 class Pool:
     """Permits shared by the failovers that draw from it.
 
@@ -71,7 +68,6 @@ class Pool:
         self.kind = (
             str(self.source.kind) if isinstance(self.source, Kinded) else type(self.source).__name__
         )
-        self.rejected: dict[str, int] = {}  # per failover
 
     def __repr__(self) -> str:
         return f"Pool({self.name!r}, permits={self.permits}, source={self.kind})"
@@ -194,8 +190,6 @@ class Bulkhead(Guard):
 
     def _refuse(self, cause: Exception | None = None) -> BulkheadFull:
         pool = self.pool
-        with _COUNTING:  # a read then a write: threads refused at once would lose counts
-            pool.rejected[self.name] = pool.rejected.get(self.name, 0) + 1
         wait = "None" if self.acquire_timeout is None else f"{self.acquire_timeout:g}s"
         if cause is not None:
             error = BulkheadFull(
@@ -212,7 +206,8 @@ class Bulkhead(Guard):
                 f"failover {self.name!r}: {self.weight} of the {self.limit} permits of pool "
                 f"{pool.name!r} not free (weight={self.weight}, acquire_timeout={wait})"
             )
-        error.pool = pool.name  # the refusal's metrics label (`failover_bulkhead_rejected_total`)
+        # The refusal's pool: `failover_bulkhead_rejected_total`'s label, the pool's health.
+        error.pool = pool.name
         return error
 
 

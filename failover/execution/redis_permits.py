@@ -17,7 +17,6 @@ threads, plus the larger of 1 s and four ``socket_timeout``).
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import threading
 import time
@@ -31,6 +30,7 @@ from ..expiry import parse_ttl
 from ..forks import AfterFork
 from ..logs import LogLimiter
 from .permits import LocalPermits, remaining
+from .redis_waits import AsyncAsks
 
 try:
     from redis.exceptions import TimeoutError as _RedisTimeout
@@ -52,19 +52,7 @@ _DOUBTS = 10_000  # asks given up on, kept to forget in Redis (older ones lapse 
 _FORGET_BATCH = 1_000  # lease ids per round trip when forgetting them
 
 
-class _Asking:
-    """The asks of one waiting task: ``out`` while one runs on a worker thread, ``gone`` once
-    the task stopped waiting. Both change under the source's lock: whichever of the worker and
-    the task sees the other's gives the lease back, exactly once."""
-
-    __slots__ = ("gone", "out")
-
-    def __init__(self) -> None:
-        self.gone = False
-        self.out = False
-
-
-class RedisPermits:
+class RedisPermits(AsyncAsks):
     """A cluster-wide permit source: pools declared with it, under one name, against one Redis,
     share their permits across every process.
 
@@ -259,78 +247,6 @@ class RedisPermits:
         finally:
             self._exit_wait()
 
-    async def aacquire(self, weight: int, deadline: float | None) -> object | None:
-        """`acquire` for a task: each ask runs on a worker thread (a Redis round trip never
-        blocks the event loop), and is given up on past the deadline plus a margin (a hung
-        Redis, busy workers); cancelled, the task takes nothing: what an ask got after the
-        task stopped waiting goes back from the worker thread (`_ask_for`), not through the
-        loop, which may be closed by then."""
-        lease, pause, queued = uuid.uuid4().hex, 0.002, False
-        loop = asyncio.get_running_loop()
-        asking = _Asking()
-        self._enter_wait()
-        try:
-            while True:
-                queue = deadline is None or deadline > monotonic()
-                asking.out = True
-                ask = loop.run_in_executor(None, self._ask_for, asking, lease, weight, queue)
-                # Given up on (a timeout, a cancel), the ask still ends on its worker, maybe
-                # raising: shield forgets it then, so its error is taken here, not left for
-                # asyncio's "Future exception was never retrieved" (what it says is `_warn`ed).
-                ask.add_done_callback(_retrieved)
-                limit = (remaining(deadline) or 0.0) + self._margin
-                try:
-                    async with asyncio.timeout(limit):
-                        granted = await asyncio.shield(ask)
-                except TimeoutError as exc:
-                    self._give_up(asking, lease)
-                    raise unanswered(f"no answer from Redis in {limit:g}s") from exc
-                except asyncio.CancelledError:
-                    self._give_up(asking, lease)
-                    raise
-                if granted:
-                    return lease, weight
-                queued = queued or queue
-                left = remaining(deadline)
-                if not queue or left == 0:
-                    if queued:
-                        await loop.run_in_executor(None, self._leave, lease)
-                    return None
-                try:
-                    await asyncio.sleep(pause if left is None else min(pause, left))
-                except asyncio.CancelledError:
-                    self._give_up(asking, lease)
-                    raise
-                pause = min(pause * 2, self.poll)
-        except Unreachable as exc:
-            local = await self._fall_back(exc).aacquire(weight, deadline)
-            return None if local is None else (None, local)
-        finally:
-            self._exit_wait()
-
-    def _ask_for(self, asking: _Asking, lease: str, weight: int, queue: bool) -> bool:
-        """`_ask` for a task, on a worker thread: when the task stopped waiting meanwhile,
-        whatever the ask got goes back here."""
-        try:
-            return self._ask(lease, weight, queue)
-        finally:
-            with self._lock:
-                asking.out = False
-                gone = asking.gone
-            if gone:
-                self._leave(lease)
-
-    def _give_up(self, asking: _Asking, lease: str) -> None:
-        """The task stops waiting: an ask still running gives its lease back when it ends;
-        with none running, the lease (a place in the queue) goes back now, off the loop."""
-        with self._lock:
-            asking.gone = True
-            out = asking.out
-        if not out:
-            threading.Thread(
-                target=self._leave, args=(lease,), name="failover-permits-leave", daemon=True
-            ).start()
-
     def _fall_back(self, exc: Unreachable) -> LocalPermits:
         """Redis could not answer: the in-process permits, or (``"refuse"``) ``exc`` again.
         A place the call may hold in the queue lapses there."""
@@ -458,11 +374,6 @@ class RedisPermits:
         if renewer is not None and renewer is not threading.current_thread():
             renewer.join(timeout=5)
         self._redis.close()
-
-
-def _retrieved(ask: asyncio.Future[bool]) -> None:
-    if not ask.cancelled():
-        ask.exception()
 
 
 _FORKS = AfterFork(RedisPermits.forked)

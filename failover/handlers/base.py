@@ -7,7 +7,7 @@ from collections.abc import Callable, Mapping
 from datetime import datetime
 from typing import Any, NamedTuple, Protocol
 
-from ..context import CallContext
+from ..context import CallContext, Miss
 from ..definition import FailoverDefinition
 from ..expiry import FixedTtl
 from ..keys import canonical, digest, make_key
@@ -50,6 +50,14 @@ class Handler(Protocol):
         the layer's ``recovered`` for the answer (a stale envelope, or why there is none).
 
         May raise: the core treats it as `Miss.ERROR`.
+        """
+        ...
+
+    def recover(self, ctx: CallContext, cause: Exception) -> tuple[Lookup, Payload | Miss]:
+        """`lookup` and `Lookup.read` in one, for a thread: what recovering the call read, and
+        its answer (a failed read is `Miss.ERROR`, kept in the lookup's ``error``).
+
+        May raise (a failing key, splitter or tenant): the core treats it as `Miss.ERROR`.
         """
         ...
 

@@ -163,6 +163,51 @@ class DefaultHandler:
         tenant = None if self.tenant is None else self.tenant()
         return lookup_of(self, ctx, cause, key_of(ctx), self.store_, self.reads, tenant, report)
 
+    def recover(self, ctx: CallContext, cause: Exception) -> tuple[Lookup, Payload | Miss]:
+        """`lookup` and its `Lookup.read` in one, for a thread: the call's point read, made in
+        place, and its answer (a failing key or read is `Miss.ERROR`, kept in the lookup's
+        ``error``). The recovery path's one frame in this layer: `lookup_of`, `key_of` and
+        the default expiry's check are inlined."""
+        definition = ctx.definition
+        name = definition.effective_name
+        tenant = None if self.tenant is None else self.tenant()
+        reads = self.reads
+        lookup: Lookup = _new(Lookup)  # `lookup_of`, inlined: a new field goes there too
+        lookup.finisher = self
+        lookup.ctx = ctx
+        lookup.cause = cause
+        lookup.name = name
+        lookup.keys = None
+        lookup.store = self.store_
+        lookup.reads = reads
+        lookup.tenant = tenant
+        lookup.report = True
+        lookup.chores = None
+        lookup.error = None
+        lookup.chore_error = None
+        lookup.plan = None
+        try:
+            key = ctx.stored_key  # carried by the call once computed
+            if key is None:
+                key = make_key(name, ctx.values) if definition.key is None else key_of(ctx)
+                ctx.stored_key = key
+            lookup.keys = key
+            found = self.store_.find(name, key) if reads is None else reads.find(name, key, tenant)
+            if found is None:
+                return lookup, Miss.MISS
+            expiry = definition.expiry
+            if type(expiry) is FixedTtl:  # the default policy, inlined
+                expired = found.expire_on is not None and self.clock() >= found.expire_on
+            else:
+                expired = expiry.is_expired(found, self.clock())
+        except Exception as exc:
+            lookup.error = exc
+            return lookup, Miss.ERROR
+        if expired:
+            lookup.chore(drop_expired, self.store_, found)
+            return lookup, Miss.EXPIRED
+        return lookup, found
+
     def recovered(self, lookup: Lookup, found: Payload | None) -> Payload | Miss:
         """The entry found, as it was stored (the core marks it stale), or why there is none;
         an expired one is dropped."""

@@ -4,8 +4,10 @@ The handler chain does no I/O of its own on recovery. A layer says which entries
 (`Handler.lookup`) and makes the caller's answer of what was found (`Handler.recovered`); the
 lookup performs the read between the two: in place for a thread (`read`), or without blocking
 the event loop for a task (`aread`: the reads of one loop turn share one ``find_many``, made
-with the store's own async methods when it has them, else on a worker thread). This is the one
-place where recovering differs between sync and async callers.
+with the store's own async methods when it has them, else on a worker thread). A thread's
+recovery asks the chain for the lookup and its read in one (`Handler.recover`), which the
+default layer makes without a frame here. This is the one place where recovering differs
+between sync and async callers.
 
 Writes an answer calls for (an expired entry dropped, a key-type check) are chores
 (`Lookup.chore`): done at once in place, or on a worker thread after an async read. A chore

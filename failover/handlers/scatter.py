@@ -127,6 +127,17 @@ class ScatterGatherHandler:
         lookup.plan = whole, requested
         return lookup
 
+    def recover(self, ctx: CallContext, cause: Exception) -> tuple[Lookup, Payload | Miss]:
+        """`lookup` and its read, in place (a thread's recovery).
+
+        Raises:
+            SplitterError: the splitter raised (the core treats it as a recover error).
+        """
+        if ctx.definition.splitter is None:
+            return self.inner.recover(ctx, cause)
+        lookup = self.lookup(ctx, cause)
+        return lookup, lookup.read()
+
     def recovered(self, lookup: Lookup, found: dict[str, Payload]) -> Payload | Miss:
         """The merged slices found, stale, or why there are none; expired slices are dropped.
 

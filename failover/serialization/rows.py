@@ -26,47 +26,27 @@ from __future__ import annotations
 
 import hashlib
 import logging
-from collections.abc import Callable, Iterable, Iterator, Mapping
-from datetime import UTC, datetime, timedelta
-from types import MappingProxyType
-from typing import Any, Final
-from urllib.parse import unquote
+from collections.abc import Callable, Iterable, Iterator
+from datetime import datetime
+from typing import Any
 
-from ..errors import ConfigurationError, SerializationError, StoreError
+from ..errors import ConfigurationError, SerializationError
 from ..payload import ReferentialPayload, envelope
 from .allowlist import checked_types
 from .base import Codec, type_name
 from .crypto import Cipher, is_sealed, seal, unseal
 from .json_codec import JsonCodec
+from .row_options import DEFAULT_MAX_ROW_BYTES, checked_max_row_bytes
+from .times import EPOCH, datetime_of, micros
 
-__all__ = [
-    "DEFAULT_MAX_ROW_BYTES",
-    "ROW_DEFAULTS",
-    "SerializedStore",
-    "Serializer",
-    "checked_max_row_bytes",
-    "datetime_of",
-    "entry_binding",
-    "merged_row_options",
-    "micros",
-    "split_row_options",
-    "store_identity",
-    "time_or_none",
-]
+__all__ = ["SerializedStore", "Serializer", "entry_binding", "store_identity"]
 
 log = logging.getLogger(__name__)
 
 Payload = ReferentialPayload[Any]
 
-_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-_MICROSECOND = timedelta(microseconds=1)
 _TYPE_MAX = 255  # the SQL store's payload_type column: informative and checked, so cut
 _NO = object()  # equal to no time: what the memo of the last times starts with
-
-DEFAULT_MAX_ROW_BYTES: Final = 8 * 1024 * 1024
-"""The default ``max_row_bytes`` of `SqlStore` and `RedisStore`: 8 MiB."""
-
-_FLAGS = {"true": True, "1": True, "yes": True, "false": False, "0": False, "no": False}
 
 
 def store_identity(place: str, tenant: str | None = None) -> str:
@@ -87,116 +67,6 @@ def entry_binding(name: str, key: str, store: str = "") -> bytes:
     run together)."""
     text = f"{len(store)}:{store}{len(name)}:{name}:{key}".encode("utf-8", "surrogatepass")
     return hashlib.blake2b(text, digest_size=16).digest()
-
-
-def checked_max_row_bytes(value: object, owner: str) -> int:
-    """``value``, checked as a ``max_row_bytes`` setting.
-
-    Raises:
-        ConfigurationError: not a positive integer (naming ``owner`` and the setting).
-    """
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise ConfigurationError(
-            f"{owner}: max_row_bytes must be a positive number of bytes (an int), got {value!r}"
-        )
-    return value
-
-
-def split_row_options(url: str, shown: str) -> tuple[str, dict[str, Any]]:
-    """``url`` without the row options a store URL may carry (``accept_plain=true|false``,
-    ``max_row_bytes=<bytes>``), and those options as `Serializer` settings; the URL's other
-    options (a driver's, redis-py's) stay as they were.
-
-    Args:
-        url: a store URL.
-        shown: the URL as error messages show it (its password masked).
-
-    Raises:
-        ConfigurationError: an option's value is not one it takes.
-    """
-    base, sep, query = url.partition("?")
-    if not sep or ("accept_plain" not in query and "max_row_bytes" not in query):
-        return url, {}
-    options: dict[str, Any] = {}
-    rest = []
-    for pair in query.split("&"):
-        name, _, value = pair.partition("=")
-        if name == "accept_plain":
-            flag = _FLAGS.get(unquote(value).lower())
-            if flag is None:
-                raise ConfigurationError(
-                    f"store URL {shown!r}: accept_plain must be true or false, got {value!r}"
-                )
-            options["accept_plain"] = flag
-        elif name == "max_row_bytes":
-            try:
-                number = int(unquote(value))
-            except ValueError:
-                number = -1
-            if number <= 0:
-                raise ConfigurationError(
-                    f"store URL {shown!r}: max_row_bytes must be a positive integer (bytes), "
-                    f"got {value!r}"
-                )
-            options["max_row_bytes"] = number
-        else:
-            rest.append(pair)
-    return base + (f"?{'&'.join(rest)}" if rest else ""), options
-
-
-ROW_DEFAULTS: Final[Mapping[str, Any]] = MappingProxyType(
-    {"accept_plain": False, "max_row_bytes": DEFAULT_MAX_ROW_BYTES}
-)
-"""The row settings a store URL may carry, and their defaults."""
-
-
-def merged_row_options(
-    owner: str, given: Mapping[str, Any], from_url: Mapping[str, Any]
-) -> dict[str, Any]:
-    """The row settings of a store from its arguments (``given``: those passed, the others
-    default) and its URL's options: an argument left at its default takes the URL's.
-
-    Raises:
-        ConfigurationError: an argument and the URL's option that disagree.
-    """
-    merged = {name: given.get(name, default) for name, default in ROW_DEFAULTS.items()}
-    for name, value in from_url.items():
-        if merged[name] != ROW_DEFAULTS[name] and merged[name] != value:
-            raise ConfigurationError(
-                f"{owner}: {name}={merged[name]!r} and the URL's {name}={value!r} disagree; "
-                "give one"
-            )
-        merged[name] = value
-    return merged
-
-
-def micros(value: datetime) -> int:
-    """``value`` as microseconds since the Unix epoch.
-
-    Raises:
-        StoreError: a naive datetime.
-    """
-    try:
-        return (value - _EPOCH) // _MICROSECOND
-    except TypeError:
-        raise StoreError(f"datetimes must be timezone-aware, got {value!r}") from None
-
-
-def datetime_of(value: float) -> datetime:
-    """The aware UTC datetime of microseconds since the Unix epoch."""
-    return _EPOCH + timedelta(0, 0, value)  # positional: three times faster than by keyword
-
-
-def time_or_none(value: object) -> datetime | None:
-    """The aware UTC datetime of a stored time (microseconds since the Unix epoch), or ``None``
-    when it is missing or not one (a row written by hand: text, a blob, out of range): for
-    listing entries as stored, where a corrupt time must not end the listing."""
-    if not isinstance(value, int | float) or isinstance(value, bool):
-        return None
-    try:
-        return datetime_of(value)
-    except (OverflowError, ValueError):  # out of datetime's range, NaN
-        return None
 
 
 class Serializer:
@@ -251,7 +121,7 @@ class Serializer:
         self._unbound = cipher is None and self.codec is self._json
         # Encrypting or signing: a row neither sealed nor signed could be anyone's.
         self.protected = not self._unbound
-        self._last_times: tuple[object, object, datetime, datetime] = (_NO, _NO, _EPOCH, _EPOCH)
+        self._last_times: tuple[object, object, datetime, datetime] = (_NO, _NO, EPOCH, EPOCH)
 
     def bind_tenant(self, tenant: str) -> None:
         """Bind the rows to ``tenant`` too (a tenant router's store), before any is read or

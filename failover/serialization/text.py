@@ -22,7 +22,8 @@ from typing import Any
 
 from ..errors import SerializationError
 from ..payload import ReferentialPayload
-from .rows import Serializer, datetime_of
+from .rows import Serializer
+from .times import datetime_of
 
 __all__ = ["EntryText", "as_stored"]
 

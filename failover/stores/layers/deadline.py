@@ -17,6 +17,10 @@ reaches `DeadlineStore._ended`, the one place that ends it: answered (closed), o
 (open for another ``open_for``), or without a verdict (refused a worker, cancelled,
 interrupted: the next operation is the trial). An answer from any operation closes it. A forked
 child starts with no worker, no trial.
+
+The store going out (the breaker opening) and answering again (closing) are facts: `watch`ers
+are told, on the thread whose operation changed it (the engine puts them on its stream, for
+``failover_store_up``, ``HealthReport.stores`` and the logs).
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ from collections.abc import Awaitable, Callable, Iterable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from datetime import datetime, timedelta
+from logging import getLogger
 from typing import Any, TypeVar
 
 from ...errors import SerializationError, StoreError
@@ -52,6 +57,8 @@ from .async_write import AsyncWriteStore
 __all__ = ["DeadlineStore", "StoreTimeout", "StoreUnavailable", "abandoned"]
 
 T = TypeVar("T")
+
+log = getLogger(__name__)
 
 _running = threading.local()  # the operation a worker runs now: its "given up" flag
 
@@ -133,6 +140,9 @@ class DeadlineStore(HealthRowsLayer, BrowsingLayer, Layer):
         # that operation's end (or a close, or a fork) clears.
         self._trial: object | None = None
         self._abandoned: set[asyncio.Future[Any]] = set()  # async operations given up, ending
+        # Told ``False`` when the store goes out (the breaker opens), ``True`` when it answers
+        # again (`watch`).
+        self._watchers: list[Callable[[bool], None]] = []
         _FORKS.add(self)
         # Read once: a queued write passes straight through on the hot path.
         self._queued = writes_async(inner)
@@ -151,6 +161,21 @@ class DeadlineStore(HealthRowsLayer, BrowsingLayer, Layer):
         refused at the connection (the breaker is then open, and the store skipped)."""
         with self._lock:
             return self._open_until is None
+
+    def watch(self, watcher: Callable[[bool], None]) -> None:
+        """Have ``watcher(up)`` called each time the store goes out (``False``: its breaker
+        opened) or answers again (``True``), on the thread whose operation changed it, under
+        the breaker's lock (so that watchers hear the changes in their order): a watcher
+        records or wakes, it never waits nor uses the store. One that raises is logged, never
+        the operation's outcome. A store out already is told at once."""
+        with self._lock:
+            self._watchers.append(watcher)
+            if self._open_until is not None:
+                self._tell(watcher, False)
+
+    def settle(self) -> None:
+        """Count what is owed before the store's state is read (nothing here; a hedging layer
+        counts the operations it left running past their deadline)."""
 
     def browsed(self) -> FailoverStore:
         """The inner store: browsing is an operator's, not a caller's, wait."""
@@ -195,6 +220,7 @@ class DeadlineStore(HealthRowsLayer, BrowsingLayer, Layer):
         ):
             return  # the common case: nothing changes, no lock
         with self._lock:
+            was = self._open_until is None
             if trial is not None and self._trial is trial:
                 self._trial = None
             if outcome == "answered":
@@ -208,6 +234,20 @@ class DeadlineStore(HealthRowsLayer, BrowsingLayer, Layer):
                 self._streak = 0
                 if trial is not None:
                     self._open_until = self.clock() + self.open_for
+            up = self._open_until is None
+            if up != was:  # told under the lock: watchers hear the changes in their order
+                self._changed(up)
+
+    def _changed(self, up: bool) -> None:
+        """Tell the watchers the store went out or answers again."""
+        for watcher in self._watchers:
+            self._tell(watcher, up)
+
+    def _tell(self, watcher: Callable[[bool], None], up: bool) -> None:
+        try:
+            watcher(up)
+        except Exception:  # a watcher's bug is never the operation's outcome
+            log.warning("%r: a watcher of its state failed", self, exc_info=True)
 
     def _failure(self, operation: str, exc: BaseException) -> str | None:
         """Count an error that came back; its outcome for `_ended`: ``"out"`` when it says the

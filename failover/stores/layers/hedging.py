@@ -37,9 +37,13 @@ class HedgingDeadline(DeadlineStore):
     @property
     def up(self) -> bool:
         """The breaker's view, operations left running past their deadline counted first."""
+        self.settle()
+        return super().up
+
+    def settle(self) -> None:
+        """Count the operations a hedge left running past their deadline (timeouts)."""
         if self._late:
             self._overdue()
-        return super().up
 
     def _admit(self, operation: str) -> object | None:
         if self._late:

@@ -12,7 +12,7 @@ from redis.cluster import RedisCluster
 
 from ....errors import ConfigurationError
 from ....masking import masked_url
-from ....serialization.rows import merged_row_options, split_row_options
+from ....serialization.row_options import merged_row_options, split_row_options
 from .aio import AsyncClients, async_url
 from .client import DEFAULT_PREFIX, split_url
 from .topology import Client, LazyCluster, store_client

@@ -36,13 +36,12 @@ from ....errors import ConfigurationError
 from ....masking import masked_url
 from ....serialization.base import Codec
 from ....serialization.crypto import Cipher
-from ....serialization.rows import (
+from ....serialization.row_options import (
     DEFAULT_MAX_ROW_BYTES,
-    SerializedStore,
-    Serializer,
     merged_row_options,
     split_row_options,
 )
+from ....serialization.rows import SerializedStore, Serializer
 from ....serialization.text import EntryText
 from ...base import Capabilities, Payload
 from ...browsing import Page, StoredEntry, Summary, summary_of

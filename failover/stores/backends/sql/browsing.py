@@ -14,7 +14,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from ....serialization.rows import micros, time_or_none
+from ....serialization.times import micros, time_or_none
 from ...browsing import PREVIEW, Page, StoredEntry, Summary
 from .table import label_of
 

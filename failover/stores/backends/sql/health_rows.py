@@ -17,7 +17,7 @@ import sqlalchemy as sa
 from sqlalchemy import exc as sa_exc
 
 from ....errors import StoreError
-from ....serialization.rows import micros
+from ....serialization.times import micros
 from ...health_rows import ProcessHealth, decoded
 from .engine import first_line
 from .table import create_table

@@ -22,15 +22,14 @@ from ....errors import StoreError
 from ....masking import masked_url
 from ....serialization.base import Codec
 from ....serialization.crypto import Cipher
-from ....serialization.rows import (
+from ....serialization.row_options import (
     DEFAULT_MAX_ROW_BYTES,
-    SerializedStore,
-    Serializer,
     checked_max_row_bytes,
     merged_row_options,
-    micros,
     split_row_options,
 )
+from ....serialization.rows import SerializedStore, Serializer
+from ....serialization.times import micros
 from ...base import Capabilities, FailoverStore, Payload, older
 from ...browsing import Page, Summary
 from ...health_rows import KeepsHealthRows
