@@ -27,10 +27,11 @@ from datetime import datetime
 from time import perf_counter
 from typing import TYPE_CHECKING, Any
 
+from .adaptive import AdaptiveTtl, FreshSince
 from .context import CallContext, Miss, RecoverContext
-from .errors import SerializationError, refused_by
+from .errors import SerializationError, Throttled, refused_by
 from .execution import Wait
-from .handlers import Partial, envelope_key
+from .handlers import Partial, envelope_key, key_of
 from .handlers.lookup import Lookup, failed_lookup, stale
 from .payload import KIND_OF, PLAIN, ReferentialPayload, enrich, envelope
 from .policy import ExceptionPolicy, default_for
@@ -41,6 +42,7 @@ if TYPE_CHECKING:
     from types import TracebackType
 
     from .core import Runtime
+    from .throttle import Throttle
 
 __all__ = ["Call", "call_of"]
 
@@ -91,7 +93,7 @@ class Call(CallContext):
     rt: Runtime
     start: float
     token: Any
-    seconds: float  # how long the failed upstream took (set by `failed`)
+    seconds: float | None  # how long the failed upstream took (set by `failed`)
 
     # -- the guards ---------------------------------------------------------------------------
 
@@ -160,7 +162,13 @@ class Call(CallContext):
             now = self.now  # the call's time (`call_of`)
             if now is None:
                 self.now = now = rt.clock()
-            found = rt.handler.fresh(self, now - rt.fresh_window)
+            window = rt.fresh_window
+            if window is not None:
+                found = rt.handler.fresh(self, now - window)
+            else:  # fresh_for is a callable: a window per entry
+                d = self.definition
+                assert callable(d.fresh_for)
+                found = rt.handler.fresh(self, FreshSince(d.fresh_for, now, repr(d.name)))
         except Exception:
             log.debug("failover %r: the fresh read failed", self.definition.name, exc_info=True)
             found = None
@@ -199,6 +207,67 @@ class Call(CallContext):
         if not wrapped:
             return value
         return envelope(found.name, found.key, value, as_of, found.expire_on, True)
+
+    # -- the fail-safe throttle (throttle=) ----------------------------------------------------
+
+    def throttle_slot(self) -> Any:
+        """The call's key in its failover's throttle: per tenant on a failover routed by
+        tenant, as the tables of calls in flight are (`Runtime.flight_key`)."""
+        rt = self.rt
+        key = key_of(self)
+        return key if rt.router is None else rt.flight_key(key)
+
+    def throttled(self) -> Lookup | None:
+        """The read that answers the call stale without calling the upstream, when its key
+        failed and was served stale less than ``throttle`` ago; else ``None``."""
+        rt = self.rt
+        throttle = rt.throttle
+        now = self.now
+        if throttle is None or now is None:
+            return None
+        try:
+            if not throttle.holds(self.throttle_slot(), now):
+                return None
+            cause = Throttled(
+                f"failover {self.definition.name!r}: this key failed and was served stale less "
+                f"than {throttle.duration} ago; served stale again, the upstream not called"
+            )
+            lookup = rt.handler.lookup(self, cause)
+        except Exception:  # a failing key function: the call's own path meets it
+            return None
+        lookup.start = perf_counter() if rt.events.timed else 0.0
+        return lookup
+
+    def serve_throttled(
+        self, lookup: Lookup, found: ReferentialPayload[Any] | Miss
+    ) -> ReferentialPayload[Any] | None:
+        """A throttled call's answer: the entry found, stale (refused by the ``throttle``
+        guard, then recovered); ``None`` when there is none left to serve (the upstream is
+        called then)."""
+        if not isinstance(found, ReferentialPayload):
+            return None
+        cause = lookup.cause
+        assert cause is not None  # a throttled lookup has its cause
+        self.seconds = None  # the upstream was not called
+        self.rt.events.refused(Throttled.guard, cause)
+        return self.settle(lookup, found)
+
+    def _throttle(self, throttle: Throttle, found: ReferentialPayload[Any]) -> None:
+        """The call failed and was served ``found``: its key is throttled."""
+        now = self.now
+        if now is None:
+            return
+        try:
+            throttle.mark(self.throttle_slot(), now, found.expire_on)
+        except Exception:  # a failing key function: not throttled, the next call asks again
+            log.debug("failover %r: throttling failed", self.definition.name, exc_info=True)
+
+    # -- conditional refresh ------------------------------------------------------------------
+
+    def stale_entry(self) -> ReferentialPayload[Any] | None:
+        """The stored, unexpired envelope of the call's key, marked stale, or ``None``
+        (`failover.conditional.stale_entry`)."""
+        return self.rt.handler.lookup(self, None, False).peek()
 
     # -- success ------------------------------------------------------------------------------
 
@@ -252,7 +321,13 @@ class Call(CallContext):
         now = self.now
         key = envelope_key(self)  # a failing key= callable already showed up as a store failure
         try:
-            expire_on = None if now is None else d.expiry.compute_expiry(d, now)
+            expiry = d.expiry
+            if now is None:
+                expire_on = None
+            elif type(expiry) is AdaptiveTtl:  # what the stored entry got, up to its jitter
+                expire_on = expiry.expiry_of(now, value, self.args, self.kwargs)
+            else:
+                expire_on = expiry.compute_expiry(d, now)
         except Exception:  # so did a failing expiry policy
             expire_on = None
         return envelope(d.effective_name, key, value, now, expire_on, True)
@@ -301,6 +376,9 @@ class Call(CallContext):
         if isinstance(found, ReferentialPayload):
             as_of = found.as_of
             events.recovered(seconds, cause, as_of)
+            throttle = rt.throttle
+            if throttle is not None and type(cause) is not Throttled:
+                self._throttle(throttle, found)
             value = found.payload
             if KIND_OF(type(value)) != PLAIN:  # as in `live`: most results carry no freshness
                 value = enrich(value, False, as_of)

@@ -12,6 +12,7 @@ from datetime import datetime
 from time import perf_counter
 from typing import Any, ParamSpec, TypeVar, Unpack, overload
 
+from . import conditional, switches
 from .call import call_of
 from .context import CallContext
 from .core import Binder, Runtime
@@ -24,6 +25,7 @@ from .handlers import Partial, envelope_key
 from .payload import ReferentialPayload
 from .refresh import MISSED
 from .settings import Options, check_names, described, parameters, resolve
+from .switches import CONDITIONAL, DISABLED, REFRESHING
 
 __all__ = ["AsyncFailoverFunction", "FailoverFunction", "failover"]
 
@@ -94,13 +96,27 @@ class State:
         )
 
     def invalidate(self, *args: Any, **kwargs: Any) -> None:
-        """Delete the stored entry for the call."""
+        """Delete the stored entry for the call (and its throttle: nothing is left to serve)."""
         rt = self.runtime()
         if rt is not None:
-            rt.handler.invalidate(call_of(rt, args, kwargs))
+            call = call_of(rt, args, kwargs)
+            rt.handler.invalidate(call)
+            self.unthrottle(rt, call)
+
+    @staticmethod
+    def unthrottle(rt: Runtime, call: Any) -> None:
+        """The call's key is throttled no more (`failover.throttle`): it is refreshed, or its
+        entry deleted."""
+        throttle = rt.throttle
+        if throttle is not None:
+            try:
+                throttle.forget(call.throttle_slot())
+            except Exception:  # a failing key function: nothing was throttled under it
+                log.debug("failover %r: unthrottling failed", rt.definition.name, exc_info=True)
 
 
-def _sync_shell(state: State, envelope: bool) -> Callable[..., Any]:
+# One frame on the hot path: its branches stay inline, whatever their count.
+def _sync_shell(state: State, envelope: bool) -> Callable[..., Any]:  # noqa: PLR0915
     """The synchronous wrapper: the call itself, or (``envelope``) its ``.referential``.
 
     Made once per flag, so the hot path has no extra frame to pass the flag through.
@@ -120,9 +136,20 @@ def _sync_shell(state: State, envelope: bool) -> Callable[..., Any]:
             state.warn_in_loop()
         call = call_of(rt, args, kwargs)
         part = None
-        if rt.fresh_for is not None:
-            found = call.fresh()
-            if found is not None:
+        upstream = fn
+        if rt.before:  # fresh_for, throttle=, or the switches: see `failover.switches`
+            here = switches.here() if switches.STATE.on else 0
+            if here:
+                if here & DISABLED:  # a pass-through: nothing read, nothing stored
+                    result = fn(*args, **kwargs)
+                    return state.passthrough(args, kwargs, result) if envelope else result
+                if here & REFRESHING:
+                    state.unthrottle(rt, call)
+                if here & CONDITIONAL:
+                    upstream = conditional.upstream(call, fn)
+            if here & REFRESHING:
+                pass  # the upstream is called: no fresh answer, no throttled one
+            elif rt.fresh_for is not None and (found := call.fresh()) is not None:
                 if not isinstance(found, Partial):
                     return call.served_fresh(found, args, kwargs, envelope)
                 part = found
@@ -131,13 +158,18 @@ def _sync_shell(state: State, envelope: bool) -> Callable[..., Any]:
                 value = rt.ahead.join(call)
                 if value is not MISSED:
                     return call.envelope(value) if envelope else value
+            if rt.throttle is not None and not here & REFRESHING and part is None:
+                lookup = call.throttled()  # the key failed lately: stale, no upstream call
+                out = None if lookup is None else call.serve_throttled(lookup, lookup.read())
+                if out is not None:
+                    return out if envelope else out.payload
         try:
             if rt.bare:  # nothing to enter: no `with` on the hottest path
                 call.start = perf_counter()
-                result = fn(*args, **kwargs)
+                result = upstream(*args, **kwargs)
             else:
                 with call:
-                    result = call.run(fn, args, kwargs)
+                    result = call.run(upstream, args, kwargs)
         except Exception as exc:
             lookup = call.failed(exc)  # the store read that recovers the call, if any
             out = None if lookup is None else call.settle(lookup, lookup.read())
@@ -153,7 +185,7 @@ def _sync_shell(state: State, envelope: bool) -> Callable[..., Any]:
     return shell
 
 
-def _async_shell(state: State, envelope: bool) -> Callable[..., Any]:
+def _async_shell(state: State, envelope: bool) -> Callable[..., Any]:  # noqa: PLR0915
     """The ``async def`` wrapper, as `_sync_shell`; store I/O never blocks the event loop."""
     fn = state.fn
 
@@ -168,9 +200,23 @@ def _async_shell(state: State, envelope: bool) -> Callable[..., Any]:
             return state.passthrough(args, kwargs, result) if envelope else result
         call = call_of(rt, args, kwargs)
         part = None
-        if rt.fresh_for is not None:
-            found = await rt.on_worker(call.fresh) if rt.blocking else call.fresh()
-            if found is not None:
+        upstream = fn
+        if rt.before:  # fresh_for, throttle=, or the switches: see `failover.switches`
+            here = switches.here() if switches.STATE.on else 0
+            if here:
+                if here & DISABLED:  # a pass-through: nothing read, nothing stored
+                    result = await fn(*args, **kwargs)
+                    return state.passthrough(args, kwargs, result) if envelope else result
+                if here & REFRESHING:
+                    state.unthrottle(rt, call)
+                if here & CONDITIONAL:
+                    upstream = conditional.aupstream(call, fn)
+            found = None
+            if not here & REFRESHING and rt.fresh_for is not None:
+                found = await rt.on_worker(call.fresh) if rt.blocking else call.fresh()
+            if here & REFRESHING:
+                pass  # the upstream is called: no fresh answer, no throttled one
+            elif found is not None:
                 if not isinstance(found, Partial):
                     return call.served_fresh(found, args, kwargs, envelope)
                 part = found
@@ -179,13 +225,18 @@ def _async_shell(state: State, envelope: bool) -> Callable[..., Any]:
                 value = await rt.ahead.ajoin(call)
                 if value is not MISSED:
                     return call.envelope(value) if envelope else value
+            if rt.throttle is not None and not here & REFRESHING and part is None:
+                lookup = call.throttled()  # the key failed lately: stale, no upstream call
+                out = None if lookup is None else call.serve_throttled(lookup, await lookup.aread())
+                if out is not None:
+                    return out if envelope else out.payload
         try:
             if rt.bare:
                 call.start = perf_counter()
-                result = await fn(*args, **kwargs)
+                result = await upstream(*args, **kwargs)
             else:
                 async with call:
-                    result = await call.arun(fn, args, kwargs)
+                    result = await call.arun(upstream, args, kwargs)
         except Exception as exc:
             lookup = call.failed(exc)  # the store read that recovers the call, if any
             out = None if lookup is None else call.settle(lookup, await lookup.aread())
@@ -266,6 +317,8 @@ def _build(fn: Any, name: str | None, options: dict[str, Any]) -> Any:
     wrapper.referential = shell(state, True)
     wrapper.peek = state.peek
     wrapper.invalidate = state.invalidate
+    wrapper.refresh = _refresher(wrapper, definition.is_async)
+    conditional.arm_if_named(fn)
     wrapper.definition = definition
     wrapper._failover_state = state
     if engine is None:
@@ -277,6 +330,24 @@ def _build(fn: Any, name: str | None, options: dict[str, Any]) -> Any:
     if is_method:
         return Method(wrapper, bind_class=kind is classmethod)
     return wrapper
+
+
+def _refresher(call: Callable[..., Any], is_async: bool) -> Callable[..., Any]:
+    """``.refresh(*args, **kwargs)``: the call made inside `failover.refreshing` (the upstream
+    called and its answer stored, whatever ``fresh_for`` or ``throttle`` say)."""
+    if is_async:
+
+        async def arefresh(*args: Any, **kwargs: Any) -> Any:
+            with switches.refreshing():
+                return await call(*args, **kwargs)
+
+        return arefresh
+
+    def refresh(*args: Any, **kwargs: Any) -> Any:
+        with switches.refreshing():
+            return call(*args, **kwargs)
+
+    return refresh
 
 
 def _check(settings: dict[str, Any], owner: str) -> None:

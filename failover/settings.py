@@ -14,12 +14,13 @@ from typing import Annotated, Any, TypedDict, get_type_hints
 
 import pybreaker
 
+from .adaptive import AdaptiveTtl
 from .context import PolicyLike, RecoverContext
 from .definition import ExpiryPolicy, FailoverDefinition
 from .engine import Failover
 from .engine import default as default_engine
 from .errors import ConfigurationError
-from .expiry import FixedTtl
+from .expiry import FixedTtl, parse_ttl
 from .labels import check_label
 from .scatter import check_splitter
 from .validators import (
@@ -36,8 +37,10 @@ from .validators import (
     _pool,
     _rate,
     _refresh_ahead,
+    _throttle,
     _timeout,
     _ttl,
+    _ttl_jitter,
     _types,
     _wait,
     _weight,
@@ -66,7 +69,8 @@ class Options(TypedDict, total=False):
 
     Attributes:
         ttl: how long a stored result may be served: a timedelta, seconds, or ``"15m"``,
-            ``"1h30m"``.
+            ``"1h30m"``; or a callable ``(result, *args, **kwargs) -> duration | None`` that
+            decides per result (``None``: 1 hour).
         domain: a namespace shared with other failovers (entries are stored under it).
         key: receives the call's arguments (without ``self``/``cls``) and returns the raw key.
         expiry: an `ExpiryPolicy` that overrides ``ttl``.
@@ -93,10 +97,17 @@ class Options(TypedDict, total=False):
         single_flight: concurrent calls with the same key share one upstream call and one
             store write; each waits at most its own ``timeout``.
         fresh_for: cache-first window: a stored entry younger than this is served (up to date)
-            without calling the upstream; older ones fail over as usual up to ``ttl``.
+            without calling the upstream; older ones fail over as usual up to ``ttl``. Or a
+            callable ``(result, *args, **kwargs) -> duration | None`` asked of the stored entry
+            (``None``: not fresh).
         refresh_ahead: with ``fresh_for``: a call that finds an entry this old (a fraction of
             ``fresh_for``, ``0.8``, or a duration) is answered from the store and refreshes it
             in the background, once per key.
+        throttle: fail-safe throttle: after a failed call of a key was served stale, calls of
+            that key are served the same stale entry without calling the upstream for this
+            long (per key and tenant; counted as refused by the ``throttle`` guard).
+        ttl_jitter: a fraction of the ttl (0 to 1) taken off each entry's at random, so that
+            entries stored together do not expire together.
         label: keep a readable label with each stored entry, for the dashboard and ``failover
             inspect``: ``True`` renders the call's arguments (``country(code='FR')``), a
             callable receives them as the function does and returns the label. Off by default:
@@ -107,7 +118,7 @@ class Options(TypedDict, total=False):
         engine: the engine to use; default: the process-wide default engine, resolved per call.
     """
 
-    ttl: Annotated[timedelta | float | str, Setting("1h", _ttl)]
+    ttl: Annotated[timedelta | float | str | Callable[..., object], Setting("1h", _ttl)]
     domain: Annotated[str | None, Setting(None, _domain)]
     key: Annotated[Callable[..., object] | None, Setting(None, _callable_or_none)]
     expiry: Annotated[ExpiryPolicy | None, Setting(None, _expiry)]
@@ -131,8 +142,12 @@ class Options(TypedDict, total=False):
     timeout: Annotated[timedelta | float | str | None, Setting(None, _timeout)]
     store_interval: Annotated[timedelta | float | str | None, Setting(None, _interval)]
     single_flight: Annotated[bool, Setting(False, _flag)]
-    fresh_for: Annotated[timedelta | float | str | None, Setting(None, _fresh_for)]
+    fresh_for: Annotated[
+        timedelta | float | str | Callable[..., object] | None, Setting(None, _fresh_for)
+    ]
     refresh_ahead: Annotated[float | timedelta | str | None, Setting(None, _refresh_ahead)]
+    throttle: Annotated[timedelta | float | str | None, Setting(None, _throttle)]
+    ttl_jitter: Annotated[float, Setting(0.0, _ttl_jitter)]
     label: Annotated[bool | Callable[..., object] | None, Setting(False, check_label)]
     rate: Annotated[str | None, Setting(None, _rate)]
     engine: Annotated[Failover | None, Setting(None)]
@@ -209,8 +224,7 @@ def resolve(
         for setting, declared in SETTINGS.items()
         if setting != "engine"  # the engine is the decorator's, not the definition's
     }
-    if values["expiry"] is None:
-        values["expiry"] = FixedTtl(values["ttl"])
+    _expiry_policy(values, owner)
     values["splitter"] = check_splitter(values["splitter"], values["recover_all"], owner)
     _bulkhead(values, owner)
     _freshness(values, owner)
@@ -260,6 +274,27 @@ def _bulkhead(values: dict[str, Any], owner: str) -> None:
                 )
 
 
+def _expiry_policy(values: dict[str, Any], owner: str) -> None:
+    """The expiry policy: ``expiry=``, else `FixedTtl` (the inlined default), else for a
+    callable ``ttl`` or a ``ttl_jitter`` an `AdaptiveTtl`; ``ttl`` becomes the default ttl."""
+    ttl, jitter = values["ttl"], values["ttl_jitter"]
+    adaptive = callable(ttl) and not isinstance(ttl, timedelta)
+    if values["expiry"] is not None:
+        if adaptive or jitter:
+            setting = "ttl= as a callable" if adaptive else "ttl_jitter="
+            raise ConfigurationError(
+                f"{owner}: {setting} with expiry=: the expiry policy decides every entry's "
+                "expiry alone; leave one out"
+            )
+        return
+    if adaptive:
+        values["ttl"] = parse_ttl(DEFAULTS["ttl"], owner)
+    if adaptive or jitter:
+        values["expiry"] = AdaptiveTtl(values["ttl"], ttl if adaptive else None, jitter, owner)
+    else:
+        values["expiry"] = FixedTtl(values["ttl"])
+
+
 def _freshness(values: dict[str, Any], owner: str) -> None:
     """The rules across ``fresh_for``, ``refresh_ahead`` and ``ttl``; ``refresh_ahead`` becomes
     the age at which a fresh entry is refreshed."""
@@ -280,6 +315,13 @@ def _freshness(values: dict[str, Any], owner: str) -> None:
         )
     # Off whatever the engine's: an engine-wide interval must not drop the renewing stores.
     values["store_interval"] = timedelta(0)
+    if not isinstance(fresh_for, timedelta):  # a callable: its window is each entry's
+        if isinstance(ahead, float):
+            raise ConfigurationError(
+                f"{owner}: refresh_ahead={ahead} is a fraction of fresh_for, which is a callable "
+                "here (a window per entry): give refresh_ahead as a duration such as '4m'"
+            )
+        return
     expiry = values["expiry"]  # `ttl=`'s FixedTtl, or one given as expiry=
     if isinstance(expiry, FixedTtl) and fresh_for > expiry.ttl:
         raise ConfigurationError(

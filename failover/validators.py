@@ -47,8 +47,25 @@ def _finite_seconds(value: Any, owner: str, setting: str, zero_ok: bool) -> floa
     return float(value)
 
 
-def _ttl(value: Any, owner: str, setting: str) -> timedelta:
+def _ttl(value: Any, owner: str, setting: str) -> Any:
+    # A callable of the result and the arguments (`failover.adaptive`): called per entry.
+    if callable(value) and not isinstance(value, str | timedelta):
+        return value
     return parse_ttl(value, owner)
+
+
+def _ttl_jitter(value: Any, owner: str, setting: str) -> float:
+    ok = isinstance(value, int | float) and not isinstance(value, bool) and 0 <= value <= 1
+    if not ok:
+        raise ConfigurationError(
+            f"{owner}: ttl_jitter= must be a fraction of the ttl between 0 and 1 (0.1: each "
+            f"entry lives up to a tenth less, at random), got {value!r}"
+        )
+    return float(value)
+
+
+def _throttle(value: Any, owner: str, setting: str) -> timedelta | None:
+    return None if value is None else parse_ttl(value, owner, setting)
 
 
 def _domain(value: Any, owner: str, setting: str) -> str | None:
@@ -147,7 +164,9 @@ def _interval(value: Any, owner: str, setting: str) -> timedelta | None:
     return None if value is None else parse_ttl(value, owner, setting, zero_ok=True)
 
 
-def _fresh_for(value: Any, owner: str, setting: str) -> timedelta | None:
+def _fresh_for(value: Any, owner: str, setting: str) -> Any:
+    if callable(value) and not isinstance(value, str | timedelta):
+        return value  # a callable of the result and the arguments, asked per entry read
     return None if value is None else parse_ttl(value, owner, setting)
 
 
