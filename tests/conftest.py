@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -140,3 +141,16 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if "postgresql" in item.name:
             item.add_marker(pytest.mark.postgres)
+
+
+@pytest.fixture(params=["memory", "sqlite", "postgresql", "redis"])
+def real(
+    request: pytest.FixtureRequest, clock: FakeClock, tmp_path: Path
+) -> Iterator[failover.Failover]:
+    """An engine on each real store in turn (process memory, a SQLite file, the session's
+    PostgreSQL and redis-server), on the fake clock, with synchronous writes."""
+    from .support_entries import make_engine
+
+    engine = make_engine(request.param, clock, tmp_path)
+    yield engine
+    engine.close()

@@ -5,21 +5,18 @@ each on the fake clock, with synchronous writes (what a test reads back was writ
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
-
-import pytest
 
 from failover import Failover
 
 from . import postgres, stores
-from .conftest import FakeClock
 
 STORES = ["memory", "sqlite", "postgresql", "redis"]
+"""The stores `real` (a fixture of conftest.py) runs on."""
 
 
-def make_engine(kind: str, clock: FakeClock, tmp_path: Path, **settings: Any) -> Failover:
+def make_engine(kind: str, clock: Any, tmp_path: Path, **settings: Any) -> Failover:
     """An engine on store ``kind`` (skips when its server is missing)."""
     store: Any
     if kind == "memory":
@@ -32,14 +29,6 @@ def make_engine(kind: str, clock: FakeClock, tmp_path: Path, **settings: Any) ->
         store = stores.redis_store(clock)
     settings.setdefault("metrics", False)
     return Failover(store, clock=clock, async_writes=False, **settings)
-
-
-@pytest.fixture(params=STORES)
-def real(request: pytest.FixtureRequest, clock: FakeClock, tmp_path: Path) -> Iterator[Failover]:
-    """An engine on each real store in turn."""
-    engine = make_engine(request.param, clock, tmp_path)
-    yield engine
-    engine.close()
 
 
 def unique(name: str) -> str:

@@ -13,7 +13,7 @@ import failover
 from failover import ConfigurationError, Failover, ListSplitter
 
 from .conftest import FakeClock
-from .support_entries import real, unique  # noqa: F401  # `real`: a fixture
+from .support_entries import unique
 
 
 def max_age(result: dict[str, Any], code: str) -> float | None:
@@ -30,7 +30,8 @@ def test_ttl_from_the_answer_sync(real: Failover, clock: FakeClock) -> None:
     country("FR")
     country("DE")
     fr, de = country.peek("FR"), country.peek("DE")
-    assert fr is not None and de is not None
+    assert fr is not None
+    assert de is not None
     assert fr.expire_on == clock() + timedelta(seconds=120)
     assert de.expire_on == clock() + timedelta(hours=1)  # None: the default ttl
     assert country.referential("FR").expire_on == clock() + timedelta(seconds=120)
@@ -47,7 +48,8 @@ def test_ttl_from_the_answer_async(real: Failover, clock: FakeClock) -> None:
     async def scenario() -> None:
         await minutes("FR")
         found = minutes.peek("FR")
-        assert found is not None and found.expire_on == clock() + timedelta(minutes=5)
+        assert found is not None
+        assert found.expire_on == clock() + timedelta(minutes=5)
         real.close()  # on the loop: its async store clients close with it
 
     asyncio.run(scenario())
@@ -76,9 +78,9 @@ def test_fresh_for_from_the_answer(real: Failover, clock: FakeClock) -> None:
         calls.append(code)
         return {"fresh": 60 if code == "FR" else None}
 
-    country = failover.failover(
-        unique("fresh"), engine=real, fresh_for=lambda r, code: r["fresh"]
-    )(fetch)
+    country = failover.failover(unique("fresh"), engine=real, fresh_for=lambda r, code: r["fresh"])(
+        fetch
+    )
     country("FR")
     country("DE")
     clock.advance(30)
@@ -118,7 +120,8 @@ def test_jitter_spreads_expiries_never_past_the_ttl(engine: Failover, clock: Fak
     ends = set()
     for i in range(50):
         found = country.peek(f"C{i}")
-        assert found is not None and found.expire_on is not None
+        assert found is not None
+        assert found.expire_on is not None
         ends.add(found.expire_on - clock())
     assert all(timedelta(seconds=80) <= end <= timedelta(seconds=100) for end in ends)
     assert len(ends) > 1  # spread
@@ -136,7 +139,8 @@ def test_scatter_gather_asks_per_slice(engine: Failover, clock: FakeClock) -> No
 
     countries("FR,DE")
     fr, de = countries.peek("FR"), countries.peek("DE")
-    assert fr is not None and de is not None
+    assert fr is not None
+    assert de is not None
     assert (fr.expire_on, de.expire_on) == (
         clock() + timedelta(seconds=60),
         clock() + timedelta(seconds=600),

@@ -18,7 +18,7 @@ from failover.events import Events, Observer
 from failover.throttle import Throttle
 
 from .conftest import FakeClock
-from .support_entries import real, unique  # noqa: F401  # `real`: a fixture
+from .support_entries import unique
 from .test_metrics import value
 
 
@@ -202,7 +202,8 @@ def test_the_throttle_table_is_bounded(clock: FakeClock) -> None:
         throttle.mark(key, now, None)
     assert len(throttle) == 2
     assert not throttle.holds("a", now)  # marked longest ago: left first
-    assert throttle.holds("b", now) and throttle.holds("c", now)
+    assert throttle.holds("b", now)
+    assert throttle.holds("c", now)
     assert not throttle.holds("b", now + timedelta(minutes=1))
     assert len(throttle) == 1  # an ended throttle is dropped when seen
 
