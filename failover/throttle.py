@@ -12,7 +12,8 @@ One table per failover and engine, keyed as the tables of calls in flight are (t
 ``(tenant, key)`` on a failover routed by tenant: `failover.core.Runtime.flight_key`), on the
 engine's clock. It holds at most ``max_keys`` keys (10,000 by default): past that, the key marked
 longest ago leaves first (it is the first to stop being throttled anyway), and its next call
-calls the upstream again, which is where a throttle's absence leads in any case.
+calls the upstream again, which is where a throttle's absence leads in any case. A forked child
+starts with no key throttled.
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ from __future__ import annotations
 import threading
 from datetime import datetime, timedelta
 from typing import Any
+
+from .forks import AfterFork
 
 __all__ = ["MAX_KEYS", "Throttle"]
 
@@ -35,7 +38,7 @@ class Throttle:
         max_keys: the most keys held (the one marked longest ago leaves first).
     """
 
-    __slots__ = ("duration", "lock", "max_keys", "until")
+    __slots__ = ("__weakref__", "duration", "lock", "max_keys", "until")
 
     def __init__(self, duration: timedelta, max_keys: int = MAX_KEYS) -> None:
         self.duration = duration
@@ -43,6 +46,7 @@ class Throttle:
         # slot -> until when it is throttled; the dict's order is the marking order.
         self.until: dict[Any, datetime] = {}
         self.lock = threading.Lock()
+        _FORKS.add(self)
 
     def __repr__(self) -> str:
         return f"Throttle({self.duration}, {len(self.until)} keys)"
@@ -84,3 +88,12 @@ class Throttle:
         """No key is throttled any more."""
         with self.lock:
             self.until.clear()
+
+    def forked(self) -> None:
+        """In a forked child: a new lock (another thread may have held it at the fork), and no
+        key throttled (the child's calls judge the upstream for themselves)."""
+        self.lock = threading.Lock()
+        self.until = {}
+
+
+_FORKS = AfterFork(Throttle.forked)

@@ -5,6 +5,8 @@ counted as a stale answer refused by the ``throttle`` guard, on the engine's clo
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -216,3 +218,23 @@ def test_without_throttle_every_call_asks_the_upstream(engine: Failover) -> None
     country("FR")
     country("FR")
     assert up.calls == ["FR", "FR", "FR"]
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="POSIX fork")
+def test_a_forked_child_starts_with_no_key_throttled(engine: Failover) -> None:
+    up = Upstream()
+    country = failover.failover("forked", engine=engine, throttle="1h")(up)
+    country("FR")
+    up.down = True
+    country("FR")  # throttled in the parent
+    assert isinstance(country.referential("FR").cause, Throttled)
+    throttle = country._failover_state.runtime().throttle
+    with throttle.lock:  # held at the fork, as by another thread
+        pid = os.fork()
+        if pid == 0:  # the child: a new lock, nothing throttled
+            signal.alarm(10)  # a hang guard: a child stuck on the parent's lock dies
+            ok = not len(throttle)
+            ok = ok and type(country.referential("FR").cause) is ConnectionError
+            os._exit(0 if ok else 1)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
