@@ -13,6 +13,8 @@ from hypothesis import settings
 import failover
 from failover.engine import default as engine_module
 
+from .support_entries import STORES, make_engine
+
 # Hypothesis fails an example that takes longer than 200 ms by default: a wall-clock assertion,
 # which a loaded machine (several suites at once) breaks. Examples are bounded by their count.
 settings.register_profile("failover", deadline=None)
@@ -143,14 +145,12 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.postgres)
 
 
-@pytest.fixture(params=["memory", "sqlite", "postgresql", "redis"])
+@pytest.fixture(params=STORES)
 def real(
     request: pytest.FixtureRequest, clock: FakeClock, tmp_path: Path
 ) -> Iterator[failover.Failover]:
-    """An engine on each real store in turn (process memory, a SQLite file, the session's
-    PostgreSQL and redis-server), on the fake clock, with synchronous writes."""
-    from .support_entries import make_engine
-
+    """An engine on each real store in turn (`tests.support_entries.STORES`), on the fake
+    clock, with synchronous writes."""
     engine = make_engine(request.param, clock, tmp_path)
     yield engine
     engine.close()

@@ -168,3 +168,43 @@ print(switches.STATE.armed == switches.CONDITIONAL)
         env={"PYTHONPATH": str(ROOT)},
     )
     assert done.stdout.split() == ["False", "True"]
+
+
+def test_not_modified_through_the_soft_timeouts_worker_and_single_flight(
+    engine: Failover, clock: FakeClock
+) -> None:
+    """The upstream runs on the soft timeout's worker thread: it knows its call there too; a
+    renewal is a result like any other for the calls sharing the flight."""
+    seen: list[object] = []
+
+    @failover.failover("worker", engine=engine, timeout="5s", single_flight=True)
+    def page(url: str) -> dict[str, str]:
+        old = stale_entry()
+        seen.append(None if old is None else old.payload)
+        if old is not None:
+            raise NotModified()
+        return {"url": url}
+
+    page("/a")
+    clock.advance(30)
+    renewed = page.referential("/a")
+    assert seen == [None, {"url": "/a"}]
+    assert (renewed.payload, renewed.up_to_date, renewed.as_of) == ({"url": "/a"}, True, clock())
+
+
+def test_not_modified_for_scatter_gather_renews_every_slice(
+    engine: Failover, clock: FakeClock
+) -> None:
+    @failover.failover("slices", engine=engine, splitter=failover.ListSplitter("code"))
+    def countries(codes: str) -> list[dict[str, str]]:
+        if stale_entry() is not None:
+            raise NotModified()
+        return [{"code": c} for c in codes.split(",")]
+
+    countries("FR,DE")
+    clock.advance(60)
+    assert countries("FR,DE") == [{"code": "FR"}, {"code": "DE"}]
+    for code in ("FR", "DE"):
+        found = countries.peek(code)
+        assert found is not None
+        assert found.as_of == clock()  # each slice renewed
