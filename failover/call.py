@@ -31,18 +31,18 @@ from .adaptive import AdaptiveTtl, FreshSince
 from .context import CallContext, Miss, RecoverContext
 from .errors import SerializationError, Throttled, refused_by
 from .execution import Wait
-from .handlers import Partial, envelope_key, key_of
+from .handlers import Partial, envelope_key
 from .handlers.lookup import Lookup, failed_lookup, stale
 from .payload import KIND_OF, PLAIN, ReferentialPayload, enrich, envelope
 from .policy import ExceptionPolicy, default_for
 from .stores.layers.batching import pinned_call
 from .tenant import read_tenant
+from .throttle import mark_throttled
 
 if TYPE_CHECKING:
     from types import TracebackType
 
     from .core import Runtime
-    from .throttle import Throttle
 
 __all__ = ["Call", "call_of"]
 
@@ -208,67 +208,6 @@ class Call(CallContext):
             return value
         return envelope(found.name, found.key, value, as_of, found.expire_on, True)
 
-    # -- the fail-safe throttle (throttle=) ----------------------------------------------------
-
-    def throttle_slot(self) -> Any:
-        """The call's key in its failover's throttle: per tenant on a failover routed by
-        tenant, as the tables of calls in flight are (`Runtime.flight_key`)."""
-        rt = self.rt
-        key = key_of(self)
-        return key if rt.router is None else rt.flight_key(key)
-
-    def throttled(self) -> Lookup | None:
-        """The read that answers the call stale without calling the upstream, when its key
-        failed and was served stale less than ``throttle`` ago; else ``None``."""
-        rt = self.rt
-        throttle = rt.throttle
-        now = self.now
-        if throttle is None or now is None:
-            return None
-        try:
-            if not throttle.holds(self.throttle_slot(), now):
-                return None
-            cause = Throttled(
-                f"failover {self.definition.name!r}: this key failed and was served stale less "
-                f"than {throttle.duration} ago; served stale again, the upstream not called"
-            )
-            lookup = rt.handler.lookup(self, cause)
-        except Exception:  # a failing key function: the call's own path meets it
-            return None
-        lookup.start = perf_counter() if rt.events.timed else 0.0
-        return lookup
-
-    def serve_throttled(
-        self, lookup: Lookup, found: ReferentialPayload[Any] | Miss
-    ) -> ReferentialPayload[Any] | None:
-        """A throttled call's answer: the entry found, stale (refused by the ``throttle``
-        guard, then recovered); ``None`` when there is none left to serve (the upstream is
-        called then)."""
-        if not isinstance(found, ReferentialPayload):
-            return None
-        cause = lookup.cause
-        assert cause is not None  # a throttled lookup has its cause
-        self.seconds = None  # the upstream was not called
-        self.rt.events.refused(Throttled.guard, cause)
-        return self.settle(lookup, found)
-
-    def _throttle(self, throttle: Throttle, found: ReferentialPayload[Any]) -> None:
-        """The call failed and was served ``found``: its key is throttled."""
-        now = self.now
-        if now is None:
-            return
-        try:
-            throttle.mark(self.throttle_slot(), now, found.expire_on)
-        except Exception:  # a failing key function: not throttled, the next call asks again
-            log.debug("failover %r: throttling failed", self.definition.name, exc_info=True)
-
-    # -- conditional refresh ------------------------------------------------------------------
-
-    def stale_entry(self) -> ReferentialPayload[Any] | None:
-        """The stored, unexpired envelope of the call's key, marked stale, or ``None``
-        (`failover.conditional.stale_entry`)."""
-        return self.rt.handler.lookup(self, None, False).peek()
-
     # -- success ------------------------------------------------------------------------------
 
     def live(self, result: Any, late: bool = False) -> Any:
@@ -376,9 +315,8 @@ class Call(CallContext):
         if isinstance(found, ReferentialPayload):
             as_of = found.as_of
             events.recovered(seconds, cause, as_of)
-            throttle = rt.throttle
-            if throttle is not None and type(cause) is not Throttled:
-                self._throttle(throttle, found)
+            if rt.throttle is not None and type(cause) is not Throttled:
+                mark_throttled(self, rt.throttle, found)
             value = found.payload
             if KIND_OF(type(value)) != PLAIN:  # as in `live`: most results carry no freshness
                 value = enrich(value, False, as_of)

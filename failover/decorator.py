@@ -26,6 +26,7 @@ from .payload import ReferentialPayload
 from .refresh import MISSED
 from .settings import Options, check_names, described, parameters, resolve
 from .switches import CONDITIONAL, DISABLED, REFRESHING
+from .throttle import serve_throttled, throttled_read, unthrottle
 
 __all__ = ["AsyncFailoverFunction", "FailoverFunction", "failover"]
 
@@ -101,18 +102,7 @@ class State:
         if rt is not None:
             call = call_of(rt, args, kwargs)
             rt.handler.invalidate(call)
-            self.unthrottle(rt, call)
-
-    @staticmethod
-    def unthrottle(rt: Runtime, call: Any) -> None:
-        """The call's key is throttled no more (`failover.throttle`): it is refreshed, or its
-        entry deleted."""
-        throttle = rt.throttle
-        if throttle is not None:
-            try:
-                throttle.forget(call.throttle_slot())
-            except Exception:  # a failing key function: nothing was throttled under it
-                log.debug("failover %r: unthrottling failed", rt.definition.name, exc_info=True)
+            unthrottle(rt, call)
 
 
 # One frame on the hot path: its branches stay inline, whatever their count.
@@ -144,7 +134,7 @@ def _sync_shell(state: State, envelope: bool) -> Callable[..., Any]:  # noqa: PL
                     result = fn(*args, **kwargs)
                     return state.passthrough(args, kwargs, result) if envelope else result
                 if here & REFRESHING:
-                    state.unthrottle(rt, call)
+                    unthrottle(rt, call)
                 if here & CONDITIONAL:
                     upstream = conditional.upstream(call, fn)
             if here & REFRESHING:
@@ -159,8 +149,8 @@ def _sync_shell(state: State, envelope: bool) -> Callable[..., Any]:  # noqa: PL
                 if value is not MISSED:
                     return call.envelope(value) if envelope else value
             if rt.throttle is not None and not here & REFRESHING and part is None:
-                lookup = call.throttled()  # the key failed lately: stale, no upstream call
-                out = None if lookup is None else call.serve_throttled(lookup, lookup.read())
+                lookup = throttled_read(call)  # the key failed lately: stale, no upstream
+                out = None if lookup is None else serve_throttled(call, lookup, lookup.read())
                 if out is not None:
                     return out if envelope else out.payload
         try:
@@ -208,7 +198,7 @@ def _async_shell(state: State, envelope: bool) -> Callable[..., Any]:  # noqa: P
                     result = await fn(*args, **kwargs)
                     return state.passthrough(args, kwargs, result) if envelope else result
                 if here & REFRESHING:
-                    state.unthrottle(rt, call)
+                    unthrottle(rt, call)
                 if here & CONDITIONAL:
                     upstream = conditional.aupstream(call, fn)
             found = None
@@ -226,8 +216,10 @@ def _async_shell(state: State, envelope: bool) -> Callable[..., Any]:  # noqa: P
                 if value is not MISSED:
                     return call.envelope(value) if envelope else value
             if rt.throttle is not None and not here & REFRESHING and part is None:
-                lookup = call.throttled()  # the key failed lately: stale, no upstream call
-                out = None if lookup is None else call.serve_throttled(lookup, await lookup.aread())
+                lookup = throttled_read(call)  # the key failed lately: stale, no upstream
+                out = (
+                    None if lookup is None else serve_throttled(call, lookup, await lookup.aread())
+                )
                 if out is not None:
                     return out if envelope else out.payload
         try:
@@ -317,7 +309,7 @@ def _build(fn: Any, name: str | None, options: dict[str, Any]) -> Any:
     wrapper.referential = shell(state, True)
     wrapper.peek = state.peek
     wrapper.invalidate = state.invalidate
-    wrapper.refresh = _refresher(wrapper, definition.is_async)
+    wrapper.refresh = switches.refresher(wrapper, definition.is_async)
     conditional.arm_if_named(fn)
     wrapper.definition = definition
     wrapper._failover_state = state
@@ -330,24 +322,6 @@ def _build(fn: Any, name: str | None, options: dict[str, Any]) -> Any:
     if is_method:
         return Method(wrapper, bind_class=kind is classmethod)
     return wrapper
-
-
-def _refresher(call: Callable[..., Any], is_async: bool) -> Callable[..., Any]:
-    """``.refresh(*args, **kwargs)``: the call made inside `failover.refreshing` (the upstream
-    called and its answer stored, whatever ``fresh_for`` or ``throttle`` say)."""
-    if is_async:
-
-        async def arefresh(*args: Any, **kwargs: Any) -> Any:
-            with switches.refreshing():
-                return await call(*args, **kwargs)
-
-        return arefresh
-
-    def refresh(*args: Any, **kwargs: Any) -> Any:
-        with switches.refreshing():
-            return call(*args, **kwargs)
-
-    return refresh
 
 
 def _check(settings: dict[str, Any], owner: str) -> None:

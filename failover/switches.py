@@ -18,13 +18,10 @@ from __future__ import annotations
 
 import threading
 import weakref
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from contextvars import ContextVar
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from .core import Runtime
+from typing import Any
 
 __all__ = [
     "CONDITIONAL",
@@ -34,6 +31,7 @@ __all__ = [
     "arm_conditional",
     "disabled",
     "here",
+    "refresher",
     "refreshing",
     "watch",
 ]
@@ -47,7 +45,8 @@ CONDITIONAL = 4
 
 _mode: ContextVar[int] = ContextVar("failover_switch", default=0)
 _lock = threading.Lock()
-_runtimes: weakref.WeakSet[Runtime] = weakref.WeakSet()
+# The runtimes (`failover.core.Runtime`, which uses this module: typed loosely) to turn on.
+_runtimes: weakref.WeakSet[Any] = weakref.WeakSet()
 
 
 class _State:
@@ -71,7 +70,7 @@ def here() -> int:
     return _mode.get() | STATE.armed
 
 
-def watch(rt: Runtime) -> bool:
+def watch(rt: Any) -> bool:
     """Keep ``rt`` to be told when the switches come on; whether they are on already."""
     with _lock:
         _runtimes.add(rt)
@@ -129,3 +128,21 @@ def disabled() -> AbstractContextManager[None]:
             find_country("FR")  # as if it were not decorated
     """
     return _switched(DISABLED)
+
+
+def refresher(call: Callable[..., Any], is_async: bool) -> Callable[..., Any]:
+    """``.refresh(*args, **kwargs)``: the call made inside `failover.refreshing` (the upstream
+    called and its answer stored, whatever ``fresh_for`` or ``throttle`` say)."""
+    if is_async:
+
+        async def arefresh(*args: Any, **kwargs: Any) -> Any:
+            with refreshing():
+                return await call(*args, **kwargs)
+
+        return arefresh
+
+    def refresh(*args: Any, **kwargs: Any) -> Any:
+        with refreshing():
+            return call(*args, **kwargs)
+
+    return refresh

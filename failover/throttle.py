@@ -18,13 +18,36 @@ starts with no key throttled.
 
 from __future__ import annotations
 
+import logging
 import threading
 from datetime import datetime, timedelta
-from typing import Any
+from time import perf_counter
+from typing import TYPE_CHECKING, Any
 
+from .errors import Throttled
 from .forks import AfterFork
+from .handlers import key_of
+from .payload import ReferentialPayload
 
-__all__ = ["MAX_KEYS", "Throttle"]
+if TYPE_CHECKING:
+    from .context import Miss
+    from .handlers.lookup import Lookup
+
+# A call (`failover.call.Call`) and its runtime (`failover.core.Runtime`), typed loosely here:
+# both modules use this one.
+Call = Any
+Runtime = Any
+
+log = logging.getLogger("failover")
+
+__all__ = [
+    "MAX_KEYS",
+    "Throttle",
+    "mark_throttled",
+    "serve_throttled",
+    "throttled_read",
+    "unthrottle",
+]
 
 MAX_KEYS = 10_000
 """The most keys one failover's throttle holds."""
@@ -97,3 +120,72 @@ class Throttle:
 
 
 _FORKS = AfterFork(Throttle.forked)
+
+
+# -- a call's side ---------------------------------------------------------------------------
+
+
+def _slot(call: Call) -> Any:
+    """The call's key in its failover's throttle: per tenant on a failover routed by tenant, as
+    the tables of calls in flight are (`failover.core.Runtime.flight_key`)."""
+    rt = call.rt
+    key = key_of(call)
+    return key if rt.router is None else rt.flight_key(key)
+
+
+def throttled_read(call: Call) -> Lookup | None:
+    """The read that answers ``call`` stale without calling the upstream, when its key failed
+    and was served stale less than ``throttle`` ago; else ``None``."""
+    rt = call.rt
+    throttle = rt.throttle
+    now = call.now
+    if throttle is None or now is None:
+        return None
+    try:
+        if not throttle.holds(_slot(call), now):
+            return None
+        cause = Throttled(
+            f"failover {call.definition.name!r}: this key failed and was served stale less "
+            f"than {throttle.duration} ago; served stale again, the upstream not called"
+        )
+        lookup: Lookup = rt.handler.lookup(call, cause)
+    except Exception:  # a failing key function: the call's own path meets it
+        return None
+    lookup.start = perf_counter() if rt.events.timed else 0.0
+    return lookup
+
+
+def serve_throttled(
+    call: Call, lookup: Lookup, found: ReferentialPayload[Any] | Miss
+) -> ReferentialPayload[Any] | None:
+    """A throttled call's answer: the entry found, stale (refused by the ``throttle`` guard,
+    then recovered); ``None`` when none is left to serve (the upstream is called then)."""
+    if not isinstance(found, ReferentialPayload):
+        return None
+    cause = lookup.cause
+    assert cause is not None  # a throttled read has its cause
+    call.seconds = None  # the upstream was not called
+    call.rt.events.refused(Throttled.guard, cause)
+    out: ReferentialPayload[Any] | None = call.settle(lookup, found)
+    return out
+
+
+def mark_throttled(call: Call, throttle: Throttle, found: ReferentialPayload[Any]) -> None:
+    """``call`` failed and was served ``found``: its key is throttled."""
+    now = call.now
+    if now is None:
+        return
+    try:
+        throttle.mark(_slot(call), now, found.expire_on)
+    except Exception:  # a failing key function: not throttled, the next call asks again
+        log.debug("failover %r: throttling failed", call.definition.name, exc_info=True)
+
+
+def unthrottle(rt: Runtime, call: Call) -> None:
+    """``call``'s key is throttled no more: it is refreshed, or its entry deleted."""
+    throttle = rt.throttle
+    if throttle is not None:
+        try:
+            throttle.forget(_slot(call))
+        except Exception:  # a failing key function: nothing was throttled under it
+            log.debug("failover %r: unthrottling failed", rt.definition.name, exc_info=True)
