@@ -35,8 +35,8 @@ if TYPE_CHECKING:
 
 # A call (`failover.call.Call`) and its runtime (`failover.core.Runtime`), typed loosely here:
 # both modules use this one.
-Call = Any
-Runtime = Any
+_Call = Any
+_Runtime = Any
 
 log = logging.getLogger("failover")
 
@@ -125,7 +125,7 @@ _FORKS = AfterFork(Throttle.forked)
 # -- a call's side ---------------------------------------------------------------------------
 
 
-def _slot(call: Call) -> Any:
+def _slot(call: _Call) -> Any:
     """The call's key in its failover's throttle: per tenant on a failover routed by tenant, as
     the tables of calls in flight are (`failover.core.Runtime.flight_key`)."""
     rt = call.rt
@@ -133,7 +133,7 @@ def _slot(call: Call) -> Any:
     return key if rt.router is None else rt.flight_key(key)
 
 
-def throttled_read(call: Call) -> Lookup | None:
+def throttled_read(call: _Call) -> Lookup | None:
     """The read that answers ``call`` stale without calling the upstream, when its key failed
     and was served stale less than ``throttle`` ago; else ``None``."""
     rt = call.rt
@@ -156,7 +156,7 @@ def throttled_read(call: Call) -> Lookup | None:
 
 
 def serve_throttled(
-    call: Call, lookup: Lookup, found: ReferentialPayload[Any] | Miss
+    call: _Call, lookup: Lookup, found: ReferentialPayload[Any] | Miss
 ) -> ReferentialPayload[Any] | None:
     """A throttled call's answer: the entry found, stale (refused by the ``throttle`` guard,
     then recovered); ``None`` when none is left to serve (the upstream is called then)."""
@@ -170,7 +170,7 @@ def serve_throttled(
     return out
 
 
-def mark_throttled(call: Call, throttle: Throttle, found: ReferentialPayload[Any]) -> None:
+def mark_throttled(call: _Call, throttle: Throttle, found: ReferentialPayload[Any]) -> None:
     """``call`` failed and was served ``found``: its key is throttled."""
     now = call.now
     if now is None:
@@ -181,7 +181,7 @@ def mark_throttled(call: Call, throttle: Throttle, found: ReferentialPayload[Any
         log.debug("failover %r: throttling failed", call.definition.name, exc_info=True)
 
 
-def unthrottle(rt: Runtime, call: Call) -> None:
+def unthrottle(rt: _Runtime, call: _Call) -> None:
     """``call``'s key is throttled no more: it is refreshed, or its entry deleted."""
     throttle = rt.throttle
     if throttle is not None:
