@@ -15,7 +15,7 @@ A failover with neither (the default) keeps `FixedTtl` and its inlined path: not
 
 from __future__ import annotations
 
-import random
+import zlib
 from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
@@ -53,13 +53,14 @@ def duration_of(fn: Durations, what: str, result: Any, args: Any, kwargs: Any) -
 class AdaptiveTtl:
     """The expiry of ``ttl=`` given as a callable, or with ``ttl_jitter=``: an entry lives what
     the callable says for it (``ttl`` when it says ``None``), shortened by up to ``jitter`` of
-    that at random, so that entries stored together do not expire together and never later
-    than the ttl said.
+    that, so that entries stored together do not expire together, and never later than the ttl
+    said. The share taken off is spread by the entry's key (a checksum of it, the same in every
+    process): the envelope a caller gets shows the expiry its entry was stored with.
 
     Args:
         ttl: the default ttl (the callable said ``None``, or there is no callable).
         of: the callable, or ``None``.
-        jitter: the most of each entry's ttl taken off at random (0 to 1).
+        jitter: the most of each entry's ttl taken off (0 to 1).
         owner: the failover, for the message of a callable that answers no duration.
     """
 
@@ -75,28 +76,30 @@ class AdaptiveTtl:
         return f"AdaptiveTtl(ttl={self.ttl}, of={self.of!r}, jitter={self.jitter})"
 
     def compute_expiry(self, definition: FailoverDefinition, now: datetime) -> datetime:
-        """The expiry of an entry stored at ``now`` whose result is not known here: the
-        default ttl, jittered."""
-        return now + self._spread(self.ttl)
+        """The expiry of an entry stored at ``now`` whose result and key are not known here:
+        the default ttl, the latest any entry of it expires."""
+        return now + self.ttl
 
-    def expiry_of(self, now: datetime, result: Any, args: Any, kwargs: Any) -> datetime:
-        """The expiry of ``result`` (of the call ``args``, ``kwargs``) stored at ``now``."""
+    def expiry_of(self, now: datetime, result: Any, args: Any, kwargs: Any, key: str) -> datetime:
+        """The expiry of ``result`` (of the call ``args``, ``kwargs``) stored at ``now`` under
+        ``key``."""
         ttl = self.ttl
         if self.of is not None:
             said = duration_of(self.of, f"{self.owner}: ttl=", result, args, kwargs)
             if said is not None:
                 ttl = said
-        return now + self._spread(ttl)
+        return now + self._spread(ttl, key)
 
     def is_expired(self, payload: ReferentialPayload[Any], now: datetime) -> bool:
         """Expired once ``now`` reaches the stored ``expire_on``."""
         return payload.expire_on is not None and now >= payload.expire_on
 
-    def _spread(self, ttl: timedelta) -> timedelta:
+    def _spread(self, ttl: timedelta, key: str) -> timedelta:
         if not self.jitter:
             return ttl
         # Shortened, never lengthened: a ttl is the most staleness a caller may be served.
-        return ttl * (1.0 - self.jitter * random.random())  # spread, not secrecy
+        share = zlib.crc32(key.encode()) / 0x1_0000_0000  # 0 <= share < 1, per key
+        return ttl * (1.0 - self.jitter * share)
 
 
 class FreshSince:

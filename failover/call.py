@@ -264,7 +264,7 @@ class Call(CallContext):
             if now is None:
                 expire_on = None
             elif type(expiry) is AdaptiveTtl:  # what the stored entry got, up to its jitter
-                expire_on = expiry.expiry_of(now, value, self.args, self.kwargs)
+                expire_on = expiry.expiry_of(now, value, self.args, self.kwargs, key)
             else:
                 expire_on = expiry.compute_expiry(d, now)
         except Exception:  # so did a failing expiry policy

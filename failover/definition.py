@@ -67,7 +67,8 @@ class FailoverDefinition:
         rate: the rate limit, ``(count, per seconds)``, or ``None``.
         throttle: the fail-safe throttle: how long a key served stale after a failure is
             served stale without calling the upstream; ``None``: never.
-        ttl_jitter: the most of an entry's ttl taken off at random (`failover.adaptive`).
+        ttl_jitter: the most of an entry's ttl taken off, spread by its key
+            (`failover.adaptive`).
     """
 
     name: str

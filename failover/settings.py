@@ -106,8 +106,8 @@ class Options(TypedDict, total=False):
         throttle: fail-safe throttle: after a failed call of a key was served stale, calls of
             that key are served the same stale entry without calling the upstream for this
             long (per key and tenant; counted as refused by the ``throttle`` guard).
-        ttl_jitter: a fraction of the ttl (0 to 1) taken off each entry's at random, so that
-            entries stored together do not expire together.
+        ttl_jitter: a fraction of the ttl (0 to 1) taken off each entry's, spread by its key, so
+            that entries stored together do not expire together.
         label: keep a readable label with each stored entry, for the dashboard and ``failover
             inspect``: ``True`` renders the call's arguments (``country(code='FR')``), a
             callable receives them as the function does and returns the label. Off by default:

@@ -59,7 +59,7 @@ def _ttl_jitter(value: Any, owner: str, setting: str) -> float:
     if not ok:
         raise ConfigurationError(
             f"{owner}: ttl_jitter= must be a fraction of the ttl between 0 and 1 (0.1: each "
-            f"entry lives up to a tenth less, at random), got {value!r}"
+            f"entry lives up to a tenth less, spread by its key), got {value!r}"
         )
     return float(value)
 

@@ -125,6 +125,10 @@ def test_jitter_spreads_expiries_never_past_the_ttl(engine: Failover, clock: Fak
         ends.add(found.expire_on - clock())
     assert all(timedelta(seconds=80) <= end <= timedelta(seconds=100) for end in ends)
     assert len(ends) > 1  # spread
+    live = country.referential("C0")
+    stored = country.peek("C0")
+    assert stored is not None
+    assert live.expire_on == stored.expire_on  # the caller is shown the stored expiry
 
 
 def test_scatter_gather_asks_per_slice(engine: Failover, clock: FakeClock) -> None:

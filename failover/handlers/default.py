@@ -97,7 +97,7 @@ class DefaultHandler:
             if type(expiry) is FixedTtl:  # `expire_on`'s default policy, inlined
                 expires = now + expiry.ttl
             elif type(expiry) is AdaptiveTtl:  # the result decides (ttl= a callable, jitter)
-                expires = expiry.expiry_of(now, result, ctx.args, ctx.kwargs)
+                expires = expiry.expiry_of(now, result, ctx.args, ctx.kwargs, key)
             else:
                 expires = expiry.compute_expiry(definition, now)
             # `envelope`, inlined: the success path's one envelope, without a frame.

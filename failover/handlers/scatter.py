@@ -89,20 +89,15 @@ class ScatterGatherHandler:
                 )
                 labelled = d.label is not None
                 adaptive = d.expiry if type(d.expiry) is AdaptiveTtl else None
-                payloads = [
-                    envelope(
-                        name,
-                        slice_key(d, s.arguments),
-                        s.payload,
-                        now,
-                        expires
-                        if adaptive is None  # per slice: its own payload, its own jitter
-                        else adaptive.expiry_of(now, s.payload, tuple(s.arguments.values()), {}),
-                        True,
-                        label=slice_label(d, s.arguments) if labelled else None,
-                    )
-                    for s in slices
-                ]
+                payloads = []
+                for s in slices:
+                    key = slice_key(d, s.arguments)
+                    ends = expires
+                    if adaptive is not None:  # per slice: its own payload, its own key
+                        own = tuple(s.arguments.values())
+                        ends = adaptive.expiry_of(now, s.payload, own, {}, key)
+                    label = slice_label(d, s.arguments) if labelled else None
+                    payloads.append(envelope(name, key, s.payload, now, ends, True, label=label))
             except Exception as exc:
                 raise _failed(d, "split_on_store", exc) from exc
             kept = self.store_.store_many(payloads) if payloads else None
