@@ -24,11 +24,13 @@ from .errors import (
     BulkheadFull,
     ConfigurationError,
     FailoverError,
+    NothingToRenew,
     RateLimited,
     SerializationError,
     SoftTimeoutError,
     SplitterError,
     StoreError,
+    Throttled,
 )
 from .execution import LocalPermits, PermitSource
 from .expiry import FixedTtl
@@ -47,6 +49,7 @@ from .stores import (
     TieredStore,
     make_store,
 )
+from .switches import disabled, refreshing
 from .tenant import current_tenant, tenant
 
 __all__ = [
@@ -70,6 +73,8 @@ __all__ = [
     "JsonCodec",
     "ListSplitter",
     "LocalPermits",
+    "NotModified",
+    "NothingToRenew",
     "PayloadSplitter",
     "PermitSource",
     "PickleCodec",
@@ -87,12 +92,16 @@ __all__ = [
     "SqlStore",
     "StoreContext",
     "StoreError",
+    "Throttled",
     "TieredStore",
     "configure",
     "current_tenant",
+    "disabled",
     "failover",
     "get_engine",
     "make_store",
+    "refreshing",
+    "stale_entry",
     "tenant",
 ]
 
@@ -101,6 +110,7 @@ __all__ = [
 logging.getLogger(__name__).addHandler(logging.NullHandler())
 
 if typing.TYPE_CHECKING:
+    from .conditional import NotModified, stale_entry
     from .execution.redis_permits import RedisPermits
     from .stores.backends.redis import RedisStore
     from .stores.backends.sql import SqlStore
@@ -110,6 +120,16 @@ def __getattr__(name: str) -> object:
     # Lazy, as in failover.stores: SqlStore loads SQLAlchemy, RedisStore needs redis-py.
     if name in ("RedisStore", "SqlStore"):
         value = getattr(stores, name)
+        globals()[name] = value
+        return value
+    if name in ("NotModified", "stale_entry"):
+        # Named, conditional refresh is armed: from then on each call's upstream knows its call
+        # (a context variable per call, which no process that does not use it pays for).
+        from . import conditional
+        from .switches import arm_conditional
+
+        arm_conditional()
+        value = getattr(conditional, name)
         globals()[name] = value
         return value
     if name == "RedisPermits":  # needs redis-py, as RedisStore does

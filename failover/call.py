@@ -28,8 +28,9 @@ from logging import DEBUG
 from time import perf_counter
 from typing import TYPE_CHECKING, Any
 
+from .adaptive import AdaptiveTtl, FreshSince
 from .context import CallContext, Miss, RecoverContext
-from .errors import SerializationError, refused_by
+from .errors import SerializationError, Throttled, refused_by
 from .execution import Wait
 from .handlers import Partial, envelope_key
 from .handlers.lookup import Lookup, failed_lookup, stale
@@ -37,6 +38,7 @@ from .payload import KIND_OF, PLAIN, Building, ReferentialPayload, enrich, envel
 from .policy import ExceptionPolicy, default_for
 from .stores.layers.batching import pinned_call
 from .tenant import read_tenant
+from .throttle import mark_throttled
 
 if TYPE_CHECKING:
     from types import TracebackType
@@ -93,7 +95,7 @@ class Call(CallContext):
     rt: Runtime
     start: float
     token: Any
-    seconds: float  # how long the failed upstream took (set by `failed`)
+    seconds: float | None  # how long the failed upstream took (set by `failed`)
 
     # -- the guards ---------------------------------------------------------------------------
 
@@ -162,7 +164,13 @@ class Call(CallContext):
             now = self.now  # the call's time (`call_of`)
             if now is None:
                 self.now = now = rt.clock()
-            found = rt.handler.fresh(self, now - rt.fresh_window)
+            window = rt.fresh_window
+            if window is not None:
+                found = rt.handler.fresh(self, now - window)
+            else:  # fresh_for is a callable: a window per entry
+                d = self.definition
+                assert callable(d.fresh_for)
+                found = rt.handler.fresh(self, FreshSince(d.fresh_for, now, repr(d.name)))
         except Exception:
             log.debug("failover %r: the fresh read failed", self.definition.name, exc_info=True)
             found = None
@@ -254,7 +262,13 @@ class Call(CallContext):
         now = self.now
         key = envelope_key(self)  # a failing key= callable already showed up as a store failure
         try:
-            expire_on = None if now is None else d.expiry.compute_expiry(d, now)
+            expiry = d.expiry
+            if now is None:
+                expire_on = None
+            elif type(expiry) is AdaptiveTtl:  # what the stored entry got, up to its jitter
+                expire_on = expiry.expiry_of(now, value, self.args, self.kwargs, key)
+            else:
+                expire_on = expiry.compute_expiry(d, now)
         except Exception:  # so did a failing expiry policy
             expire_on = None
         return envelope(d.effective_name, key, value, now, expire_on, True)
@@ -309,7 +323,7 @@ class Call(CallContext):
             return None
         return perf_counter() if rt.events.timed else 0.0
 
-    def settle(
+    def settle(  # noqa: PLR0915 - the recovery path inlined: one frame fewer per recovery
         self, lookup: Lookup, found: ReferentialPayload[Any] | Miss
     ) -> ReferentialPayload[Any] | None:
         """What the caller gets after recovery (``found``: what ``lookup`` read): an envelope,
@@ -332,6 +346,8 @@ class Call(CallContext):
         if isinstance(found, ReferentialPayload):
             as_of = found.as_of
             events.recovered(seconds, cause, as_of)
+            if rt.throttle is not None and type(cause) is not Throttled:
+                mark_throttled(self, rt.throttle, found)
             value = found.payload
             if KIND_OF(type(value)) != PLAIN:  # as in `live`: most results carry no freshness
                 value = enrich(value, False, as_of)

@@ -19,6 +19,7 @@ from datetime import datetime, timedelta
 from time import perf_counter
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
+from . import switches
 from .context import CallContext, Miss, RecoverContext
 from .definition import FailoverDefinition
 from .errors import ConfigurationError, SerializationError, StoreError
@@ -30,6 +31,7 @@ from .logs import LogLimiter
 from .payload import ReferentialPayload
 from .policy import ExceptionPolicy
 from .tenant import current_tenant, pinned
+from .throttle import Throttle
 
 if TYPE_CHECKING:
     from .stores.layers.routing import MultiTenantStore
@@ -82,9 +84,11 @@ class Runtime:
     """One failover on one engine: what to store, what to recover, what the caller gets."""
 
     __slots__ = (
+        "__weakref__",
         "_return_type",
         "ahead",
         "bare",
+        "before",
         "binder",
         "blocking",
         "blocking_writes",
@@ -107,6 +111,7 @@ class Runtime:
         "refusals",
         "refused_types",
         "router",
+        "throttle",
         "timeout",
         "unattempted",
         "unrouted",
@@ -163,7 +168,18 @@ class Runtime:
         # The cache-first window (`Call.fresh`), and refresh ahead past ``refresh_at`` seconds of
         # age: a refresh.RefreshAhead, set by the engine when refresh_ahead is on.
         self.fresh_for = definition.fresh_for
-        self.fresh_window = definition.fresh_for or timedelta(0)
+        # A fixed window; None when fresh_for is a callable (a window per entry: `Call.fresh`).
+        fresh = definition.fresh_for
+        self.fresh_window: timedelta | None = (
+            fresh if isinstance(fresh, timedelta) else timedelta(0) if fresh is None else None
+        )
+        # The fail-safe throttle's table of keys (`throttle.Throttle`), when throttle= is set.
+        self.throttle: Throttle | None = (
+            None if definition.throttle is None else Throttle(definition.throttle)
+        )
+        # Whether a call has anything to do before calling the upstream: fresh_for, throttle=,
+        # or the switches (`failover.switches`, which turn it on for every runtime when used).
+        self.before = switches.watch(self) or fresh is not None or self.throttle is not None
         ahead = definition.refresh_ahead
         self.refresh_at = 0.0 if ahead is None else ahead.total_seconds()
         self.ahead: Any = None

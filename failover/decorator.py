@@ -12,6 +12,7 @@ from datetime import datetime
 from time import perf_counter
 from typing import Any, ParamSpec, TypeVar, Unpack, overload
 
+from . import conditional, switches
 from .call import call_of
 from .context import CallContext
 from .core import Binder, Runtime
@@ -24,6 +25,8 @@ from .handlers import Partial, envelope_key
 from .payload import ReferentialPayload
 from .refresh import MISSED
 from .settings import Options, check_names, described, parameters, resolve
+from .switches import CONDITIONAL, DISABLED, REFRESHING
+from .throttle import serve_throttled, throttled_read, unthrottle
 
 __all__ = ["AsyncFailoverFunction", "FailoverFunction", "failover"]
 
@@ -94,13 +97,16 @@ class State:
         )
 
     def invalidate(self, *args: Any, **kwargs: Any) -> None:
-        """Delete the stored entry for the call."""
+        """Delete the stored entry for the call (and its throttle: nothing is left to serve)."""
         rt = self.runtime()
         if rt is not None:
-            rt.handler.invalidate(call_of(rt, args, kwargs))
+            call = call_of(rt, args, kwargs)
+            rt.handler.invalidate(call)
+            unthrottle(rt, call)
 
 
-def _sync_shell(state: State, envelope: bool) -> Callable[..., Any]:
+# One frame on the hot path: its branches stay inline, whatever their count.
+def _sync_shell(state: State, envelope: bool) -> Callable[..., Any]:  # noqa: PLR0915
     """The synchronous wrapper: the call itself, or (``envelope``) its ``.referential``.
 
     Made once per flag, so the hot path has no extra frame to pass the flag through.
@@ -120,9 +126,20 @@ def _sync_shell(state: State, envelope: bool) -> Callable[..., Any]:
             state.warn_in_loop()
         call = call_of(rt, args, kwargs)
         part = None
-        if rt.fresh_for is not None:
-            found = call.fresh()
-            if found is not None:
+        upstream = fn
+        if rt.before:  # fresh_for, throttle=, or the switches: see `failover.switches`
+            here = switches.here() if switches.STATE.on else 0
+            if here:
+                if here & DISABLED:  # a pass-through: nothing read, nothing stored
+                    result = fn(*args, **kwargs)
+                    return state.passthrough(args, kwargs, result) if envelope else result
+                if here & REFRESHING:
+                    unthrottle(rt, call)
+                if here & CONDITIONAL:
+                    upstream = conditional.upstream(call, fn)
+            if here & REFRESHING:
+                pass  # the upstream is called: no fresh answer, no throttled one
+            elif rt.fresh_for is not None and (found := call.fresh()) is not None:
                 if not isinstance(found, Partial):
                     return call.served_fresh(found, args, kwargs, envelope)
                 part = found
@@ -131,13 +148,18 @@ def _sync_shell(state: State, envelope: bool) -> Callable[..., Any]:
                 value = rt.ahead.join(call)
                 if value is not MISSED:
                     return call.envelope(value) if envelope else value
+            if rt.throttle is not None and not here & REFRESHING and part is None:
+                lookup = throttled_read(call)  # the key failed lately: stale, no upstream
+                out = None if lookup is None else serve_throttled(call, lookup, lookup.read())
+                if out is not None:
+                    return out if envelope else out.payload
         try:
             if rt.bare:  # nothing to enter: no `with` on the hottest path
                 call.start = perf_counter()
-                result = fn(*args, **kwargs)
+                result = upstream(*args, **kwargs)
             else:
                 with call:
-                    result = call.run(fn, args, kwargs)
+                    result = call.run(upstream, args, kwargs)
         except Exception as exc:
             out = call.recover(exc)  # recovered from the store, or None: re-raise
             if out is None:
@@ -152,7 +174,7 @@ def _sync_shell(state: State, envelope: bool) -> Callable[..., Any]:
     return shell
 
 
-def _async_shell(state: State, envelope: bool) -> Callable[..., Any]:
+def _async_shell(state: State, envelope: bool) -> Callable[..., Any]:  # noqa: PLR0915
     """The ``async def`` wrapper, as `_sync_shell`; store I/O never blocks the event loop."""
     fn = state.fn
 
@@ -167,9 +189,23 @@ def _async_shell(state: State, envelope: bool) -> Callable[..., Any]:
             return state.passthrough(args, kwargs, result) if envelope else result
         call = call_of(rt, args, kwargs)
         part = None
-        if rt.fresh_for is not None:
-            found = await rt.on_worker(call.fresh) if rt.blocking else call.fresh()
-            if found is not None:
+        upstream = fn
+        if rt.before:  # fresh_for, throttle=, or the switches: see `failover.switches`
+            here = switches.here() if switches.STATE.on else 0
+            if here:
+                if here & DISABLED:  # a pass-through: nothing read, nothing stored
+                    result = await fn(*args, **kwargs)
+                    return state.passthrough(args, kwargs, result) if envelope else result
+                if here & REFRESHING:
+                    unthrottle(rt, call)
+                if here & CONDITIONAL:
+                    upstream = conditional.aupstream(call, fn)
+            found = None
+            if not here & REFRESHING and rt.fresh_for is not None:
+                found = await rt.on_worker(call.fresh) if rt.blocking else call.fresh()
+            if here & REFRESHING:
+                pass  # the upstream is called: no fresh answer, no throttled one
+            elif found is not None:
                 if not isinstance(found, Partial):
                     return call.served_fresh(found, args, kwargs, envelope)
                 part = found
@@ -178,13 +214,20 @@ def _async_shell(state: State, envelope: bool) -> Callable[..., Any]:
                 value = await rt.ahead.ajoin(call)
                 if value is not MISSED:
                     return call.envelope(value) if envelope else value
+            if rt.throttle is not None and not here & REFRESHING and part is None:
+                lookup = throttled_read(call)  # the key failed lately: stale, no upstream
+                out = (
+                    None if lookup is None else serve_throttled(call, lookup, await lookup.aread())
+                )
+                if out is not None:
+                    return out if envelope else out.payload
         try:
             if rt.bare:
                 call.start = perf_counter()
-                result = await fn(*args, **kwargs)
+                result = await upstream(*args, **kwargs)
             else:
                 async with call:
-                    result = await call.arun(fn, args, kwargs)
+                    result = await call.arun(upstream, args, kwargs)
         except Exception as exc:
             lookup = call.failed(exc)  # the store read that recovers the call, if any
             out = None if lookup is None else call.settle(lookup, await lookup.aread())
@@ -265,6 +308,8 @@ def _build(fn: Any, name: str | None, options: dict[str, Any]) -> Any:
     wrapper.referential = shell(state, True)
     wrapper.peek = state.peek
     wrapper.invalidate = state.invalidate
+    wrapper.refresh = switches.refresher(wrapper, definition.is_async)
+    conditional.arm_if_named(fn)
     wrapper.definition = definition
     wrapper._failover_state = state
     if engine is None:

@@ -61,10 +61,15 @@ class FailoverDefinition:
         breaker_defaults: reads the ``breaker_defaults`` of the engine the failover runs on
             (what ``breaker=True`` makes its breaker from), for `execution` to show.
         fresh_for: the cache-first window: an entry younger than this is served without
-            calling the upstream; ``None``: every call calls the upstream.
+            calling the upstream (a callable: the window of each entry, asked of its payload
+            and the call's arguments); ``None``: every call calls the upstream.
         refresh_ahead: the age at which an entry served within ``fresh_for`` is refreshed in
             the background; ``None``: never ahead.
         rate: the rate limit, ``(count, per seconds)``, or ``None``.
+        throttle: the fail-safe throttle: how long a key served stale after a failure is
+            served stale without calling the upstream; ``None``: never.
+        ttl_jitter: the most of an entry's ttl taken off, spread by its key
+            (`failover.adaptive`).
     """
 
     name: str
@@ -95,9 +100,12 @@ class FailoverDefinition:
     single_flight: bool | str = False
     label: Callable[..., object] | bool | None = None
     breaker_defaults: Callable[[], Mapping[str, Any]] = field(default=_no_defaults, repr=False)
-    fresh_for: timedelta | None = None
+    # A callable of the result and the arguments (`failover.adaptive`), or a fixed window.
+    fresh_for: timedelta | Callable[..., object] | None = None
     refresh_ahead: timedelta | None = None
     rate: tuple[int, float] | None = None
+    throttle: timedelta | None = None
+    ttl_jitter: float = 0.0
 
     def __repr__(self) -> str:
         policy = "engine's" if self.policy is None else getattr(self.policy, "value", self.policy)

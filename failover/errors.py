@@ -9,6 +9,8 @@ The tree::
     ├── SplitterError             a scatter/gather splitter raised
     ├── BulkheadFull              no bulkhead permit could be had (a recovery cause)
     ├── RateLimited               a call over the failover's ``rate=`` (a recovery cause)
+    ├── Throttled                 a key served stale within ``throttle=`` (a recovery cause)
+    ├── NothingToRenew            the upstream said NotModified, and no entry was stored
     └── SoftTimeoutError          the upstream was slower than ``timeout=`` (also a TimeoutError)
 
 A guard's refusal carries the guard's name (``guard``: ``bulkhead``, ``breaker``, ``timeout``…):
@@ -27,11 +29,13 @@ __all__ = [
     "BulkheadFull",
     "ConfigurationError",
     "FailoverError",
+    "NothingToRenew",
     "RateLimited",
     "SerializationError",
     "SoftTimeoutError",
     "SplitterError",
     "StoreError",
+    "Throttled",
     "refused_by",
 ]
 
@@ -76,6 +80,23 @@ class RateLimited(FailoverError):
     """
 
     guard: ClassVar[str] = "rate"
+
+
+class Throttled(FailoverError):
+    """The key was served stale after a failure less than ``throttle=`` ago: the call is
+    served the stored entry again, the upstream not called.
+
+    Attributes:
+        guard: ``"throttle"``, the guard that refused.
+    """
+
+    guard: ClassVar[str] = "throttle"
+
+
+class NothingToRenew(FailoverError):
+    """The upstream answered `failover.NotModified` (conditional refresh), but no entry of the
+    call's key is stored to renew: a failure of the upstream (it sent no payload), recovered
+    like any other."""
 
 
 class SoftTimeoutError(FailoverError, TimeoutError):

@@ -46,6 +46,11 @@ class FailoverFunction(Protocol[P, R]):
         """Delete the stored entry for these arguments."""
         ...
 
+    def refresh(self, *args: P.args, **kwargs: P.kwargs) -> R:
+        """Call the upstream now and store its answer, whatever ``fresh_for`` or
+        ``throttle`` say (a failure is still recovered)."""
+        ...
+
     @overload
     def __get__(self, instance: None, owner: type[Any]) -> Self: ...
     @overload
@@ -55,7 +60,8 @@ class FailoverFunction(Protocol[P, R]):
 
 
 class AsyncFailoverFunction(Protocol[P, R]):
-    """A decorated ``async def`` function; ``peek`` and ``invalidate`` stay synchronous."""
+    """A decorated ``async def`` function; ``peek`` and ``invalidate`` stay synchronous,
+    ``refresh`` is awaited."""
 
     definition: FailoverDefinition
 
@@ -80,6 +86,11 @@ class AsyncFailoverFunction(Protocol[P, R]):
 
     def invalidate(self, *args: P.args, **kwargs: P.kwargs) -> None:
         """Delete the stored entry for these arguments."""
+        ...
+
+    def refresh(self, *args: P.args, **kwargs: P.kwargs) -> Coroutine[Any, Any, R]:
+        """Await the upstream now and store its answer, whatever ``fresh_for`` or
+        ``throttle`` say (a failure is still recovered)."""
         ...
 
     @overload
@@ -136,10 +147,16 @@ class Bound(functools.partial[Any]):
         func: Any = self.func
         func.invalidate(*self.args, *args, **kwargs)
 
+    def refresh(self, *args: Any, **kwargs: Any) -> Any:
+        """Call the upstream now and store its answer."""
+        func: Any = self.func
+        return func.refresh(*self.args, *args, **kwargs)
+
 
 class Method(Generic[P, R]):
     """Descriptor for a decorated method: class access gives the function, instance access a
-    bound callable whose ``.referential``/``.peek``/``.invalidate`` pass the instance along."""
+    bound callable whose ``.referential``/``.peek``/``.invalidate``/``.refresh`` pass the
+    instance along."""
 
     def __init__(self, wrapper: Callable[..., Any], bind_class: bool) -> None:
         self.wrapper = wrapper

@@ -7,29 +7,48 @@ a value into the `FailoverDefinition` field of the same name. `DEFAULTS` is read
 
 import difflib
 import inspect
-import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Annotated, Any, Literal, TypedDict, cast, get_type_hints
+from typing import Annotated, Any, Literal, TypedDict, get_type_hints
 
 import pybreaker
 
+from .adaptive import AdaptiveTtl
 from .context import PolicyLike, RecoverContext
 from .definition import ExpiryPolicy, FailoverDefinition
 from .engine import Failover
 from .engine import default as default_engine
 from .errors import ConfigurationError
-from .expiry import LONGEST, FixedTtl, parse_ttl, too_long
+from .expiry import FixedTtl, parse_ttl
 from .labels import check_label
-from .policy import resolve_policy
 from .scatter import check_splitter
+from .validators import (
+    _breaker,
+    _callable_or_none,
+    _domain,
+    _exceptions,
+    _expiry,
+    _flag,
+    _fresh_for,
+    _interval,
+    _permits,
+    _policy,
+    _pool,
+    _rate,
+    _refresh_ahead,
+    _single_flight,
+    _throttle,
+    _timeout,
+    _ttl,
+    _ttl_jitter,
+    _types,
+    _wait,
+    _weight,
+    as_is,
+)
 
 __all__ = ["DEFAULTS", "Options", "Setting", "described", "parameters", "resolve"]
-
-
-def _as_is(value: Any, owner: str, setting: str) -> Any:
-    return value
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,179 +62,7 @@ class Setting:
     """
 
     default: Any
-    check: Callable[[Any, str, str], Any] = _as_is
-
-
-def seconds(value: Any, owner: str, setting: str, zero_ok: bool) -> float:
-    """A duration setting in seconds: a number of seconds, a timedelta, or text (``"250ms"``,
-    ``"2s"``, ``"1m30s"``) read by the one duration parser, `parse_ttl`, as ``ttl=`` is.
-
-    Raises:
-        ConfigurationError: not a duration, negative, or zero where ``zero_ok`` is false.
-    """
-    if isinstance(value, timedelta | str):
-        return parse_ttl(value, owner, setting, zero_ok=zero_ok).total_seconds()
-    return _finite_seconds(value, owner, setting, zero_ok)
-
-
-def _finite_seconds(value: Any, owner: str, setting: str, zero_ok: bool) -> float:
-    ok = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
-    if not ok or value < 0 or (value == 0 and not zero_ok):
-        bound = ">= 0" if zero_ok else "> 0"
-        raise ConfigurationError(
-            f"{owner}: {setting}= must be a finite number of seconds {bound}, got {value!r}"
-        )
-    if value > LONGEST.total_seconds():  # as in text: a longer wait overflows a lock's
-        raise too_long(f"{owner}: {setting}=", value)
-    return float(value)
-
-
-def _ttl(value: Any, owner: str, setting: str) -> timedelta:
-    return parse_ttl(value, owner)
-
-
-def _domain(value: Any, owner: str, setting: str) -> str | None:
-    if value is not None and (not isinstance(value, str) or not value):
-        raise ConfigurationError(f"{owner}: domain must be a non-empty string")
-    return value
-
-
-def _callable_or_none(value: Any, owner: str, setting: str) -> Any:
-    if value is not None and not callable(value):
-        raise ConfigurationError(f"{owner}: {setting}= must be callable, got {value!r}")
-    return value
-
-
-def _expiry(value: Any, owner: str, setting: str) -> ExpiryPolicy | None:
-    if value is not None and not isinstance(value, ExpiryPolicy):
-        raise ConfigurationError(
-            f"{owner}: expiry= must have compute_expiry() and is_expired(), got {value!r}"
-        )
-    return value
-
-
-def _types(value: Any, owner: str, setting: str) -> tuple[type[BaseException], ...]:
-    items = value if isinstance(value, tuple) else (value,)
-    for item in items:
-        if not (isinstance(item, type) and issubclass(item, BaseException)):
-            raise ConfigurationError(f"{owner}: {setting}= must be exception types, got {item!r}")
-        if setting == "exceptions" and not issubclass(item, Exception):
-            raise ConfigurationError(
-                f"{owner}: exceptions= may only name Exception subclasses; "
-                f"{item.__name__} is a BaseException that always propagates"
-            )
-    return items
-
-
-def _exceptions(value: Any, owner: str, setting: str) -> Any:
-    if not isinstance(value, type | tuple) and callable(value):
-        return value  # a predicate
-    if isinstance(value, str):
-        raise ConfigurationError(
-            f"{owner}: exceptions= takes exception types or a predicate exc -> bool (e.g. "
-            f"failover.http.transient), not the string {value!r}"
-        )
-    return _types(value, owner, setting)
-
-
-def _policy(value: Any, owner: str, setting: str) -> Any:
-    return None if value is None else resolve_policy(value, owner)
-
-
-def _flag(value: Any, owner: str, setting: str) -> bool:
-    # Only a bool: read for its truth, "no" or "false" would turn a flag on.
-    if not isinstance(value, bool):
-        raise ConfigurationError(f"{owner}: {setting}= must be True or False, got {value!r}")
-    return value
-
-
-def _single_flight(value: Any, owner: str, setting: str) -> bool | str:
-    if value == "fleet" or isinstance(value, bool):
-        return cast(bool | str, value)
-    raise ConfigurationError(
-        f"{owner}: single_flight= must be True or False, or 'fleet' (one flight per key "
-        f"across the engine's fleet), got {value!r}"
-    )
-
-
-def _breaker(value: Any, owner: str, setting: str) -> Any:
-    if value is not None and not isinstance(value, bool | pybreaker.CircuitBreaker):
-        raise ConfigurationError(
-            f"{owner}: breaker= must be a pybreaker.CircuitBreaker, True or None, got {value!r}"
-        )
-    return None if value is False else value
-
-
-def _permits(value: Any, owner: str, setting: str) -> int | None:
-    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
-        raise ConfigurationError(
-            f"{owner}: max_concurrency= must be a positive int or None, got {value!r}"
-        )
-    return value
-
-
-def _pool(value: Any, owner: str, setting: str) -> str | None:
-    if value is not None and (not isinstance(value, str) or not value):
-        raise ConfigurationError(f"{owner}: bulkhead= must be a pool's name, got {value!r}")
-    return value
-
-
-def _weight(value: Any, owner: str, setting: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ConfigurationError(f"{owner}: weight= must be a positive int, got {value!r}")
-    return value
-
-
-def _wait(value: Any, owner: str, setting: str) -> float | None:
-    return None if value is None else seconds(value, owner, setting, zero_ok=True)
-
-
-def _timeout(value: Any, owner: str, setting: str) -> float | None:
-    return None if value is None else seconds(value, owner, setting, zero_ok=False)
-
-
-def _interval(value: Any, owner: str, setting: str) -> timedelta | None:
-    # Zero, however spelled, is off for this failover, whatever the engine's.
-    return None if value is None else parse_ttl(value, owner, setting, zero_ok=True)
-
-
-def _fresh_for(value: Any, owner: str, setting: str) -> timedelta | None:
-    return None if value is None else parse_ttl(value, owner, setting)
-
-
-def _rate(value: Any, owner: str, setting: str) -> tuple[int, float] | None:
-    """``"100/s"``: a count per period (``s``, ``m``, ``h``, or a duration such as ``"2s"``)
-    into ``(count, seconds)``."""
-    if value is None:
-        return None
-    count, _, per = value.partition("/") if isinstance(value, str) else ("", "", "")
-    count, per = count.strip(), per.strip()
-    period = None
-    if count.isascii() and count.isdigit() and int(count) > 0 and per:
-        try:  # a bare unit is one of it: "s" is "1s"
-            period = parse_ttl(per if per[0].isdigit() else f"1{per}", owner, setting)
-        except ConfigurationError:
-            period = None
-    if period is None:
-        raise ConfigurationError(
-            f"{owner}: rate= must be a positive count per period such as '100/s', '10/m' or "
-            f"'5/2s', got {value!r}"
-        )
-    return int(count), period.total_seconds()
-
-
-def _refresh_ahead(value: Any, owner: str, setting: str) -> float | timedelta | None:
-    """A fraction of ``fresh_for`` (a number between 0 and 1) or a duration (text or a
-    timedelta); made an age by `_freshness`, which knows ``fresh_for``."""
-    if value is None or isinstance(value, timedelta | str):
-        return None if value is None else parse_ttl(value, owner, setting)
-    ok = isinstance(value, int | float) and not isinstance(value, bool) and 0 < value < 1
-    if not ok:
-        raise ConfigurationError(
-            f"{owner}: refresh_ahead= must be a fraction of fresh_for between 0 and 1 "
-            f"(0.8: refresh in the last fifth) or a duration such as '4m', got {value!r}"
-        )
-    return float(value)
+    check: Callable[[Any, str, str], Any] = as_is
 
 
 class Options(TypedDict, total=False):
@@ -223,7 +70,8 @@ class Options(TypedDict, total=False):
 
     Attributes:
         ttl: how long a stored result may be served: a timedelta, seconds, or ``"15m"``,
-            ``"1h30m"``.
+            ``"1h30m"``; or a callable ``(result, *args, **kwargs) -> duration | None`` that
+            decides per result (``None``: 1 hour).
         domain: a namespace shared with other failovers (entries are stored under it).
         key: receives the call's arguments (without ``self``/``cls``) and returns the raw key.
         expiry: an `ExpiryPolicy` that overrides ``ttl``.
@@ -252,10 +100,17 @@ class Options(TypedDict, total=False):
             call per key across the processes of the engine's ``fleet=`` (a lease per key in
             its Redis; see `failover.fleet.flown`).
         fresh_for: cache-first window: a stored entry younger than this is served (up to date)
-            without calling the upstream; older ones fail over as usual up to ``ttl``.
+            without calling the upstream; older ones fail over as usual up to ``ttl``. Or a
+            callable ``(result, *args, **kwargs) -> duration | None`` asked of the stored entry
+            (``None``: not fresh).
         refresh_ahead: with ``fresh_for``: a call that finds an entry this old (a fraction of
             ``fresh_for``, ``0.8``, or a duration) is answered from the store and refreshes it
             in the background, once per key.
+        throttle: fail-safe throttle: after a failed call of a key was served stale, calls of
+            that key are served the same stale entry without calling the upstream for this
+            long (per key and tenant; counted as refused by the ``throttle`` guard).
+        ttl_jitter: a fraction of the ttl (0 to 1) taken off each entry's, spread by its key, so
+            that entries stored together do not expire together.
         label: keep a readable label with each stored entry, for the dashboard and ``failover
             inspect``: ``True`` renders the call's arguments (``country(code='FR')``), a
             callable receives them as the function does and returns the label. Off by default:
@@ -266,7 +121,7 @@ class Options(TypedDict, total=False):
         engine: the engine to use; default: the process-wide default engine, resolved per call.
     """
 
-    ttl: Annotated[timedelta | float | str, Setting("1h", _ttl)]
+    ttl: Annotated[timedelta | float | str | Callable[..., object], Setting("1h", _ttl)]
     domain: Annotated[str | None, Setting(None, _domain)]
     key: Annotated[Callable[..., object] | None, Setting(None, _callable_or_none)]
     expiry: Annotated[ExpiryPolicy | None, Setting(None, _expiry)]
@@ -290,8 +145,12 @@ class Options(TypedDict, total=False):
     timeout: Annotated[timedelta | float | str | None, Setting(None, _timeout)]
     store_interval: Annotated[timedelta | float | str | None, Setting(None, _interval)]
     single_flight: Annotated[bool | Literal["fleet"], Setting(False, _single_flight)]
-    fresh_for: Annotated[timedelta | float | str | None, Setting(None, _fresh_for)]
+    fresh_for: Annotated[
+        timedelta | float | str | Callable[..., object] | None, Setting(None, _fresh_for)
+    ]
     refresh_ahead: Annotated[float | timedelta | str | None, Setting(None, _refresh_ahead)]
+    throttle: Annotated[timedelta | float | str | None, Setting(None, _throttle)]
+    ttl_jitter: Annotated[float, Setting(0.0, _ttl_jitter)]
     label: Annotated[bool | Callable[..., object] | None, Setting(False, check_label)]
     rate: Annotated[str | None, Setting(None, _rate)]
     engine: Annotated[Failover | None, Setting(None)]
@@ -368,8 +227,7 @@ def resolve(
         for setting, declared in SETTINGS.items()
         if setting != "engine"  # the engine is the decorator's, not the definition's
     }
-    if values["expiry"] is None:
-        values["expiry"] = FixedTtl(values["ttl"])
+    _expiry_policy(values, owner)
     values["splitter"] = check_splitter(values["splitter"], values["recover_all"], owner)
     _bulkhead(values, owner)
     _freshness(values, owner)
@@ -419,6 +277,27 @@ def _bulkhead(values: dict[str, Any], owner: str) -> None:
                 )
 
 
+def _expiry_policy(values: dict[str, Any], owner: str) -> None:
+    """The expiry policy: ``expiry=``, else `FixedTtl` (the inlined default), else for a
+    callable ``ttl`` or a ``ttl_jitter`` an `AdaptiveTtl`; ``ttl`` becomes the default ttl."""
+    ttl, jitter = values["ttl"], values["ttl_jitter"]
+    adaptive = callable(ttl) and not isinstance(ttl, timedelta)
+    if values["expiry"] is not None:
+        if adaptive or jitter:
+            setting = "ttl= as a callable" if adaptive else "ttl_jitter="
+            raise ConfigurationError(
+                f"{owner}: {setting} with expiry=: the expiry policy decides every entry's "
+                "expiry alone; leave one out"
+            )
+        return
+    if adaptive:
+        values["ttl"] = parse_ttl(DEFAULTS["ttl"], owner)
+    if adaptive or jitter:
+        values["expiry"] = AdaptiveTtl(values["ttl"], ttl if adaptive else None, jitter, owner)
+    else:
+        values["expiry"] = FixedTtl(values["ttl"])
+
+
 def _freshness(values: dict[str, Any], owner: str) -> None:
     """The rules across ``fresh_for``, ``refresh_ahead`` and ``ttl``; ``refresh_ahead`` becomes
     the age at which a fresh entry is refreshed."""
@@ -439,6 +318,13 @@ def _freshness(values: dict[str, Any], owner: str) -> None:
         )
     # Off whatever the engine's: an engine-wide interval must not drop the renewing stores.
     values["store_interval"] = timedelta(0)
+    if not isinstance(fresh_for, timedelta):  # a callable: its window is each entry's
+        if isinstance(ahead, float):
+            raise ConfigurationError(
+                f"{owner}: refresh_ahead={ahead} is a fraction of fresh_for, which is a callable "
+                "here (a window per entry): give refresh_ahead as a duration such as '4m'"
+            )
+        return
     expiry = values["expiry"]  # `ttl=`'s FixedTtl, or one given as expiry=
     if isinstance(expiry, FixedTtl) and fresh_for > expiry.ttl:
         raise ConfigurationError(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -11,6 +12,8 @@ from hypothesis import settings
 
 import failover
 from failover.engine import default as engine_module
+
+from .support_entries import STORES, make_engine
 
 # Hypothesis fails an example that takes longer than 200 ms by default: a wall-clock assertion,
 # which a loaded machine (several suites at once) breaks. Examples are bounded by their count.
@@ -140,3 +143,14 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if "postgresql" in item.name:
             item.add_marker(pytest.mark.postgres)
+
+
+@pytest.fixture(params=STORES)
+def real(
+    request: pytest.FixtureRequest, clock: FakeClock, tmp_path: Path
+) -> Iterator[failover.Failover]:
+    """An engine on each real store in turn (`tests.support_entries.STORES`), on the fake
+    clock, with synchronous writes."""
+    engine = make_engine(request.param, clock, tmp_path)
+    yield engine
+    engine.close()

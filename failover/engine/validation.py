@@ -23,7 +23,16 @@ __all__ = [
     "store_timeout",
 ]
 
-BREAKER_SETTINGS = ("fail_max", "reset_timeout", "success_threshold", "exclude", "state_storage")
+BREAKER_SETTINGS = (
+    "fail_max",
+    "reset_timeout",
+    "success_threshold",
+    "exclude",
+    "state_storage",
+    "error_rate",
+    "min_calls",
+    "period",
+)
 
 
 def check_engine(
@@ -118,6 +127,7 @@ def breaker_defaults(value: Mapping[str, Any] | None) -> dict[str, Any]:
                 f"seconds >= 0, at most a century, or a duration ('30s', a timedelta), "
                 f"got {item!r}"
             )
+    _error_rate(settings)
     exclude = settings.get("exclude")
     if exclude is not None:
         items = tuple(exclude) if isinstance(exclude, list | tuple) else (exclude,)
@@ -137,6 +147,36 @@ def breaker_defaults(value: Mapping[str, Any] | None) -> dict[str, Any]:
             "name -> pybreaker.CircuitBreakerStorage"
         )
     return settings
+
+
+def _error_rate(settings: dict[str, Any]) -> None:
+    """The error-rate breaker's settings (`failover.execution.error_rate`): ``error_rate`` a
+    share in (0, 1], ``min_calls`` an int >= 1 (default 10), ``period`` a duration (default
+    60 s); the last two only with the first."""
+    if "error_rate" not in settings:
+        for key in ("min_calls", "period"):
+            if key in settings:
+                raise ConfigurationError(
+                    f"Failover: breaker_defaults[{key!r}] needs breaker_defaults['error_rate'] "
+                    "(the failed share over the period that opens the breaker)"
+                )
+        return
+    rate = settings["error_rate"]
+    if not (
+        isinstance(rate, int | float) and not isinstance(rate, bool) and 0 < rate <= 1
+    ):  # NaN fails both bounds
+        raise ConfigurationError(
+            "Failover: breaker_defaults['error_rate'] must be a share of the calls between 0 "
+            f"and 1 (0.05: one call in twenty failed), got {rate!r}"
+        )
+    settings["error_rate"] = float(rate)
+    least = settings.setdefault("min_calls", 10)
+    if isinstance(least, bool) or not isinstance(least, int) or least < 1:
+        raise ConfigurationError(
+            f"Failover: breaker_defaults['min_calls'] must be an int >= 1, got {least!r}"
+        )
+    period = settings.setdefault("period", 60)
+    settings["period"] = parse_ttl(period, "Failover", "breaker_defaults['period']").total_seconds()
 
 
 def fleet_breakers(fleet: object, breakers: Mapping[str, Any]) -> None:

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -26,6 +27,7 @@ from ..execution import (
     state_code,
 )
 from ..execution.circuit import Circuit
+from ..execution.error_rate import ErrorRate
 from ..fleet import Fleet
 from ..fleet.flown import FleetFlights, FleetFlownCall
 from ..flight import Flights, FlownCall
@@ -203,6 +205,7 @@ class Wiring:
                 cb = self.breakers.get(d.name)
                 if cb is None:
                     settings = dict(self.breaker_defaults)
+                    rate = _error_rate(settings, self.monotonic)
                     storage = settings.pop("state_storage", None)
                     if storage is not None:
                         made = storage(d.name)
@@ -216,6 +219,8 @@ class Wiring:
                     if self.fleet is not None:
                         shared = settings["state_storage"] = self.fleet.breaker_storage(d.name)
                     cb = self.breakers[d.name] = pybreaker.CircuitBreaker(name=d.name, **settings)
+                    if rate is not None:  # a listener that opens the breaker by its rule
+                        cb.add_listener(rate)
                     if self.fleet is not None and shared is not None:
                         self.fleet.attach(cb, shared)
             report = self.breaker_changed  # a fact of the failover's event stream
@@ -257,3 +262,16 @@ def engine_stream(stores: StoreStates, observers: Sequence[Observer]) -> Events:
     deadline layer of its chain (``stores`` has them told), to ``stores`` (what its health and
     metrics read) and to ``observers`` (the logs, the health publisher)."""
     return Events([stores, *observers])
+
+
+def _error_rate(settings: dict[str, Any], clock: Callable[[], float]) -> ErrorRate | None:
+    """The error-rate rule of ``breaker_defaults`` (taken out of ``settings``, which pybreaker
+    gets), on the engine's clock; with it and no ``fail_max``, failures in a row never open the
+    breaker by themselves."""
+    if "error_rate" not in settings:
+        return None
+    rule = ErrorRate(
+        settings.pop("error_rate"), settings.pop("min_calls"), settings.pop("period"), clock
+    )
+    settings.setdefault("fail_max", sys.maxsize)
+    return rule

@@ -41,6 +41,7 @@ from ..errors import SoftTimeoutError
 from ..forks import AfterFork
 from .base import Guard, Kind
 from .circuit import Circuit
+from .error_rate import shown_error_rate
 
 __all__ = ["BREAKER", "BreakerGuard", "StateListener", "state_code"]
 
@@ -245,7 +246,12 @@ def _shown(d: Any) -> str:
         fail_max, reset = d.breaker.fail_max, d.breaker.reset_timeout
     else:
         merged = {**_PYBREAKER, **d.breaker_defaults()}
-        fail_max, reset = merged["fail_max"], merged["reset_timeout"]
+        reset = merged["reset_timeout"]
+        if "error_rate" in merged:  # failures in a row too, only when fail_max is given
+            rule = shown_error_rate(merged["error_rate"], merged["min_calls"], merged["period"])
+            run = f", fail_max {merged['fail_max']}" if "fail_max" in d.breaker_defaults() else ""
+            return f"breaker({rule}{run}, reset {reset:g}s)"
+        fail_max = merged["fail_max"]
     return f"breaker(fail_max {fail_max}, reset {reset:g}s)"
 
 

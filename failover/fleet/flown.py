@@ -200,8 +200,9 @@ class FleetFlownCall(FlownCall):
             return found
         rt = self.rt
         now = self.now
-        if rt.fresh_for is not None and now is not None:
-            return self._stored((now - rt.fresh_window).timestamp())
+        window = rt.fresh_window  # None for a callable fresh_for: no fixed window to check
+        if rt.fresh_for is not None and window is not None and now is not None:
+            return self._stored((now - window).timestamp())
         return None
 
     def _landed(

@@ -7,6 +7,7 @@ from collections.abc import Callable, Mapping
 from datetime import datetime
 from typing import Any, NamedTuple, Protocol
 
+from ..adaptive import FreshSince
 from ..context import CallContext, Miss
 from ..definition import FailoverDefinition
 from ..expiry import FixedTtl
@@ -65,8 +66,9 @@ class Handler(Protocol):
         """Delete the stored entry for the call."""
         ...
 
-    def fresh(self, ctx: CallContext, since: datetime) -> Payload | Partial | None:
-        """The stored entry for the call when it was stored after ``since`` (within
+    def fresh(self, ctx: CallContext, since: datetime | FreshSince) -> Payload | Partial | None:
+        """The stored entry for the call when it was stored after ``since`` (a time, or per
+        entry for a ``fresh_for`` callable: `failover.adaptive.FreshSince`; within
         ``fresh_for``; every slice of it, for scatter/gather); for scatter/gather with some
         slices fresh, the `Partial` call that asks the upstream for the others; else
         ``None``."""

@@ -7,6 +7,7 @@ from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import Any
 
+from ..adaptive import AdaptiveTtl, FreshSince
 from ..context import CallContext, Miss
 from ..definition import FailoverDefinition
 from ..expiry import FixedTtl
@@ -95,6 +96,8 @@ class DefaultHandler:
             expiry = definition.expiry
             if type(expiry) is FixedTtl:  # `expire_on`'s default policy, inlined
                 expires = now + expiry.ttl
+            elif type(expiry) is AdaptiveTtl:  # the result decides (ttl= a callable, jitter)
+                expires = expiry.expiry_of(now, result, ctx.args, ctx.kwargs, key)
             else:
                 expires = expiry.compute_expiry(definition, now)
             # `envelope`, inlined: the success path's one envelope, without a frame.
@@ -222,7 +225,7 @@ class DefaultHandler:
         """The caller's tenant, when stores are per tenant."""
         return None if self.tenant is None else self.tenant()
 
-    def fresh(self, ctx: CallContext, since: datetime) -> Payload | None:
+    def fresh(self, ctx: CallContext, since: datetime | FreshSince) -> Payload | None:
         """The stored entry, as stored, when it was stored after ``since`` and has not expired
         at the call's time (``ctx.now``), else ``None``."""
         key = key_of(ctx)
@@ -231,7 +234,11 @@ class DefaultHandler:
             found = self.store_.find(name, key)
         else:
             found = self.reads.find(name, key, self.current_tenant())
-        if found is None or found.as_of is None or found.as_of <= since:
+        if found is None or found.as_of is None:
+            return None
+        if isinstance(since, FreshSince):  # fresh_for is a callable: this entry's window
+            since = since(found.payload, ctx.args, ctx.kwargs)
+        if found.as_of <= since:
             return None
         now = ctx.now if ctx.now is not None else self.clock()
         expiry = ctx.definition.expiry

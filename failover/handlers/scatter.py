@@ -16,6 +16,7 @@ from collections.abc import Iterable, Iterator
 from datetime import datetime
 from typing import Any
 
+from ..adaptive import AdaptiveTtl, FreshSince
 from ..context import CallContext, Miss, RecoverContext
 from ..definition import FailoverDefinition
 from ..errors import SplitterError
@@ -87,18 +88,16 @@ class ScatterGatherHandler:
                     StoreContext(d, CallArguments(ctx.arguments, ctx.args, ctx.kwargs), result)
                 )
                 labelled = d.label is not None
-                payloads = [
-                    envelope(
-                        name,
-                        slice_key(d, s.arguments),
-                        s.payload,
-                        now,
-                        expires,
-                        True,
-                        label=slice_label(d, s.arguments) if labelled else None,
-                    )
-                    for s in slices
-                ]
+                adaptive = d.expiry if type(d.expiry) is AdaptiveTtl else None
+                payloads = []
+                for s in slices:
+                    key = slice_key(d, s.arguments)
+                    ends = expires
+                    if adaptive is not None:  # per slice: its own payload, its own key
+                        own = tuple(s.arguments.values())
+                        ends = adaptive.expiry_of(now, s.payload, own, {}, key)
+                    label = slice_label(d, s.arguments) if labelled else None
+                    payloads.append(envelope(name, key, s.payload, now, ends, True, label=label))
             except Exception as exc:
                 raise _failed(d, "split_on_store", exc) from exc
             kept = self.store_.store_many(payloads) if payloads else None
@@ -155,7 +154,7 @@ class ScatterGatherHandler:
             ctx, lookup.cause, lookup.report, whole, requested, found, bool(expired)
         )
 
-    def fresh(self, ctx: CallContext, since: datetime) -> Payload | Partial | None:
+    def fresh(self, ctx: CallContext, since: datetime | FreshSince) -> Payload | Partial | None:
         """The merged slices when every slice the call asks for was stored after ``since``;
         when only some were, and the splitter can narrow the call (`EntitySplitter.narrowed`),
         the `Partial` call for the others; else ``None`` (the upstream is asked for them all).
@@ -172,7 +171,15 @@ class ScatterGatherHandler:
             return None
         found = self.store_.find_many(d.effective_name, _distinct(requested))
         self._expired(d, found)  # a custom expiry may end an entry before fresh_for
-        fresh = {k: p for k, p in found.items() if p.as_of is not None and p.as_of > since}
+        if isinstance(since, FreshSince):  # fresh_for is a callable: each slice's window
+            asked = dict(requested)
+            fresh = {
+                k: p
+                for k, p in found.items()
+                if p.as_of is not None and p.as_of > since(p.payload, _slice_args(asked[k]), {})
+            }
+        else:
+            fresh = {k: p for k, p in found.items() if p.as_of is not None and p.as_of > since}
         if not fresh:
             return None
         missing = {key: asked for key, asked in requested if key not in fresh}  # each key once
@@ -298,6 +305,11 @@ class ScatterGatherHandler:
         partial = bool(missing) and not up_to_date  # a live answer is whatever it is
         key = envelope_key(ctx)
         return envelope(name, key, merged, as_of, expires, up_to_date, cause, None, partial)
+
+
+def _slice_args(asked: RecoverContext[Any]) -> tuple[Any, ...]:
+    """A slice's arguments as a duration callable gets them (its entity key)."""
+    return tuple(asked.arguments.values())
 
 
 def _distinct(requested: list[tuple[str, RecoverContext[Any]]]) -> list[str]:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import assert_type
+from typing import Any, assert_type
 
 import failover
 from failover import ReferentialPayload
@@ -39,6 +39,10 @@ async def check() -> None:
     assert_type(await fetch_rates("EUR"), list[float])
     assert_type(await fetch_rates.referential("EUR"), ReferentialPayload[list[float]])
     assert_type(fetch_rates.peek("EUR"), ReferentialPayload[list[float]] | None)
+    assert_type(find_country.refresh("FR"), dict[str, str])
+    assert_type(await fetch_rates.refresh("EUR"), list[float])
+    with failover.refreshing(), failover.disabled():
+        assert_type(failover.stale_entry(), ReferentialPayload[Any] | None)
     assert_type(bare(1), int)
     assert_type(Repo().get("x"), int)
     assert_type(Repo().get.referential("x"), ReferentialPayload[int])
@@ -46,3 +50,4 @@ async def check() -> None:
     find_country(1)  # type: ignore[arg-type]
     find_country("FR", language="fr")  # type: ignore[call-arg]
     await fetch_rates.referential(base=2)  # type: ignore[arg-type]
+    find_country.refresh(2)  # type: ignore[arg-type]
