@@ -19,6 +19,7 @@ from .definition import FailoverDefinition
 from .engine import Failover
 from .engine import default as default_engine
 from .errors import ConfigurationError
+from .execution import Wait
 from .functions import AsyncFailoverFunction, FailoverFunction, Method
 from .handlers import Partial, envelope_key
 from .payload import ReferentialPayload
@@ -135,6 +136,17 @@ def _sync_shell(state: State, envelope: bool) -> Callable[..., Any]:
             if rt.bare:  # nothing to enter: no `with` on the hottest path
                 call.start = perf_counter()
                 result = fn(*args, **kwargs)
+            elif (ex := rt.guarded) is not None:  # `with call` and `call.run`, inlined
+                call.start = perf_counter()
+                token = ex.admit()
+                if type(token) is Wait:
+                    token = token.block()
+                try:
+                    result = fn(*args, **kwargs)
+                except BaseException as exc:
+                    ex.exit(token, exc)
+                    raise
+                ex.exit(token, None)
             else:
                 with call:
                     result = call.run(fn, args, kwargs)
@@ -183,6 +195,17 @@ def _async_shell(state: State, envelope: bool) -> Callable[..., Any]:
             if rt.bare:
                 call.start = perf_counter()
                 result = await fn(*args, **kwargs)
+            elif (ex := rt.guarded) is not None:  # as in the sync shell
+                call.start = perf_counter()
+                token = ex.admit()
+                if type(token) is Wait:
+                    token = await token.wait()
+                try:
+                    result = await fn(*args, **kwargs)
+                except BaseException as exc:
+                    ex.exit(token, exc)
+                    raise
+                ex.exit(token, None)
             else:
                 async with call:
                     result = await call.arun(fn, args, kwargs)
