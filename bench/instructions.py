@@ -9,7 +9,9 @@ warm-up left out. ``--tree`` compares checkouts (each put first on ``PYTHONPATH`
 current tree against ``git worktree add /tmp/base <commit>``.
 
 Paths: ``success`` (repeated keys, metrics off), ``metrics`` (the same, Prometheus metrics on),
-``recover`` (the upstream raises, the entry is found).
+``recover`` (the upstream raises, the entry is found), ``breaker`` (the success path with
+``breaker=True``), ``bulkhead`` (with ``max_concurrency=8``). The upstream returns a small dict
+holding a short list, as in ``bench/run.py``.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-PATHS = ("success", "metrics", "recover")
+PATHS = ("success", "metrics", "recover", "breaker", "bulkhead")
 
 _ONE = """
 import sys
@@ -34,11 +36,14 @@ engine = failover.Failover(metrics=path == "metrics")
 down = []
 
 
-@failover.failover("country", engine=engine)
+guards = {"breaker": {"breaker": True}, "bulkhead": {"max_concurrency": 8}}.get(path, {})
+
+
+@failover.failover("country", engine=engine, **guards)
 def country(code: str) -> dict:
     if down:
         raise ConnectionError("down")
-    return {"code": code, "name": "France", "currency": "EUR"}
+    return {"code": code, "name": "France", "currencies": ["EUR"]}
 
 
 keys = [f"K{i:04d}" for i in range(1000)]

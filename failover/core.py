@@ -101,6 +101,7 @@ class Runtime:
         "fn",
         "fresh_for",
         "fresh_window",
+        "guarded",
         "handler",
         "logs",
         "may_offload",
@@ -165,6 +166,9 @@ class Runtime:
         # set by the engine; and whether it has nothing to enter (no guards, no flight).
         self.call_type: Any = None
         self.bare = True
+        # The guards when the shell may enter and leave them itself (no soft timeout, no
+        # single flight: nothing else a `with call` would do), sparing the call three frames.
+        self.guarded: Execution | None = None
         # The cache-first window (`Call.fresh`), and refresh ahead past ``refresh_at`` seconds of
         # age: a refresh.RefreshAhead, set by the engine when refresh_ahead is on.
         self.fresh_for = definition.fresh_for
@@ -372,6 +376,8 @@ class Runtime:
         """Put the upstream behind ``execution`` (``None``: basic execution)."""
         self.execution = execution
         self.bare = execution is None and self.flights is None
+        inline = execution is not None and execution.timeout is None and self.flights is None
+        self.guarded = execution if inline else None
         self.refusals = () if execution is None else execution.refusals
         d = self.definition
         exceptions = d.exceptions

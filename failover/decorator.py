@@ -20,6 +20,7 @@ from .definition import FailoverDefinition
 from .engine import Failover
 from .engine import default as default_engine
 from .errors import ConfigurationError
+from .execution import Wait
 from .functions import AsyncFailoverFunction, FailoverFunction, Method
 from .handlers import Partial, envelope_key
 from .payload import ReferentialPayload
@@ -113,7 +114,7 @@ def _sync_shell(state: State, envelope: bool) -> Callable[..., Any]:  # noqa: PL
     """
     fn = state.fn
 
-    def shell(*args: Any, **kwargs: Any) -> Any:
+    def shell(*args: Any, **kwargs: Any) -> Any:  # noqa: PLR0915 - the hot path, inlined
         bound = state._bound  # State.runtime's cache check, inlined: it runs on every call
         if bound is not None and bound[0] is (state.engine or default_engine.installed):
             rt = bound[1]
@@ -157,6 +158,17 @@ def _sync_shell(state: State, envelope: bool) -> Callable[..., Any]:  # noqa: PL
             if rt.bare:  # nothing to enter: no `with` on the hottest path
                 call.start = perf_counter()
                 result = upstream(*args, **kwargs)
+            elif (ex := rt.guarded) is not None:  # `with call` and `call.run`, inlined
+                call.start = perf_counter()
+                token = ex.admit()
+                if type(token) is Wait:
+                    token = token.block()
+                try:
+                    result = upstream(*args, **kwargs)
+                except BaseException as exc:
+                    ex.exit(token, exc)
+                    raise
+                ex.exit(token, None)
             else:
                 with call:
                     result = call.run(upstream, args, kwargs)
@@ -178,7 +190,7 @@ def _async_shell(state: State, envelope: bool) -> Callable[..., Any]:  # noqa: P
     """The ``async def`` wrapper, as `_sync_shell`; store I/O never blocks the event loop."""
     fn = state.fn
 
-    async def shell(*args: Any, **kwargs: Any) -> Any:
+    async def shell(*args: Any, **kwargs: Any) -> Any:  # noqa: PLR0915 - as the sync shell
         bound = state._bound
         if bound is not None and bound[0] is (state.engine or default_engine.installed):
             rt = bound[1]
@@ -225,6 +237,17 @@ def _async_shell(state: State, envelope: bool) -> Callable[..., Any]:  # noqa: P
             if rt.bare:
                 call.start = perf_counter()
                 result = await upstream(*args, **kwargs)
+            elif (ex := rt.guarded) is not None:  # as in the sync shell
+                call.start = perf_counter()
+                token = ex.admit()
+                if type(token) is Wait:
+                    token = await token.wait()
+                try:
+                    result = await upstream(*args, **kwargs)
+                except BaseException as exc:
+                    ex.exit(token, exc)
+                    raise
+                ex.exit(token, None)
             else:
                 async with call:
                     result = await call.arun(upstream, args, kwargs)

@@ -67,3 +67,43 @@ def test_the_listeners_are_the_breakers_own_list() -> None:
 def test_the_installed_pybreaker_is_in_the_tested_range() -> None:
     major, minor = (int(part) for part in version("pybreaker").split(".")[:2])
     assert (1, 4) <= (major, minor) < (1, 5)
+
+
+def test_closed_reads_the_stored_and_the_noticed_state() -> None:
+    storage = pybreaker.CircuitMemoryStorage(pybreaker.STATE_CLOSED)
+    cb = pybreaker.CircuitBreaker(state_storage=storage)
+    circuit = Circuit(cb)
+    assert circuit.closed()
+    storage.state = pybreaker.STATE_OPEN  # another process opened it: not noticed yet
+    assert not circuit.closed()
+    storage.state = pybreaker.STATE_CLOSED
+    cb.open()  # noticed open here, and stored open
+    assert not circuit.closed()
+
+
+def test_closed_reads_a_custom_storage_through_its_public_state() -> None:
+    class Storage(pybreaker.CircuitMemoryStorage):
+        pass
+
+    storage = Storage(pybreaker.STATE_CLOSED)
+    circuit = Circuit(pybreaker.CircuitBreaker(state_storage=storage))
+    assert circuit.closed()
+    storage.state = pybreaker.STATE_OPEN
+    assert not circuit.closed()
+
+
+def test_a_success_resets_the_failures_and_tells_the_listeners_that_listen() -> None:
+    heard: list[str] = []
+
+    class Hears(pybreaker.CircuitBreakerListener):
+        def success(self, cb: pybreaker.CircuitBreaker) -> None:
+            heard.append(cb.name)
+
+    cb = pybreaker.CircuitBreaker(fail_max=5, name="b")
+    cb.add_listener(pybreaker.CircuitBreakerListener())  # the base one: nothing to tell
+    cb.add_listener(Hears())
+    circuit = Circuit(cb)
+    circuit.count_failure()
+    circuit.succeeded()
+    assert circuit.failures() == 0
+    assert heard == ["b"]

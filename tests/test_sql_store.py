@@ -830,3 +830,26 @@ def two_processes_share(url: str, prefix: str) -> None:
             "payload": {"ccy": theirs, "written_by": theirs},
             "up_to_date": False,
         }
+
+
+def test_a_batch_read_decodes_each_row_with_its_own_times_type_and_label(
+    make: Callable[..., SqlStore], clock: FakeClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    store = make()
+    now = clock()
+    later = now + timedelta(seconds=5)
+    store.store_many(
+        [
+            ReferentialPayload("n", "a", {"v": 1}, now, now + timedelta(hours=1), True, label="A"),
+            ReferentialPayload("n", "b", [1, 2], now, now + timedelta(hours=1), True),
+            ReferentialPayload("n", "c", "text", later, later + timedelta(hours=2), True),
+        ]
+    )
+    write_row(store, "n", "mistyped", "json:[1]")  # says builtins.dict, holds a list
+    found = store.find_many("n", ["a", "mistyped", "b", "c"])
+    assert sorted(found) == ["a", "b", "c"]  # the mistyped row skipped, the others decoded
+    assert (found["a"].payload, found["a"].label, found["a"].as_of) == ({"v": 1}, "A", now)
+    assert (found["b"].payload, found["b"].label) == ([1, 2], None)
+    assert (found["c"].payload, found["c"].as_of) == ("text", later)
+    assert found["c"].expire_on == later + timedelta(hours=2)
+    assert "skipped" in caplog.text

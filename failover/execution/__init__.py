@@ -58,12 +58,25 @@ class Execution:
         unattempted: the guards' refusals: raised instead of calling the upstream at all.
     """
 
-    __slots__ = ("guards", "n", "refusals", "timeout", "unattempted")
+    __slots__ = ("admit", "exit", "guards", "n", "refusals", "timeout", "unattempted")
+
+    admit: Callable[[], Any]
+    """Pass the guards, outermost first, without waiting: their tokens, for `exit`, or a
+    `Wait` when one of them must wait (its end passes the guards inside it). A guard that
+    refuses raises, and the guards it passed are left as they were."""
+    exit: Callable[[Any, BaseException | None], None]
+    """Leave the guards, innermost first, with the call's outcome (``exc``, or ``None``)."""
 
     def __init__(self, guards: tuple[Guard, ...], timeout: SoftTimeout | None) -> None:
         self.guards = guards
         self.n = len(guards)
         self.timeout = timeout
+        if self.n == 1:  # the common case: the guard itself, no frame of ours around it
+            self.admit = guards[0].admit
+            self.exit = guards[0].exit
+        else:
+            self.admit = self._admit_all
+            self.exit = self._exit_all
         refusals = [r for g in guards for r in g.refusals]
         self.unattempted: tuple[type[Exception], ...] = tuple(refusals)
         if timeout is not None:
@@ -74,12 +87,7 @@ class Execution:
         parts = [*map(repr, self.guards), *([repr(self.timeout)] if self.timeout else [])]
         return f"Execution({' > '.join(parts)})"
 
-    def admit(self) -> Any:
-        """Pass the guards, outermost first, without waiting: their tokens, for `exit`, or a
-        `Wait` when one of them must wait (its end passes the guards inside it). A guard that
-        refuses raises, and the guards it passed are left as they were."""
-        if self.n == 1:  # the common case: no list
-            return self.guards[0].admit()
+    def _admit_all(self) -> Any:
         return self._admit([], self.guards)
 
     def _admit(self, tokens: list[Any], guards: tuple[Guard, ...]) -> Any:
@@ -116,12 +124,8 @@ class Execution:
         then = partial(self._waited, tokens, wait.then)
         return Wait(wait.source, wait.weight, wait.deadline, then)
 
-    def exit(self, tokens: Any, exc: BaseException | None) -> None:
-        """Leave the guards, innermost first, with the call's outcome (``exc``, or ``None``)."""
-        if self.n == 1:
-            self.guards[0].exit(tokens, exc)
-        else:
-            self._leave(tokens, exc)
+    def _exit_all(self, tokens: Any, exc: BaseException | None) -> None:
+        self._leave(tokens, exc)
 
     def _leave(self, tokens: list[Any], exc: BaseException | None) -> None:
         for guard, token in zip(

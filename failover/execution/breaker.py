@@ -105,7 +105,10 @@ class BreakerGuard(Guard):
     def admit(self) -> Any:
         """Admit the call, or refuse it while open (or while another trial is in flight); it
         never waits."""
-        cb, circuit = self.breaker, self._circuit
+        circuit = self._circuit
+        if circuit.closed():  # the common case, in one step and without a lock
+            return None
+        cb = self.breaker
         state = circuit.stored_state()
         if state == _CLOSED:
             if circuit.noticed_state() != _CLOSED:
@@ -136,6 +139,12 @@ class BreakerGuard(Guard):
 
     def exit(self, token: Any, exc: BaseException | None) -> None:
         """Count the call's end: a success, or a failure that may open the breaker."""
+        if exc is None and token is None:  # a success, closed: the common case
+            try:
+                self._circuit.succeeded()
+            except Exception:  # a listener or the storage: never the call's outcome
+                log.warning("circuit breaker %r failed", self.breaker.name, exc_info=True)
+            return
         trial = token is _TRIAL
         try:
             if exc is None:
@@ -167,11 +176,10 @@ class BreakerGuard(Guard):
             storage.increment_success_counter()
             if storage.success_counter >= cb.success_threshold:
                 cb.close()
-        # A shared storage would pay a round trip to reset a zero.
-        elif circuit.failures() != 0:
-            storage.reset_counter()
-        for listener in circuit.listeners():
-            listener.success(cb)
+            for listener in circuit.listeners():
+                listener.success(cb)
+        else:
+            circuit.succeeded()
 
     def _failure(self, exc: Exception, trial: bool) -> None:
         cb, circuit = self.breaker, self._circuit

@@ -38,6 +38,10 @@ _held: contextvars.ContextVar[tuple[Pool, ...]] = contextvars.ContextVar(
 )
 
 
+def _nothing() -> None:
+    pass
+
+
 class Pool:
     """Permits shared by the failovers that draw from it.
 
@@ -120,6 +124,18 @@ class Bulkhead(Guard):
             self.source.take if isinstance(self.source, SupportsTake) else None
         )
         self._release = self.source.release
+        # One permit of an in-process pool: taken and given back inline (`admit`, `exit`).
+        self._alone = (self.pool,)
+        self._inline = weight == 1 and type(self.source) is LocalPermits
+        self._free: list[None] = []
+        self._waiters: Any = ()
+        self._fair = True
+        self._hand_over: Callable[[], None] = _nothing
+        if self._inline:
+            local: LocalPermits = self.source  # type: ignore[assignment]  # checked just above
+            self._free, self._waiters = local.lock_free()
+            self._fair = local.fair
+            self._hand_over = local.hand_over
         self.limit = self.pool.permits
         self.acquire_timeout = acquire_timeout
         self.fail_fast = acquire_timeout == 0
@@ -155,6 +171,18 @@ class Bulkhead(Guard):
         pool = self.pool
         if pool in held:
             return None  # nested call: the outer one holds the permits
+        if self._inline and not (self._fair and self._waiters):
+            # `LocalPermits.take(1)`, inlined, without a lock: `list.pop` is one atomic step
+            # under the GIL, so two threads never get the same permit, and a thread that finds
+            # the list empty goes the slow way (a `Wait`). A waiter that queued just after the
+            # check above is served by the release of this permit (`exit`), as with `take`.
+            try:
+                self._free.pop()
+            except IndexError:
+                pass
+            else:
+                # The context variable's token is the lease: one permit, nothing to allocate.
+                return _held.set((*held, pool) if held else self._alone)
         lease = None if self._take is None else self._take(self.weight)
         if lease is None:  # a fail-fast call reads no clock (deadline 0.0: already past)
             deadline = 0.0 if self.fail_fast else self._deadline()
@@ -175,6 +203,18 @@ class Bulkhead(Guard):
     def exit(self, token: Any, exc: BaseException | None) -> None:
         """Give the permits back (to the first waiters, if any)."""
         if token is None:
+            return
+        if type(token) is contextvars.Token:  # one permit of an in-process pool (`admit`)
+            try:  # noqa: SIM105  (as below)
+                _held.reset(token)
+            except ValueError:
+                pass
+            # `LocalPermits.release(1)`, inlined: the permit goes back (an atomic append),
+            # then any waiter gets it; a waiter queues itself before it looks at the free
+            # permits, under the source's lock, so it sees this one or this check sees it.
+            self._free.append(None)
+            if self._waiters:
+                self._hand_over()
             return
         reset, lease = token
         # Exited in another context than entered: the permits still go back.

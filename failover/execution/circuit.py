@@ -20,6 +20,9 @@ from .fleet_state import FleetStorage
 
 __all__ = ["Circuit"]
 
+_CLOSED = pybreaker.STATE_CLOSED
+_QUIET = pybreaker.CircuitBreakerListener.success  # the base listener's: does nothing
+
 
 class Circuit:
     """One `pybreaker.CircuitBreaker` as the guard uses it.
@@ -39,6 +42,29 @@ class Circuit:
         self.fleet: FleetStorage | None = (
             self.storage if isinstance(self.storage, FleetStorage) else None
         )
+
+    def closed(self) -> bool:
+        """Whether the breaker is closed in its storage and this process noticed it: every
+        call's check, in one step. Plain attribute reads, no lock: each read is one atomic
+        step under the GIL, and a transition made just after it is the race every breaker has
+        (the call admitted as the breaker opens is counted all the same, as pybreaker's
+        own ``call`` would)."""
+        storage = self.storage
+        state = storage._state if self.memory else storage.state
+        return bool(state == _CLOSED and self.breaker._state.name == _CLOSED)
+
+    def succeeded(self) -> None:
+        """A success outside a trial: the count of consecutive failures back to zero (a
+        shared storage's zero is not written again: a round trip), and the listeners that
+        hear successes told (pybreaker's base listener's ``success`` does nothing: not
+        called)."""
+        storage = self.storage
+        if (storage._fail_counter if self.memory else storage.counter) != 0:
+            storage.reset_counter()
+        cb = self.breaker
+        for listener in cb._listeners:
+            if type(listener).success is not _QUIET:
+                listener.success(cb)
 
     def stored_state(self) -> str:
         """The state in the storage (shared by every process using it)."""

@@ -162,8 +162,20 @@ class LocalPermits:
         The parent's calls that held permits or waited at the fork run on threads and loops
         the child does not have: never given back there, their permits would stay taken."""
         self._lock = threading.Lock()
-        self._free = [None] * self.permits
-        self._waiters = deque()
+        # In place: a bulkhead keeps the lists for its lock-free path (`lock_free`).
+        self._free[:] = [None] * self.permits
+        self._waiters.clear()
+
+    def lock_free(self) -> tuple[list[None], deque[_Waiter]]:
+        """The free permits and the queue, for a bulkhead's weight-1 path to take and give
+        back a permit inline (`take`'s and `release`'s first steps, without their frames). The
+        objects stay the same for the source's life, a fork included."""
+        return self._free, self._waiters
+
+    def hand_over(self) -> None:
+        """Give the free permits to the waiters (after a lock-free release saw some)."""
+        with self._lock:
+            self._hand_over()
 
     def bind(self, pool: str, permits: int, fair: bool) -> LocalPermits:
         """A new in-process source of ``permits``."""

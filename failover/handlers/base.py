@@ -3,12 +3,12 @@ entry, computed the same way for a whole call and for one slice of it."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime
 from typing import Any, NamedTuple, Protocol
 
 from ..adaptive import FreshSince
-from ..context import CallContext, Miss
+from ..context import CallContext, Miss, RecoverContext
 from ..definition import FailoverDefinition
 from ..expiry import FixedTtl
 from ..keys import canonical, digest, make_key
@@ -24,6 +24,7 @@ __all__ = [
     "expire_on",
     "key_of",
     "slice_key",
+    "slice_keys",
 ]
 
 
@@ -122,6 +123,15 @@ def slice_key(definition: FailoverDefinition, arguments: Mapping[str, Any]) -> s
     ``arguments``' values, in order. A failover of the same effective name called with those
     arguments (and no ``key=``) addresses the same entry."""
     return make_key(definition.effective_name, tuple(arguments.values()))
+
+
+def slice_keys(
+    definition: FailoverDefinition, slices: Iterable[RecoverContext[Any]]
+) -> list[tuple[str, RecoverContext[Any]]]:
+    """`slice_key` of each slice with the slice, in one loop (thousands per scatter/gather
+    call): the same keys, without a frame per slice."""
+    name = definition.effective_name
+    return [(make_key(name, tuple(s.arguments.values())), s) for s in slices]
 
 
 def drop_expired(store: FailoverStore, expired: Payload) -> None:

@@ -20,12 +20,21 @@ from ..adaptive import AdaptiveTtl, FreshSince
 from ..context import CallContext, Miss, RecoverContext
 from ..definition import FailoverDefinition
 from ..errors import SplitterError
+from ..expiry import FixedTtl
 from ..labels import slice_label
-from ..payload import enrich, envelope
+from ..payload import KIND_OF, PLAIN, Building, ReferentialPayload, enrich, envelope
 from ..scatter import CallArguments, Narrowing, StoreContext, slice_context
-from ..scatter.contexts import SLICE_ARGUMENT
+from ..scatter.contexts import SLICE_ARGUMENT, slice_contexts
 from ..stores.base import Payload, delete_many
-from .base import Partial, Superseded, drop_all_expired, envelope_key, expire_on, slice_key
+from .base import (
+    Partial,
+    Superseded,
+    drop_all_expired,
+    envelope_key,
+    expire_on,
+    slice_key,
+    slice_keys,
+)
 from .default import DefaultHandler
 from .lookup import Lookup, lookup_of
 from .mistyped import KeyTypes
@@ -33,6 +42,7 @@ from .mistyped import KeyTypes
 __all__ = ["ScatterGatherHandler"]
 
 log = logging.getLogger("failover")
+_new = object.__new__
 
 
 def _failed(definition: FailoverDefinition, operation: str, exc: Exception) -> SplitterError:
@@ -249,14 +259,18 @@ class ScatterGatherHandler:
     ) -> list[tuple[str, RecoverContext[Any]]]:
         """The key and context of each slice a call asks for, in request order."""
         try:
-            return [(slice_key(d, s.arguments), s) for s in d.splitter.split_on_recover(whole)]
+            return slice_keys(d, d.splitter.split_on_recover(whole))
         except Exception as exc:
             raise _failed(d, "split_on_recover", exc) from exc
 
     def _expired(self, d: FailoverDefinition, found: dict[str, Payload]) -> list[Payload]:
         """The expired entries among ``found``, taken out of it."""
-        now, is_expired = self.clock(), d.expiry.is_expired
-        expired = [p for p in found.values() if is_expired(p, now)]
+        now, expiry = self.clock(), d.expiry
+        if type(expiry) is FixedTtl:  # the default policy's rule, without a frame per slice
+            expired = [p for p in found.values() if p.expire_on is not None and now >= p.expire_on]
+        else:
+            is_expired = expiry.is_expired
+            expired = [p for p in found.values() if is_expired(p, now)]
         for payload in expired:
             del found[payload.key]
         return expired
@@ -280,13 +294,32 @@ class ScatterGatherHandler:
         if requested is None:  # no request: every live slice, without arguments
             blank: RecoverContext[Any] = slice_context(d, {}, cause, None, None)
             requested = [(key, blank) for key in sorted(found)]
-        slices = []
-        for key, asked in requested:
-            p = found.get(key)
-            if p is not None:  # stale, and so is its value (unless fresh or live)
-                value = enrich(p.payload, up_to_date, p.as_of)
-                p = envelope(p.name, p.key, value, p.as_of, p.expire_on, up_to_date, cause, p.label)
-            slices.append(slice_context(d, asked.arguments, cause, p, asked.return_type))
+        # Each slice's envelope as the caller sees it: stale, and so is its value (unless fresh
+        # or live). One loop, the envelopes built in place (`envelope`, inlined: thousands).
+        recovered: list[Payload | None] = []
+        append = recovered.append
+        get = found.get
+        for key, _ in requested:
+            p = get(key)
+            if p is None:
+                append(None)
+                continue
+            value, as_of = p.payload, p.as_of
+            if KIND_OF(type(value)) != PLAIN:  # most values carry no freshness: no enrich
+                value = enrich(value, up_to_date, as_of)
+            obj: Any = _new(Building)
+            obj.name = p.name
+            obj.key = p.key
+            obj.payload = value
+            obj.as_of = as_of
+            obj.expire_on = p.expire_on
+            obj.up_to_date = up_to_date
+            obj.cause = cause
+            obj.label = p.label
+            obj.partial = False
+            obj.__class__ = ReferentialPayload
+            append(obj)
+        slices = slice_contexts(d, [asked for _, asked in requested], recovered, cause)
         try:
             merged = d.splitter.merge(whole, slices)
         except Exception as exc:

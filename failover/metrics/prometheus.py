@@ -85,6 +85,11 @@ class PrometheusMetrics:
             self._names[name] = Tally()
             return name
 
+    def tally(self, name: str) -> Tally:
+        """What is counted for ``name`` (``__other__``'s past ``max_names``): the same object
+        for the life of these metrics, so an observer may keep it."""
+        return self._names.get(name) or self._tally(name)
+
     def _tally(self, name: str) -> Tally:
         tally = self._names.get(name)
         if tally is None:
@@ -96,10 +101,10 @@ class PrometheusMetrics:
         """A write of a live result."""
         try:
             tally = self._names.get(name) or self._tally(name)
-            tally.writes[1 if ok else 2] += 1
-            tally.write_seconds.observe(seconds)
         except Exception:
             failed()
+        else:
+            tally.stored(ok, seconds)  # never raises
 
     def write_queued(self, name: str, seconds: float) -> None:
         """A write handed to the async-writes queue: its time (the queue counts it)."""

@@ -6,6 +6,8 @@ from __future__ import annotations
 from bisect import bisect_left
 from collections.abc import Callable
 
+from .base import failed
+
 __all__ = [
     "OTHER",
     "RECOVERY_OUTCOMES",
@@ -78,3 +80,15 @@ class Tally:
         # Refusals per (guard, bulkhead pool or ""): counted once, read as two families.
         self.refused: dict[tuple[str, str], int] = {}
         self.hooks = 0
+
+    def stored(self, ok: bool, seconds: float) -> None:
+        """A write of a live result, counted and timed in one step: the metered success path's
+        one increment (`failover.metrics_observer.MetricsObserver.method` hands this bound
+        method to the event stream, so a success costs one frame here, no lookup by name)."""
+        try:
+            self.writes[1 if ok else 2] += 1
+            h = self.write_seconds  # `Histogram.observe`, inlined
+            h.counts[bisect_left(h.bounds, seconds)] += 1
+            h.total += seconds
+        except Exception:  # metrics never raise into a call
+            failed()

@@ -6,7 +6,7 @@ slice's `RecoverContext`."""
 from __future__ import annotations
 
 import typing
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar, runtime_checkable
 
@@ -23,6 +23,7 @@ __all__ = [
     "PayloadSplitter",
     "StoreContext",
     "slice_context",
+    "slice_contexts",
 ]
 
 T = TypeVar("T")
@@ -148,3 +149,26 @@ def slice_context(
     obj.__class__ = RecoverContext
     built: RecoverContext[T] = obj
     return built
+
+
+def slice_contexts(
+    definition: FailoverDefinition,
+    asked: Sequence[RecoverContext[Any]],
+    recovered: Sequence[ReferentialPayload[Any] | None],
+    cause: BaseException | None,
+) -> list[RecoverContext[Any]]:
+    """`slice_context` of each slice ``asked`` for (its arguments and return type) with what
+    was ``recovered`` of it, in one loop without a frame per slice (a scatter/gather recovery
+    builds thousands)."""
+    out: list[RecoverContext[Any]] = []
+    append = out.append
+    for a, found in zip(asked, recovered, strict=True):
+        obj: Any = _new(_Building)
+        obj.definition = definition
+        obj.arguments = a.arguments
+        obj.cause = cause
+        obj.recovered = found
+        obj.return_type = a.return_type
+        obj.__class__ = RecoverContext
+        append(obj)
+    return out

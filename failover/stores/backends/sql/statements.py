@@ -219,10 +219,14 @@ class CoreStatements:
         only past the database's parameter limit."""
         size = self.chunk or len(keys)
         with self.single.connect() as conn:
+            if size >= len(keys):  # one statement, its rows fetched at once (not row by row)
+                return list(conn.execute(self._find_many, {"n": name, "keys": keys}).all())
             return [
                 row
                 for i in range(0, len(keys), size)
-                for row in conn.execute(self._find_many, {"n": name, "keys": keys[i : i + size]})
+                for row in conn.execute(
+                    self._find_many, {"n": name, "keys": keys[i : i + size]}
+                ).all()
             ]
 
     def find_all(self, name: str) -> Sequence[Any]:
