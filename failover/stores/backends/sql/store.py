@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -26,12 +26,10 @@ from ....serialization.rows import (
     DEFAULT_MAX_ROW_BYTES,
     SerializedStore,
     Serializer,
-    checked_max_row_bytes,
     merged_row_options,
     micros,
-    split_row_options,
 )
-from ...base import Capabilities, FailoverStore, Payload, older
+from ...base import Capabilities, Payload, older
 from ...browsing import Page, Summary
 from ...health_rows import KeepsHealthRows
 from ...layers import tenant_stores
@@ -43,8 +41,9 @@ from .psycopg import PsycopgStatements, supported
 from .statements import CoreStatements, Statements
 from .table import create_table as create_missing_table
 from .table import label_column, label_of, make_table, split_prefix
+from .urls import check_settings, row_options, url_settings
 
-__all__ = ["SqlStore", "per_tenant_databases", "per_tenant_tables"]
+__all__ = ["SqlStore"]
 
 log = logging.getLogger(__name__)
 
@@ -324,12 +323,19 @@ class SqlStore(SerializedStore, KeepsHealthRows, Capabilities):
         url_or_engine: str | sa.URL | sa.Engine,
         prefixes: Mapping[str, str] | None = None,
         **store_kwargs: Any,
-    ) -> Callable[[str], FailoverStore]:
+    ) -> TenantStores:
         """A factory ``tenant -> SqlStore``: one table per tenant, one shared engine.
 
-        See `per_tenant_tables`, which this is.
+        See `failover.stores.backends.sql.tenants.per_tenant_tables`, which calls this.
         """
-        return per_tenant_tables(url_or_engine, prefixes, **store_kwargs)
+        if isinstance(url_or_engine, str | sa.URL):
+            url_or_engine, store_kwargs = url_settings(
+                "per_tenant_tables", url_or_engine, store_kwargs
+            )
+        check_settings("per_tenant_tables", store_kwargs)
+        return tenant_stores.tables(
+            cls, shared_engine, split_prefix, url_or_engine, prefixes, **store_kwargs
+        )
 
     def names(self) -> list[str]:
         """Every name that has entries, sorted."""
@@ -391,98 +397,3 @@ class SqlStore(SerializedStore, KeepsHealthRows, Capabilities):
         if self._owns_engine:
             self._statements.close()
             self.engine.dispose()
-
-
-def row_options(url: str | sa.URL) -> tuple[str | sa.URL, dict[str, Any]]:
-    """A store URL without its row options (``accept_plain``, ``max_row_bytes``: see
-    `SqlStore`), which SQLAlchemy's drivers would refuse, and those options.
-
-    Raises:
-        ConfigurationError: an option's value is not one it takes.
-    """
-    if isinstance(url, sa.URL):
-        names = [n for n in ("accept_plain", "max_row_bytes") if n in url.query]
-        if not names:
-            return url, {}
-        values = {n: url.query[n] for n in names}  # a str, or a tuple when repeated
-        query = "&".join(
-            f"{n}={v}" for n, vs in values.items() for v in ((vs,) if isinstance(vs, str) else vs)
-        )
-        _, options = split_row_options(f"?{query}", masked_url(url))
-        return url.difference_update_query(names), options
-    return split_row_options(url, masked_url(url))
-
-
-# -- one store per tenant (made in failover.stores.layers.tenant_stores) ------------------------
-
-
-def per_tenant_tables(
-    url_or_engine: str | sa.URL | Engine,
-    prefixes: Mapping[str, str] | None = None,
-    **store_kwargs: Any,
-) -> TenantStores:
-    """One table per tenant, in one database, through one shared SQLAlchemy engine.
-
-    Args:
-        url_or_engine: a SQLAlchemy URL, or an `sqlalchemy.Engine` (never disposed here).
-        prefixes: the table prefix of each tenant, e.g. ``{"acme": "acme_"}``; a tenant not listed
-            is refused with `StoreError`. ``None``: the prefix is ``f"{tenant}_"``, for tenant ids
-            matching `failover.stores.layers.routing.TENANT_ID`.
-        **store_kwargs: passed to each `SqlStore` (``codec``, ``cipher``, ``allowed_types``...).
-
-    Returns:
-        A factory ``tenant -> SqlStore`` for `MultiTenantStore`.
-
-    Raises:
-        ConfigurationError: a prefix `SqlStore` refuses (checked here, for every tenant, before
-            any SQL runs), two tenants whose tables would be one table, or a bad URL.
-    """
-    if isinstance(url_or_engine, str | sa.URL):
-        url_or_engine, store_kwargs = _url_settings(
-            "per_tenant_tables", url_or_engine, store_kwargs
-        )
-    _check_settings("per_tenant_tables", store_kwargs)
-    return tenant_stores.tables(
-        SqlStore, shared_engine, split_prefix, url_or_engine, prefixes, **store_kwargs
-    )
-
-
-def per_tenant_databases(url_template: str, **store_kwargs: Any) -> TenantStores:
-    """One database per tenant: ``url_template`` with ``{tenant}`` replaced by the tenant id.
-
-    For example ``"sqlite:////var/lib/app/failover-{tenant}.db"`` (one SQLite file per tenant)
-    or ``"postgresql+psycopg://app@db/failover_{tenant}"``. Tenant ids must match
-    `failover.stores.layers.routing.TENANT_ID`.
-
-    Args:
-        url_template: a SQLAlchemy URL containing ``{tenant}``.
-        **store_kwargs: passed to each `SqlStore`.
-
-    Returns:
-        A factory ``tenant -> SqlStore`` for `MultiTenantStore`.
-
-    Raises:
-        ConfigurationError: the template has no ``{tenant}``, or is not a URL `SqlStore` takes
-            (checked here, before the first tenant comes).
-    """
-    _check_settings("per_tenant_databases", store_kwargs)
-    return tenant_stores.databases(SqlStore, _check_url, url_template, **store_kwargs)
-
-
-def _check_settings(owner: str, store_kwargs: dict[str, Any]) -> None:
-    """Refuse a bad ``max_row_bytes`` now, not at the first tenant's first call."""
-    checked_max_row_bytes(store_kwargs.get("max_row_bytes", DEFAULT_MAX_ROW_BYTES), owner)
-
-
-def _check_url(url: str) -> None:
-    make_engine(row_options(url)[0]).dispose()  # connects to nothing
-
-
-def _url_settings(
-    owner: str, url: str | sa.URL, store_kwargs: dict[str, Any]
-) -> tuple[str | sa.URL, dict[str, Any]]:
-    """``url`` without its row options, and ``store_kwargs`` with them."""
-    url, from_url = row_options(url)
-    if not from_url:
-        return url, store_kwargs
-    return url, {**store_kwargs, **merged_row_options(owner, store_kwargs, from_url)}
