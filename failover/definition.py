@@ -64,6 +64,7 @@ class FailoverDefinition:
         refresh_ahead: the age at which an entry served within ``fresh_for`` is refreshed in
             the background; ``None``: never ahead.
         rate: the rate limit, ``(count, per seconds)``, or ``None``.
+        tags: a callable of the call's arguments returning the entry's tags, or ``None``.
     """
 
     name: str
@@ -97,6 +98,7 @@ class FailoverDefinition:
     fresh_for: timedelta | None = None
     refresh_ahead: timedelta | None = None
     rate: tuple[int, float] | None = None
+    tags: Callable[..., Any] | None = None
 
     def __repr__(self) -> str:
         policy = "engine's" if self.policy is None else getattr(self.policy, "value", self.policy)

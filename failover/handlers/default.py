@@ -15,6 +15,7 @@ from ..labels import call_label
 from ..payload import Building, ReferentialPayload
 from ..stores.base import FailoverStore, Payload, does_io
 from ..stores.layers.batching import ReadBatcher
+from ..tags import tags_of
 from .base import Superseded, drop_expired, key_of
 from .lookup import Lookup, lookup_of
 
@@ -92,6 +93,7 @@ class DefaultHandler:
                 return None
         try:
             label = None if definition.label is None else call_label(ctx)
+            tags = None if definition.tags is None else tags_of(ctx)
             expiry = definition.expiry
             if type(expiry) is FixedTtl:  # `expire_on`'s default policy, inlined
                 expires = now + expiry.ttl
@@ -108,6 +110,8 @@ class DefaultHandler:
             obj.cause = None
             obj.label = label
             obj.partial = False
+            obj.tags = tags
+            obj.fresh_ended = False
             obj.__class__ = ReferentialPayload
             kept = self.store_.store(obj)
         except BaseException:
@@ -186,7 +190,7 @@ class DefaultHandler:
             found = self.store_.find(name, key)
         else:
             found = self.reads.find(name, key, self.current_tenant())
-        if found is None or found.as_of is None or found.as_of <= since:
+        if found is None or found.as_of is None or found.as_of <= since or found.fresh_ended:
             return None
         now = ctx.now if ctx.now is not None else self.clock()
         expiry = ctx.definition.expiry

@@ -8,6 +8,7 @@ import time
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, TypeGuard, cast
 
+from .control import delete_all_listed, expire_rewritten, no_tags
 from .declaring import (
     DeclaresAsyncWrites,
     DeclaresBrowsing,
@@ -17,7 +18,10 @@ from .declaring import (
     DeclaresNativeAsync,
     DeclaresSharing,
     Flushable,
+    SupportsDeleteAll,
     SupportsDeleteMany,
+    SupportsExpire,
+    SupportsTags,
 )
 from .protocol import AsyncFailoverStore, FailoverStore, Payload, older
 
@@ -28,11 +32,15 @@ __all__ = [
     "Payload",
     "as_async",
     "browsable",
+    "delete_all",
     "delete_many",
+    "delete_tagged",
     "does_io",
+    "expire",
     "flush",
     "isolating",
     "keeps_health",
+    "keeps_tags",
     "native_async",
     "older",
     "walk",
@@ -91,6 +99,36 @@ class Capabilities:
         for key in dict.fromkeys(keys):
             store.delete(name, key)
 
+    # -- control over entries (``.invalidate_all()``, ``invalidate_tag``, ``.expire()``) ----------
+
+    def delete_all(self, name: str) -> int:
+        """Remove every entry of ``name``; how many there were. Here: listed, then removed
+        (`failover.stores.control.delete_all_listed`); a store that can do it in one statement
+        or round trip says so by overriding this."""
+        return delete_all_listed(cast(FailoverStore, self), name)
+
+    @property
+    def keeps_tags(self) -> bool:
+        """The store keeps each entry's ``tags`` and `delete_tagged` removes the entries of a
+        tag (the default: ``False``)."""
+        return False
+
+    def delete_tagged(self, tag: str) -> int:
+        """Remove every entry carrying ``tag``, of every name; how many there were.
+
+        Raises:
+            ConfigurationError: the store keeps no tags (the default).
+        """
+        raise no_tags(self)
+
+    def expire(self, name: str, key: str) -> bool:
+        """End the fresh window of the entry ``(name, key)``, keeping it for failing over:
+        marked ``fresh_ended``, with its own ``as_of``, never moved backwards and never made
+        again once deleted; whether there was an entry. Here: read and written again
+        (`failover.stores.control.expire_rewritten`, not atomic); a store that can do it in
+        place says so by overriding this."""
+        return expire_rewritten(cast(FailoverStore, self), name, key)
+
     @property
     def browsable(self) -> bool:
         """Its entries can be listed (the default: ``False``)."""
@@ -127,32 +165,6 @@ class Capabilities:
             timeout came first.
         """
         return flush_all(self.layers_below(), timeout)
-
-
-class Layer(Capabilities):
-    """A layer over one store (``inner``): it does what the store below declares, unless it
-    says otherwise (a class attribute such as ``writes_async = True`` answers instead)."""
-
-    inner: FailoverStore
-
-    @property
-    def does_io(self) -> bool:
-        """Whether the inner store does I/O."""
-        return does_io(self.inner)
-
-    @property
-    def writes_async(self) -> bool:
-        """Whether the inner store's writes never block the caller."""
-        return writes_async(self.inner)
-
-    @property
-    def native_async(self) -> bool:
-        """Whether the inner store has async methods (they pass through the layer)."""
-        return native_async(self.inner)
-
-    def layers_below(self) -> tuple[FailoverStore]:
-        """The inner store."""
-        return (self.inner,)
 
 
 def declared(store: object) -> Capabilities:
@@ -234,6 +246,36 @@ class _Members(Capabilities):
         for key in dict.fromkeys(keys):
             deletes(name, key)
 
+    def delete_all(self, name: str) -> int:
+        """The store's own ``delete_all`` (`SupportsDeleteAll`), else listed and removed."""
+        store = self.store
+        if isinstance(store, SupportsDeleteAll):
+            return int(store.delete_all(name))
+        return delete_all_listed(cast(FailoverStore, store), name)
+
+    @property
+    def keeps_tags(self) -> bool:
+        """Whether the store has a ``delete_tagged`` method (`SupportsTags`)."""
+        return isinstance(self.store, SupportsTags)
+
+    def delete_tagged(self, tag: str) -> int:
+        """The store's own ``delete_tagged`` (`SupportsTags`).
+
+        Raises:
+            ConfigurationError: the store has none.
+        """
+        store = self.store
+        if isinstance(store, SupportsTags):
+            return int(store.delete_tagged(tag))
+        raise no_tags(store)
+
+    def expire(self, name: str, key: str) -> bool:
+        """The store's own ``expire`` (`SupportsExpire`), else read and written again."""
+        store = self.store
+        if isinstance(store, SupportsExpire):
+            return bool(store.expire(name, key))
+        return expire_rewritten(cast(FailoverStore, store), name, key)
+
     def flush(self, timeout: float | None = None) -> bool:
         """The store's own ``flush`` (`Flushable`); a store without one queues nothing."""
         store = self.store
@@ -260,6 +302,32 @@ def delete_many(store: FailoverStore, name: str, keys: Iterable[str]) -> None:
     """Remove several entries of ``name``: in one go where ``store`` has ``delete_many`` (the
     library's stores and layers), else one ``delete`` each (a store of your own may have none)."""
     declared(store).delete_many(name, keys)
+
+
+def delete_all(store: object, name: str) -> int:
+    """Remove every entry of ``name`` from ``store``; how many there were (in one statement or
+    round trip where the store declares ``delete_all``, else listed and removed)."""
+    return declared(store).delete_all(name)
+
+
+def keeps_tags(store: object) -> bool:
+    """Whether ``store`` keeps the entries' tags (`Capabilities.keeps_tags`)."""
+    return declared(store).keeps_tags
+
+
+def delete_tagged(store: object, tag: str) -> int:
+    """Remove every entry carrying ``tag`` from ``store``, of every name; how many there were.
+
+    Raises:
+        ConfigurationError: the store keeps no tags.
+    """
+    return declared(store).delete_tagged(tag)
+
+
+def expire(store: object, name: str, key: str) -> bool:
+    """End the fresh window of the entry ``(name, key)`` in ``store`` (`Capabilities.expire`);
+    whether there was an entry."""
+    return declared(store).expire(name, key)
 
 
 def browsable(store: object) -> bool:

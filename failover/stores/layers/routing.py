@@ -36,8 +36,12 @@ from ..base import (
     Capabilities,
     FailoverStore,
     Payload,
+    delete_all,
     delete_many,
+    delete_tagged,
     does_io,
+    expire,
+    keeps_tags,
     native_async,
     writes_async,
 )
@@ -236,6 +240,34 @@ class MultiTenantStore(TenantPool, BrowsingLayer, Capabilities):
         """Remove the current tenant's entries under ``keys``."""
         with self._use() as store:
             delete_many(store, name, keys)
+
+    # Control over entries: the current tenant's store only, as every operation here (a tag
+    # names entries of one tenant: another tenant's entries are never reached through it).
+
+    def delete_all(self, name: str) -> int:
+        """Remove every entry of ``name`` from the current tenant's store."""
+        with self._use() as store:
+            return delete_all(store, name)
+
+    @property
+    def keeps_tags(self) -> bool:
+        """Whether the current tenant's store keeps tags (``False`` without a tenant)."""
+        try:
+            with self._use() as store:
+                return keeps_tags(store)
+        except StoreError:
+            return False
+
+    def delete_tagged(self, tag: str) -> int:
+        """Remove every entry carrying ``tag`` from the current tenant's store (no other
+        tenant's)."""
+        with self._use() as store:
+            return delete_tagged(store, tag)
+
+    def expire(self, name: str, key: str) -> bool:
+        """End the fresh window of the current tenant's entry."""
+        with self._use() as store:
+            return expire(store, name, key)
 
     # -- every tenant ---------------------------------------------------------------------------
 

@@ -17,8 +17,12 @@ from ..base import (
     Capabilities,
     FailoverStore,
     Payload,
+    delete_all,
     delete_many,
+    delete_tagged,
     does_io,
+    expire,
+    keeps_tags,
     native_async,
     writes_async,
 )
@@ -170,6 +174,34 @@ class TieredStore(HealthRowsLayer, BrowsingLayer, Capabilities):
             self._deletes += 1
             delete_many(self.near, name, keys)
         delete_many(self.far, name, keys)
+
+    # -- control over entries: both tiers; a refill read before never undoes it ---------------
+
+    def delete_all(self, name: str) -> int:
+        """Remove every entry of ``name`` from both tiers; the far store's count."""
+        with self._lock:
+            self._deletes += 1
+            delete_all(self.near, name)
+        return delete_all(self.far, name)
+
+    @property
+    def keeps_tags(self) -> bool:
+        """Whether both tiers keep tags."""
+        return keeps_tags(self.near) and keeps_tags(self.far)
+
+    def delete_tagged(self, tag: str) -> int:
+        """Remove every entry carrying ``tag`` from both tiers; the far store's count."""
+        with self._lock:
+            self._deletes += 1
+            delete_tagged(self.near, tag)
+        return delete_tagged(self.far, tag)
+
+    def expire(self, name: str, key: str) -> bool:
+        """End the entry's fresh window in both tiers; whether either had it."""
+        with self._lock:
+            self._deletes += 1  # a refill read before must not bring back the fresh entry
+            near = expire(self.near, name, key)
+        return expire(self.far, name, key) or near
 
     # -- reads ------------------------------------------------------------------------------------
 

@@ -53,6 +53,7 @@ from .aio import AsyncClients, AsyncRedisMethods, async_url
 from .browsing import RedisBrowsing
 from .client import DEFAULT_PREFIX, Keys, checked_prefix, split_url
 from .commands import Commands
+from .control import RedisControl
 from .health_rows import RedisHealthRows
 from .sharing import shared_client
 from .topology import Client, LazyCluster, store_client
@@ -112,6 +113,7 @@ class RedisStore(SerializedStore, KeepsHealthRows, AsyncRedisMethods, Capabiliti
     does_io = True
     isolating = True
     browsable = True
+    keeps_tags = True
 
     def __init__(
         self,
@@ -172,6 +174,7 @@ class RedisStore(SerializedStore, KeepsHealthRows, AsyncRedisMethods, Capabiliti
         self._owns_aio = aio_url is not None  # per_tenant's stores share the factory's
         self._aio = None if aio_url is None else AsyncClients(aio_url, socket_timeout, self._where)
         self.browsing = RedisBrowsing(self._redis, self._keys)
+        self._control = RedisControl(self._redis, self._keys)
         # The processes' health rows (Failover(publish_health=...)), a key each.
         self.health = RedisHealthRows(self._redis, prefix, self._values.offset_ms)
 
@@ -286,6 +289,32 @@ class RedisStore(SerializedStore, KeepsHealthRows, AsyncRedisMethods, Capabiliti
                     ("ZREM", self._keys.lex(name), *wanted),
                 ],
             )
+
+    def delete_all(self, name: str) -> int:
+        """Remove every entry of ``name``: one script (one round trip; on a cluster, the
+        name's index read, then one pipeline per node); the count.
+
+        Raises:
+            StoreError: Redis cannot be reached.
+        """
+        return self._control.delete_all(name)
+
+    def delete_tagged(self, tag: str) -> int:
+        """Remove every entry carrying ``tag``, of every name: one script (one round trip; on
+        a cluster, the tag's set read, then one pipeline per node); the count.
+
+        Raises:
+            StoreError: Redis cannot be reached.
+        """
+        return self._control.delete_tagged(tag)
+
+    def expire(self, name: str, key: str) -> bool:
+        """End the entry's fresh window in place: one script; whether there was one.
+
+        Raises:
+            StoreError: Redis cannot be reached.
+        """
+        return self._control.expire(name, key)
 
     def clean_by_expiry(self, now: datetime) -> int:
         """Nothing to delete: Redis removes each entry at its ``expire_on``. Trims the names'

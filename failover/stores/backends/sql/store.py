@@ -8,7 +8,6 @@ every database, psycopg directly on ``postgresql+psycopg``): ``store_many`` is o
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import threading
 from collections.abc import Iterable, Mapping, Sequence
@@ -34,7 +33,9 @@ from ...browsing import Page, Summary
 from ...health_rows import KeepsHealthRows
 from ...layers import tenant_stores
 from ...layers.tenant_stores import TenantStores
+from .async_methods import AsyncSqlMethods
 from .browsing import SqlBrowsing
+from .control import SqlControl, make_tags_table
 from .engine import first_line, make_engine, prepares, shared_engine
 from .health_rows import SqlHealthRows
 from .psycopg import PsycopgStatements, supported
@@ -48,7 +49,7 @@ __all__ = ["SqlStore"]
 log = logging.getLogger(__name__)
 
 
-class SqlStore(SerializedStore, KeepsHealthRows, Capabilities):
+class SqlStore(SerializedStore, KeepsHealthRows, AsyncSqlMethods, Capabilities):
     """Entries in a SQL table: the durable store, shared by processes and instances.
 
     SQLite (a file) is the embedded default; PostgreSQL for many instances sharing one store;
@@ -93,6 +94,7 @@ class SqlStore(SerializedStore, KeepsHealthRows, Capabilities):
     does_io = True
     isolating = True
     browsable = True
+    keeps_tags = True
     clean_batch = 10_000
     """Expired rows deleted per transaction by `clean_by_expiry` (SQLite, PostgreSQL)."""
 
@@ -135,6 +137,9 @@ class SqlStore(SerializedStore, KeepsHealthRows, Capabilities):
         self._bind(table)
         self._create_table = create_table
         self._where = f"SqlStore({masked_url(self.engine.url)}, table={self.table.fullname!r})"
+        self._control = SqlControl(
+            self.engine, self.table, make_tags_table(schema, prefix), self._where
+        )
         self._rows.where = self._where
         # The processes' health rows (Failover(publish_health=...)), in a table beside.
         self.health = SqlHealthRows(self.engine, schema, prefix, self._where, create_table)
@@ -178,6 +183,7 @@ class SqlStore(SerializedStore, KeepsHealthRows, Capabilities):
                 self.create_table()
             if not label_column(self.engine, self.table, self._where, self._create_table):
                 self._bind(make_table(self._schema, self._prefix, label=False))
+                self._control.table = self.table
             self._core.learn_limits(self._where)
             self._ready = True
 
@@ -190,6 +196,7 @@ class SqlStore(SerializedStore, KeepsHealthRows, Capabilities):
             StoreError: the database refused or could not be reached.
         """
         create_missing_table(self.engine, self.table, self._where)
+        self._control.create()
 
     # -- rows -----------------------------------------------------------------------------------
 
@@ -224,6 +231,8 @@ class SqlStore(SerializedStore, KeepsHealthRows, Capabilities):
         Raises:
             SerializationError: the codec cannot encode the value (nothing is written).
         """
+        if payload.tags:
+            self._tag((payload,))
         return self._write([self._row(payload)])
 
     def store_many(self, payloads: Sequence[Payload]) -> int:
@@ -243,7 +252,16 @@ class SqlStore(SerializedStore, KeepsHealthRows, Capabilities):
         if not newest:
             return 0
         rows = [self._row(newest[k]) for k in sorted(newest)]
+        tagged = [p for p in newest.values() if p.tags]
+        if tagged:
+            self._tag(tagged)
         return len(payloads) - len(newest) + self._write(rows)
+
+    def _tag(self, payloads: Iterable[Payload]) -> None:
+        """Keep the tags of ``payloads`` before the entries: never an entry stored untagged."""
+        if not self._ready:
+            self._prepare()
+        self._control.tag((t, p.name, p.key) for p in payloads for t in p.tags or ())
 
     def _write(self, rows: list[dict[str, Any]]) -> int:
         if not self._ready:
@@ -271,43 +289,6 @@ class SqlStore(SerializedStore, KeepsHealthRows, Capabilities):
             self._prepare()
         rows = self._statements.find_many(name, wanted)
         return dict(self._decoded(name, rows))
-
-    # -- async (PostgreSQL through psycopg: failover.stores.base.AsyncFailoverStore) ---------
-
-    @property
-    def native_async(self) -> bool:
-        """Whether async callers read on the event loop (PostgreSQL through psycopg: its async
-        connections); other databases keep the worker thread."""
-        return self._aio is not None
-
-    async def _aready(self) -> Any:
-        if self._aio is None:
-            raise TypeError(f"{self!r} has no async driver: read it on a worker thread")
-        if not self._ready:
-            await asyncio.to_thread(self._prepare)
-        return self._statements
-
-    async def afind(self, name: str, key: str) -> Payload | None:
-        """`find`, awaited (one statement on the loop's connection)."""
-        row = await (await self._aready()).afind(self._aio, name, key)
-        return None if row is None else self._payload(name, key, row)
-
-    async def afind_many(self, name: str, keys: Iterable[str]) -> dict[str, Payload]:
-        """`find_many`, awaited (one statement on the loop's connection)."""
-        wanted = list(dict.fromkeys(keys))
-        if not wanted:
-            return {}
-        rows = await (await self._aready()).afind_many(self._aio, name, wanted)
-        return dict(self._decoded(name, rows))
-
-    async def astore_many(self, payloads: Sequence[Payload]) -> int:
-        """`store_many` on a worker thread (writes from async callers are queued anyway)."""
-        return await asyncio.to_thread(self.store_many, payloads)
-
-    async def aclose(self) -> None:
-        """Close the running loop's async connections."""
-        if self._aio is not None:
-            await self._aio.aclose()
 
     def find_all(self, name: str) -> list[Payload]:
         """Every entry of ``name``, expired ones included, by key; undecodable rows are skipped
@@ -378,6 +359,24 @@ class SqlStore(SerializedStore, KeepsHealthRows, Capabilities):
             self._prepare()
         self._statements.delete_many(name, wanted)
 
+    def delete_all(self, name: str) -> int:
+        """Remove every entry of ``name``: one statement; the count."""
+        if not self._ready:
+            self._prepare()
+        return self._control.delete_all(name)
+
+    def delete_tagged(self, tag: str) -> int:
+        """Remove every entry carrying ``tag``, of every name: one statement; the count."""
+        if not self._ready:
+            self._prepare()
+        return self._control.delete_tagged(tag)
+
+    def expire(self, name: str, key: str) -> bool:
+        """End the entry's fresh window in place: one statement; whether there was one."""
+        if not self._ready:
+            self._prepare()
+        return self._control.expire(name, key)
+
     def clean_by_expiry(self, now: datetime) -> int:
         """Remove every entry whose ``expire_on`` is at or before ``now``, or NULL; return the
         count.
@@ -388,7 +387,9 @@ class SqlStore(SerializedStore, KeepsHealthRows, Capabilities):
         """
         if not self._ready:
             self._prepare()
-        return self._core.clean(micros(now), self.clean_batch)
+        removed = self._core.clean(micros(now), self.clean_batch)
+        self._control.clean()  # tag rows whose entry is gone: not entries, not counted
+        return removed
 
     def close(self) -> None:
         """Dispose the engine's connections, when the store made the engine."""
