@@ -330,6 +330,8 @@ class Serializer:
                 "needs as_of and expire_on"
             )
         text, payload_type = self.dump(payload.name, payload.key, payload.payload)
+        if payload.fresh_ended:  # written again as it was (a queued write overtaken by .expire)
+            text = ENDED + text
         return text, payload_type, micros(as_of), micros(expire_on)
 
     # -- reading ----------------------------------------------------------------------------------

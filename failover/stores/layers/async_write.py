@@ -239,11 +239,15 @@ class AsyncWriteStore(HealthRowsLayer, BrowsingLayer, Layer):
         flagged ``fresh_ended`` (queued after it: the flag lands last), and the inner store's
         entry is flagged at once. Whether there was an entry (queued or stored)."""
         write = self._q.pending.get((name, key))
-        queued = write is not None and not isinstance(write[2], Tombstone)
-        if write is not None and not isinstance(p := write[2], Tombstone) and not p.fresh_ended:
-            self._q.submit([(name, key, fresh_ended(p))])
-        stored = expire(self.inner, name, key)
-        return queued or stored
+        if write is None:
+            return expire(self.inner, name, key)
+        queued = write[2]
+        if isinstance(queued, Tombstone):
+            return False  # deleted: the stored entry goes too
+        if not queued.fresh_ended:
+            self._q.submit([(name, key, fresh_ended(queued))])
+        expire(self.inner, name, key)
+        return True
 
     def clean_by_expiry(self, now: datetime) -> int:
         """Flush the queue, then remove expired entries; returns the true count."""
