@@ -99,6 +99,20 @@ class State:
         if rt is not None:
             rt.handler.invalidate(call_of(rt, args, kwargs))
 
+    def expire(self, *args: Any, **kwargs: Any) -> bool:
+        """End the fresh window of the call's stored entry (see `FailoverFunction.expire`)."""
+        rt, bound = self.runtime(), self._bound  # `runtime` binds the engine in force
+        if rt is None or bound is None:
+            return False
+        return rt.handler.expire(call_of(rt, args, kwargs), bound[0].entries) > 0
+
+    def invalidate_all(self) -> int:
+        """Delete every stored entry of the failover (see `FailoverFunction.invalidate_all`)."""
+        rt, bound = self.runtime(), self._bound  # `runtime` binds the engine in force
+        if rt is None or bound is None:
+            return 0
+        return rt.handler.invalidate_all(self.definition.effective_name, bound[0].entries)
+
 
 def _sync_shell(state: State, envelope: bool) -> Callable[..., Any]:
     """The synchronous wrapper: the call itself, or (``envelope``) its ``.referential``.
@@ -266,6 +280,8 @@ def _build(fn: Any, name: str | None, options: dict[str, Any]) -> Any:
     wrapper.referential = shell(state, True)
     wrapper.peek = state.peek
     wrapper.invalidate = state.invalidate
+    wrapper.expire = state.expire
+    wrapper.invalidate_all = state.invalidate_all
     wrapper.definition = definition
     wrapper._failover_state = state
     if engine is None:

@@ -46,6 +46,26 @@ class FailoverFunction(Protocol[P, R]):
         """Delete the stored entry for these arguments."""
         ...
 
+    def expire(self, *args: P.args, **kwargs: P.kwargs) -> bool:
+        """End the fresh window of the stored entry for these arguments, keeping it for failing
+        over: the next call goes to the upstream (no ``fresh_for`` answer, no refresh ahead),
+        and if the upstream fails the entry is still served stale, with its own ``as_of``.
+        For scatter/gather, every slice the call would recover. Whether there was an entry.
+
+        Raises:
+            StoreError: the store failed.
+        """
+        ...
+
+    def invalidate_all(self) -> int:
+        """Delete every stored entry of the failover (of its effective name: the domain's, when
+        one is set), in one store operation; how many were removed.
+
+        Raises:
+            StoreError: the store failed.
+        """
+        ...
+
     @overload
     def __get__(self, instance: None, owner: type[Any]) -> Self: ...
     @overload
@@ -55,7 +75,8 @@ class FailoverFunction(Protocol[P, R]):
 
 
 class AsyncFailoverFunction(Protocol[P, R]):
-    """A decorated ``async def`` function; ``peek`` and ``invalidate`` stay synchronous."""
+    """A decorated ``async def`` function; ``peek``, ``invalidate``, ``expire`` and
+    ``invalidate_all`` stay synchronous."""
 
     definition: FailoverDefinition
 
@@ -80,6 +101,26 @@ class AsyncFailoverFunction(Protocol[P, R]):
 
     def invalidate(self, *args: P.args, **kwargs: P.kwargs) -> None:
         """Delete the stored entry for these arguments."""
+        ...
+
+    def expire(self, *args: P.args, **kwargs: P.kwargs) -> bool:
+        """End the fresh window of the stored entry for these arguments, keeping it for failing
+        over: the next call goes to the upstream (no ``fresh_for`` answer, no refresh ahead),
+        and if the upstream fails the entry is still served stale, with its own ``as_of``.
+        For scatter/gather, every slice the call would recover. Whether there was an entry.
+
+        Raises:
+            StoreError: the store failed.
+        """
+        ...
+
+    def invalidate_all(self) -> int:
+        """Delete every stored entry of the failover (of its effective name: the domain's, when
+        one is set), in one store operation; how many were removed.
+
+        Raises:
+            StoreError: the store failed.
+        """
         ...
 
     @overload
@@ -135,6 +176,16 @@ class Bound(functools.partial[Any]):
         """Delete the stored entry for these arguments."""
         func: Any = self.func
         func.invalidate(*self.args, *args, **kwargs)
+
+    def expire(self, *args: Any, **kwargs: Any) -> bool:
+        """End the fresh window of the stored entry for these arguments."""
+        func: Any = self.func
+        return bool(func.expire(*self.args, *args, **kwargs))
+
+    def invalidate_all(self) -> int:
+        """Delete every stored entry of the failover."""
+        func: Any = self.func
+        return int(func.invalidate_all())
 
 
 class Method(Generic[P, R]):

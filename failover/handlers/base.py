@@ -9,6 +9,7 @@ from typing import Any, NamedTuple, Protocol
 
 from ..context import CallContext
 from ..definition import FailoverDefinition
+from ..entries import EntryControl
 from ..expiry import FixedTtl
 from ..keys import canonical, digest, make_key
 from ..stores.base import FailoverStore, Payload, delete_many
@@ -55,6 +56,17 @@ class Handler(Protocol):
 
     def invalidate(self, ctx: CallContext) -> None:
         """Delete the stored entry for the call."""
+        ...
+
+    def expire(self, ctx: CallContext, control: EntryControl) -> int:
+        """End the fresh window of the call's entries through ``control`` (every slice the call
+        would recover, for scatter/gather); how many were there. Their next success is stored,
+        whatever the store interval."""
+        ...
+
+    def invalidate_all(self, name: str, control: EntryControl) -> int:
+        """Delete every entry of ``name`` through ``control``; the count. Every next success
+        is stored, whatever the store interval."""
         ...
 
     def fresh(self, ctx: CallContext, since: datetime) -> Payload | Partial | None:

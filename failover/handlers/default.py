@@ -9,6 +9,7 @@ from typing import Any
 
 from ..context import CallContext, Miss
 from ..definition import FailoverDefinition
+from ..entries import EntryControl
 from ..expiry import FixedTtl
 from ..keys import make_key
 from ..labels import call_label
@@ -205,6 +206,21 @@ class DefaultHandler:
         name, key = ctx.definition.effective_name, key_of(ctx)
         self.store_.delete(name, key)
         self.forget(name, key)
+
+    def expire(self, ctx: CallContext, control: EntryControl) -> int:
+        """End the fresh window of the call's entry (its next success is stored, whatever the
+        interval)."""
+        name, key = ctx.definition.effective_name, key_of(ctx)
+        found = control.expire(name, [key])
+        self.forget(name, key)
+        return found
+
+    def invalidate_all(self, name: str, control: EntryControl) -> int:
+        """Delete every entry of ``name`` (every next success is stored, whatever the
+        interval)."""
+        removed = control.invalidate_all(name)
+        self.forget_all()
+        return removed
 
     def forget(self, name: str, key: str) -> None:
         """Forget the last store time of ``(name, key)``: its next success is stored."""

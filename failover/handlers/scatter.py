@@ -18,12 +18,14 @@ from typing import Any
 
 from ..context import CallContext, Miss, RecoverContext
 from ..definition import FailoverDefinition
+from ..entries import EntryControl
 from ..errors import SplitterError
 from ..labels import slice_label
 from ..payload import enrich, envelope
 from ..scatter import CallArguments, Narrowing, StoreContext, slice_context
 from ..scatter.contexts import SLICE_ARGUMENT
 from ..stores.base import Payload, delete_many
+from ..tags import tags_of
 from .base import Partial, Superseded, drop_all_expired, envelope_key, expire_on, slice_key
 from .default import DefaultHandler
 from .lookup import Lookup, lookup_of
@@ -87,6 +89,8 @@ class ScatterGatherHandler:
                     StoreContext(d, CallArguments(ctx.arguments, ctx.args, ctx.kwargs), result)
                 )
                 labelled = d.label is not None
+                # Every slice carries the whole call's tags (a tag reaches each slice).
+                tags = None if d.tags is None else tags_of(ctx)
                 payloads = [
                     envelope(
                         name,
@@ -96,6 +100,7 @@ class ScatterGatherHandler:
                         expires,
                         True,
                         label=slice_label(d, s.arguments) if labelled else None,
+                        tags=tags,
                     )
                     for s in slices
                 ]
@@ -225,6 +230,25 @@ class ScatterGatherHandler:
         # Coalescing goes by the whole call: any call covering these slices (not only this one)
         # must store at its next success, or they stay unrecoverable for the interval.
         self.inner.forget_all()
+
+    def expire(self, ctx: CallContext, control: EntryControl) -> int:
+        """End the fresh window of every slice the call would recover (every slice of the
+        effective name for a call that recovers them all)."""
+        d = ctx.definition
+        if d.splitter is None:
+            return self.inner.expire(ctx, control)
+        name = d.effective_name
+        if _everything(ctx):
+            keys = [p.key for p in self.store_.find_all(name)]
+        else:
+            keys = _distinct(self._requested(d, _whole(ctx, None)))
+        found = control.expire(name, keys)
+        self.inner.forget_all()  # coalescing goes by the whole call (see `invalidate`)
+        return found
+
+    def invalidate_all(self, name: str, control: EntryControl) -> int:
+        """Delete every entry (every slice) of ``name``."""
+        return self.inner.invalidate_all(name, control)
 
     def _requested(
         self, d: FailoverDefinition, whole: RecoverContext[Any]
