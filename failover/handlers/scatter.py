@@ -166,7 +166,11 @@ class ScatterGatherHandler:
             return None
         found = self.store_.find_many(d.effective_name, _distinct(requested))
         self._expired(d, found)  # a custom expiry may end an entry before fresh_for
-        fresh = {k: p for k, p in found.items() if p.as_of is not None and p.as_of > since}
+        fresh = {
+            k: p
+            for k, p in found.items()
+            if p.as_of is not None and p.as_of > since and not p.fresh_ended
+        }
         if not fresh:
             return None
         missing = {key: asked for key, asked in requested if key not in fresh}  # each key once

@@ -41,6 +41,7 @@ every = failover.failover(
     fresh_for="5m",
     refresh_ahead=0.8,
     label=True,
+    tags=lambda code: [f"country:{code}"],
     rate="100/s",
     engine=failover.Failover(),
 )
