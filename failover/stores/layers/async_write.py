@@ -44,21 +44,18 @@ from ..base import (
     FailoverStore,
     Payload,
     as_async,
-    delete_all,
-    delete_tagged,
-    expire,
     native_async,
 )
 from ..browsing import BrowsingLayer, Page, Summary, overlaid
-from ..control import fresh_ended
 from ..health_rows import HealthRowsLayer
 from ..layer import Layer
+from .queued_control import QueuedControl
 from .write_queue import DELETED, REJECTIONS, RETRY_FIRST, RETRY_MOST, Tombstone, Write, WriteQueue
 
 __all__ = ["REJECTIONS", "RETRY_FIRST", "RETRY_MOST", "AsyncWriteStore"]
 
 
-class AsyncWriteStore(HealthRowsLayer, BrowsingLayer, Layer):
+class AsyncWriteStore(QueuedControl, HealthRowsLayer, BrowsingLayer, Layer):
     """Writes go to a bounded queue that one daemon thread drains in batches (`store_many`).
 
     Reads see the writes still queued (read-your-writes within the process). Of the writes of
@@ -211,44 +208,6 @@ class AsyncWriteStore(HealthRowsLayer, BrowsingLayer, Layer):
         if writes:
             self._q.submit(writes)
 
-    # -- control over entries: ordered with the writes still queued ------------------------------
-
-    def delete_all(self, name: str) -> int:
-        """Remove every entry of ``name``: the queued writes of ``name`` are overtaken by
-        deletes (queued after them, so that none lands after this and brings its entry back),
-        then the inner store's entries go at once. How many the inner store removed."""
-        self._cancel(lambda w: w[0] == name)
-        return delete_all(self.inner, name)
-
-    def delete_tagged(self, tag: str) -> int:
-        """Remove every entry carrying ``tag``: the queued writes of such entries are overtaken
-        by deletes, as in `delete_all`, then the inner store's go. How many it removed."""
-        self._cancel(lambda w: _tagged(w[2], tag))
-        return delete_tagged(self.inner, tag)
-
-    def _cancel(self, which: Callable[[Write], bool]) -> None:
-        """Queue a delete behind each pending write ``which`` picks out."""
-        q = self._q
-        with q.lock:
-            doomed: list[Write] = [(w[0], w[1], DELETED) for w in q.pending.values() if which(w)]
-        if doomed:
-            self._q.submit(doomed)
-
-    def expire(self, name: str, key: str) -> bool:
-        """End the entry's fresh window: a queued write of it is overtaken by the same entry
-        flagged ``fresh_ended`` (queued after it: the flag lands last), and the inner store's
-        entry is flagged at once. Whether there was an entry (queued or stored)."""
-        write = self._q.pending.get((name, key))
-        if write is None:
-            return expire(self.inner, name, key)
-        queued = write[2]
-        if isinstance(queued, Tombstone):
-            return False  # deleted: the stored entry goes too
-        if not queued.fresh_ended:
-            self._q.submit([(name, key, fresh_ended(queued))])
-        expire(self.inner, name, key)
-        return True
-
     def clean_by_expiry(self, now: datetime) -> int:
         """Flush the queue, then remove expired entries; returns the true count."""
         self._q.flush(None)
@@ -399,11 +358,3 @@ def _laid_over(found: dict[str, Payload], queued: dict[str, Any]) -> dict[str, P
         else:
             found[key] = value
     return found
-
-
-def _tagged(value: Payload | Tombstone, tag: str) -> bool:
-    """Whether a queued write is of an entry carrying ``tag``."""
-    if isinstance(value, Tombstone):
-        return False
-    tags = value.tags
-    return tags is not None and tag in tags

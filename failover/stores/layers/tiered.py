@@ -17,12 +17,8 @@ from ..base import (
     Capabilities,
     FailoverStore,
     Payload,
-    delete_all,
     delete_many,
-    delete_tagged,
     does_io,
-    expire,
-    keeps_tags,
     native_async,
     writes_async,
 )
@@ -30,6 +26,7 @@ from ..browsing import BrowsingLayer
 from ..health_rows import HealthRowsLayer
 from .async_write import AsyncWriteStore
 from .hedging import HedgingDeadline
+from .tiered_control import TieredControl
 
 __all__ = ["TieredStore"]
 
@@ -47,7 +44,7 @@ def _fresher(a: Payload | None, b: Payload | None) -> Payload | None:
     return a
 
 
-class TieredStore(HealthRowsLayer, BrowsingLayer, Capabilities):
+class TieredStore(TieredControl, HealthRowsLayer, BrowsingLayer, Capabilities):
     """A process-local store (``near``) in front of a shared one (``far``, e.g. Redis or
     PostgreSQL).
 
@@ -174,34 +171,6 @@ class TieredStore(HealthRowsLayer, BrowsingLayer, Capabilities):
             self._deletes += 1
             delete_many(self.near, name, keys)
         delete_many(self.far, name, keys)
-
-    # -- control over entries: both tiers; a refill read before never undoes it ---------------
-
-    def delete_all(self, name: str) -> int:
-        """Remove every entry of ``name`` from both tiers; the far store's count."""
-        with self._lock:
-            self._deletes += 1
-            delete_all(self.near, name)
-        return delete_all(self.far, name)
-
-    @property
-    def keeps_tags(self) -> bool:
-        """Whether both tiers keep tags."""
-        return keeps_tags(self.near) and keeps_tags(self.far)
-
-    def delete_tagged(self, tag: str) -> int:
-        """Remove every entry carrying ``tag`` from both tiers; the far store's count."""
-        with self._lock:
-            self._deletes += 1
-            delete_tagged(self.near, tag)
-        return delete_tagged(self.far, tag)
-
-    def expire(self, name: str, key: str) -> bool:
-        """End the entry's fresh window in both tiers; whether either had it."""
-        with self._lock:
-            self._deletes += 1  # a refill read before must not bring back the fresh entry
-            near = expire(self.near, name, key)
-        return expire(self.far, name, key) or near
 
     # -- reads ------------------------------------------------------------------------------------
 

@@ -25,7 +25,7 @@ from .client import Keys
 from .commands import Commands
 from .tags import tag_key
 
-__all__ = ["RedisControl"]
+__all__ = ["RedisControl", "RedisControlMethods"]
 
 # KEYS: the index, the lex index, the names set; ARGV: the entries' prefix, the name.
 _DELETE_ALL = """
@@ -126,6 +126,38 @@ class RedisControl:
         """Mark the entry `ENDED` in place; whether it was there."""
         entry = self.keys.entries(name) + key
         return bool(self.redis.one("expire", "EVAL", _EXPIRE, 1, entry, ENDED))
+
+
+class RedisControlMethods:
+    """The control over entries of `RedisStore` (its ``_control``), as store methods."""
+
+    _control: RedisControl
+
+    def delete_all(self, name: str) -> int:
+        """Remove every entry of ``name``: one script (one round trip; on a cluster, the
+        name's index read, then one pipeline per node); the count.
+
+        Raises:
+            StoreError: Redis cannot be reached.
+        """
+        return self._control.delete_all(name)
+
+    def delete_tagged(self, tag: str) -> int:
+        """Remove every entry carrying ``tag``, of every name: one script (one round trip; on
+        a cluster, the tag's set read, then one pipeline per node); the count.
+
+        Raises:
+            StoreError: Redis cannot be reached.
+        """
+        return self._control.delete_tagged(tag)
+
+    def expire(self, name: str, key: str) -> bool:
+        """End the entry's fresh window in place: one script; whether there was one.
+
+        Raises:
+            StoreError: Redis cannot be reached.
+        """
+        return self._control.expire(name, key)
 
 
 def _text(value: bytes | str) -> str:

@@ -53,7 +53,7 @@ from .aio import AsyncClients, AsyncRedisMethods, async_url
 from .browsing import RedisBrowsing
 from .client import DEFAULT_PREFIX, Keys, checked_prefix, split_url
 from .commands import Commands
-from .control import RedisControl
+from .control import RedisControl, RedisControlMethods
 from .health_rows import RedisHealthRows
 from .sharing import shared_client
 from .topology import Client, LazyCluster, store_client
@@ -64,7 +64,9 @@ __all__ = ["RedisStore"]
 log = logging.getLogger(__name__)
 
 
-class RedisStore(SerializedStore, KeepsHealthRows, AsyncRedisMethods, Capabilities):
+class RedisStore(
+    SerializedStore, KeepsHealthRows, AsyncRedisMethods, RedisControlMethods, Capabilities
+):
     """Entries in Redis: shared by every instance, expired by Redis itself.
 
     Values go through the same `Serializer` as `SqlStore`'s (the JSON codec and its allowlist
@@ -289,32 +291,6 @@ class RedisStore(SerializedStore, KeepsHealthRows, AsyncRedisMethods, Capabiliti
                     ("ZREM", self._keys.lex(name), *wanted),
                 ],
             )
-
-    def delete_all(self, name: str) -> int:
-        """Remove every entry of ``name``: one script (one round trip; on a cluster, the
-        name's index read, then one pipeline per node); the count.
-
-        Raises:
-            StoreError: Redis cannot be reached.
-        """
-        return self._control.delete_all(name)
-
-    def delete_tagged(self, tag: str) -> int:
-        """Remove every entry carrying ``tag``, of every name: one script (one round trip; on
-        a cluster, the tag's set read, then one pipeline per node); the count.
-
-        Raises:
-            StoreError: Redis cannot be reached.
-        """
-        return self._control.delete_tagged(tag)
-
-    def expire(self, name: str, key: str) -> bool:
-        """End the entry's fresh window in place: one script; whether there was one.
-
-        Raises:
-            StoreError: Redis cannot be reached.
-        """
-        return self._control.expire(name, key)
 
     def clean_by_expiry(self, now: datetime) -> int:
         """Nothing to delete: Redis removes each entry at its ``expire_on``. Trims the names'
