@@ -7,6 +7,7 @@ writes are flushed, never slept on."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -16,11 +17,12 @@ import pytest
 import failover
 from failover import Failover, ListSplitter
 from failover.errors import ConfigurationError
-from failover.stores import InMemoryStore, MultiTenantStore
-from failover.stores.base import flush, native_async
+from failover.stores import InMemoryStore, MultiTenantStore, SqlStore, TieredStore
+from failover.stores.base import delete_tagged, flush, native_async
 
 from .conftest import FakeClock
 from .stores import FACTORIES
+from .test_store_contract import entry
 
 WAIT = 10.0  # a bound on flushes, never reached when things work
 
@@ -401,3 +403,23 @@ def test_a_tag_and_expire_reach_every_slice(engine: Failover, clock: FakeClock) 
     assert countries.peek([1, 2, 3]) is None
     assert countries.peek([10, 11]) is not None
     assert countries.invalidate_all() == 2
+
+
+def test_a_near_copy_refreshed_from_the_far_store_keeps_its_tags(
+    clock: FakeClock, tmp_path: Path
+) -> None:
+    """A far store reads no tags back: the near copy a read refreshes from it keeps the tags
+    it had, so that invalidate_tag still removes it from this process's near store."""
+    far = SqlStore(f"sqlite:///{tmp_path / 'far.db'}")
+    store = TieredStore(InMemoryStore(), far)
+    first = dataclasses.replace(entry(clock, "k"), tags=("t",))
+    store.store(first)
+    assert flush(store, WAIT)
+    clock.advance(1)
+    far.store(dataclasses.replace(entry(clock, "k"), tags=("t",)))  # another process's write
+    assert store.find("n", "k").as_of == clock()  # read from far, kept in near
+    assert store.near.find("n", "k").tags == ("t",)
+    assert delete_tagged(store, "t") == 1
+    assert flush(store, WAIT)
+    assert store.find("n", "k") is None
+    store.close()
