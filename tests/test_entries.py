@@ -16,7 +16,7 @@ import pytest
 
 import failover
 from failover import Failover, ListSplitter
-from failover.errors import ConfigurationError
+from failover.errors import ConfigurationError, StoreError
 from failover.stores import InMemoryStore, MultiTenantStore, SqlStore, TieredStore
 from failover.stores.base import delete_tagged, flush, native_async
 
@@ -422,4 +422,41 @@ def test_a_near_copy_refreshed_from_the_far_store_keeps_its_tags(
     assert delete_tagged(store, "t") == 1
     assert flush(store, WAIT)
     assert store.find("n", "k") is None
+    store.close()
+
+
+def test_sql_tag_rows_of_entries_gone_are_cleaned(clock: FakeClock, tmp_path: Path) -> None:
+    """A tag row stays when its entry goes (the key's next write brings the same row back);
+    a cleanup removes the rows whose entry is gone, and only those."""
+    store = SqlStore(f"sqlite:///{tmp_path / 'tags.db'}")
+    store.store_many(
+        [
+            dataclasses.replace(entry(clock, k, ttl=ttl), tags=("t", "u"))
+            for k, ttl in [("a", 10), ("b", 100)]
+        ]
+    )
+    store.delete("n", "b")
+    with store.engine.connect() as conn:
+        assert conn.exec_driver_sql("SELECT count(*) FROM failover_tags").scalar() == 4
+    assert store.clean_by_expiry(clock.advance(50)) == 1  # "a" expired; its rows and b's go
+    with store.engine.connect() as conn:
+        assert conn.exec_driver_sql("SELECT count(*) FROM failover_tags").scalar() == 0
+    store.close()
+
+
+def test_sql_tags_need_their_table(clock: FakeClock, tmp_path: Path) -> None:
+    """With create_table=False and no tags table, a tagged write fails (the entry is not
+    stored untagged), an untagged one is as before, and invalidate_tag says why."""
+    url = f"sqlite:///{tmp_path / 'own.db'}"
+    SqlStore(url).close()  # makes both tables
+    store = SqlStore(url, create_table=False)
+    with store.engine.begin() as conn:
+        conn.exec_driver_sql("DROP TABLE failover_tags")
+    store.store(entry(clock, "plain"))
+    with pytest.raises(StoreError, match="cannot store tags"):
+        store.store(dataclasses.replace(entry(clock, "tagged"), tags=("t",)))
+    assert store.find("n", "tagged") is None
+    with pytest.raises(StoreError, match="tag"):
+        store.delete_tagged("t")
+    assert store.find("n", "plain") is not None
     store.close()
