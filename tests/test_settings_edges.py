@@ -476,6 +476,7 @@ BAD_OPTIONS: dict[str, list[Any]] = {
         "20m",
     ],
     "label": ["yes", 1, int],
+    "tags": ["customer:1", ["customer:1"], 1],
     "rate": ["0/s", "abc", "-1/s", "10/0s", "1.5/s", "10/", "/s", "10/lots", 100, True, b"1/s"],
     "engine": ["memory://", True, 1],
 }
