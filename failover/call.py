@@ -364,6 +364,8 @@ class Call(CallContext):
             made.cause = cause
             made.label = found.label
             made.partial = found.partial
+            made.tags = found.tags
+            made.fresh_ended = found.fresh_ended
             made.__class__ = ReferentialPayload
             out: ReferentialPayload[Any] = made
             events.served(out)

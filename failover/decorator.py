@@ -105,6 +105,20 @@ class State:
             rt.handler.invalidate(call)
             unthrottle(rt, call)
 
+    def expire(self, *args: Any, **kwargs: Any) -> bool:
+        """End the fresh window of the call's stored entry (see `FailoverFunction.expire`)."""
+        rt, bound = self.runtime(), self._bound  # `runtime` binds the engine in force
+        if rt is None or bound is None:
+            return False
+        return rt.handler.expire(call_of(rt, args, kwargs), bound[0].entries) > 0
+
+    def invalidate_all(self) -> int:
+        """Delete every stored entry of the failover (see `FailoverFunction.invalidate_all`)."""
+        rt, bound = self.runtime(), self._bound  # `runtime` binds the engine in force
+        if rt is None or bound is None:
+            return 0
+        return rt.handler.invalidate_all(self.definition.effective_name, bound[0].entries)
+
 
 # One frame on the hot path: its branches stay inline, whatever their count.
 def _sync_shell(state: State, envelope: bool) -> Callable[..., Any]:  # noqa: PLR0915
@@ -333,6 +347,8 @@ def _build(fn: Any, name: str | None, options: dict[str, Any]) -> Any:
     wrapper.invalidate = state.invalidate
     wrapper.refresh = switches.refresher(wrapper, definition.is_async)
     conditional.arm_if_named(fn)
+    wrapper.expire = state.expire
+    wrapper.invalidate_all = state.invalidate_all
     wrapper.definition = definition
     wrapper._failover_state = state
     if engine is None:

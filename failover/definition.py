@@ -70,6 +70,7 @@ class FailoverDefinition:
             served stale without calling the upstream; ``None``: never.
         ttl_jitter: the most of an entry's ttl taken off, spread by its key
             (`failover.adaptive`).
+        tags: a callable of the call's arguments returning the entry's tags, or ``None``.
     """
 
     name: str
@@ -106,6 +107,7 @@ class FailoverDefinition:
     rate: tuple[int, float] | None = None
     throttle: timedelta | None = None
     ttl_jitter: float = 0.0
+    tags: Callable[..., Any] | None = None
 
     def __repr__(self) -> str:
         policy = "engine's" if self.policy is None else getattr(self.policy, "value", self.policy)

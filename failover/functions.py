@@ -51,6 +51,26 @@ class FailoverFunction(Protocol[P, R]):
         ``throttle`` say (a failure is still recovered)."""
         ...
 
+    def expire(self, *args: P.args, **kwargs: P.kwargs) -> bool:
+        """End the fresh window of the stored entry for these arguments, keeping it for failing
+        over: the next call goes to the upstream (no ``fresh_for`` answer, no refresh ahead),
+        and if the upstream fails the entry is still served stale, with its own ``as_of``.
+        For scatter/gather, every slice the call would recover. Whether there was an entry.
+
+        Raises:
+            StoreError: the store failed.
+        """
+        ...
+
+    def invalidate_all(self) -> int:
+        """Delete every stored entry of the failover (of its effective name: the domain's, when
+        one is set), in one store operation; how many were removed.
+
+        Raises:
+            StoreError: the store failed.
+        """
+        ...
+
     @overload
     def __get__(self, instance: None, owner: type[Any]) -> Self: ...
     @overload
@@ -60,8 +80,8 @@ class FailoverFunction(Protocol[P, R]):
 
 
 class AsyncFailoverFunction(Protocol[P, R]):
-    """A decorated ``async def`` function; ``peek`` and ``invalidate`` stay synchronous,
-    ``refresh`` is awaited."""
+    """A decorated ``async def`` function; ``peek``, ``invalidate``, ``expire`` and
+    ``invalidate_all`` stay synchronous, ``refresh`` is awaited."""
 
     definition: FailoverDefinition
 
@@ -91,6 +111,26 @@ class AsyncFailoverFunction(Protocol[P, R]):
     def refresh(self, *args: P.args, **kwargs: P.kwargs) -> Coroutine[Any, Any, R]:
         """Await the upstream now and store its answer, whatever ``fresh_for`` or
         ``throttle`` say (a failure is still recovered)."""
+        ...
+
+    def expire(self, *args: P.args, **kwargs: P.kwargs) -> bool:
+        """End the fresh window of the stored entry for these arguments, keeping it for failing
+        over: the next call goes to the upstream (no ``fresh_for`` answer, no refresh ahead),
+        and if the upstream fails the entry is still served stale, with its own ``as_of``.
+        For scatter/gather, every slice the call would recover. Whether there was an entry.
+
+        Raises:
+            StoreError: the store failed.
+        """
+        ...
+
+    def invalidate_all(self) -> int:
+        """Delete every stored entry of the failover (of its effective name: the domain's, when
+        one is set), in one store operation; how many were removed.
+
+        Raises:
+            StoreError: the store failed.
+        """
         ...
 
     @overload
@@ -151,6 +191,16 @@ class Bound(functools.partial[Any]):
         """Call the upstream now and store its answer."""
         func: Any = self.func
         return func.refresh(*self.args, *args, **kwargs)
+
+    def expire(self, *args: Any, **kwargs: Any) -> bool:
+        """End the fresh window of the stored entry for these arguments."""
+        func: Any = self.func
+        return bool(func.expire(*self.args, *args, **kwargs))
+
+    def invalidate_all(self) -> int:
+        """Delete every stored entry of the failover."""
+        func: Any = self.func
+        return int(func.invalidate_all())
 
 
 class Method(Generic[P, R]):

@@ -7,7 +7,7 @@ a value into the `FailoverDefinition` field of the same name. `DEFAULTS` is read
 
 import difflib
 import inspect
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Annotated, Any, Literal, TypedDict, get_type_hints
@@ -115,6 +115,10 @@ class Options(TypedDict, total=False):
             inspect``: ``True`` renders the call's arguments (``country(code='FR')``), a
             callable receives them as the function does and returns the label. Off by default:
             arguments may be sensitive, and a label is stored in clear.
+        tags: a callable receiving the call's arguments as the function does (as ``key=``)
+            and returning the entry's tags, an iterable of strings (e.g.
+            ``lambda customer_id: [f"customer:{customer_id}"]``): ``engine.invalidate_tag(tag)``
+            deletes every entry carrying the tag, across failovers. Off by default.
         rate: a rate limit on the upstream, a token bucket per failover: ``"100/s"``,
             ``"10/m"``, ``"5/2s"``; a call over it is refused (`failover.RateLimited`) and
             recovers from the store.
@@ -152,6 +156,7 @@ class Options(TypedDict, total=False):
     throttle: Annotated[timedelta | float | str | None, Setting(None, _throttle)]
     ttl_jitter: Annotated[float, Setting(0.0, _ttl_jitter)]
     label: Annotated[bool | Callable[..., object] | None, Setting(False, check_label)]
+    tags: Annotated[Callable[..., Iterable[str]] | None, Setting(None, _callable_or_none)]
     rate: Annotated[str | None, Setting(None, _rate)]
     engine: Annotated[Failover | None, Setting(None)]
 

@@ -478,6 +478,7 @@ BAD_OPTIONS: dict[str, list[Any]] = {
     "throttle": [v for v in DURATION_BAD if v is not None] + [0, "0s", timedelta(0)],
     "ttl_jitter": [-0.1, 1.5, "0.1", True, None, NAN, INF],
     "label": ["yes", 1, int],
+    "tags": ["customer:1", ["customer:1"], 1],
     "rate": ["0/s", "abc", "-1/s", "10/0s", "1.5/s", "10/", "/s", "10/lots", 100, True, b"1/s"],
     "engine": ["memory://", True, 1],
 }

@@ -412,7 +412,10 @@ def test_clean_by_expiry_is_an_indexed_delete(
     store.store(entry(clock, "long", ttl=1000))
     with statements(store.engine) as seen:
         assert store.clean_by_expiry(clock.advance(10)) == 5
-    deletes = [sql for sql, _ in seen.seen if sql.startswith("DELETE")]
+    # The tags table's rows whose entry is gone go too, in a statement of their own.
+    deletes = [
+        sql for sql, _ in seen.seen if sql.startswith("DELETE") and "failover_tags" not in sql[:80]
+    ]
     assert len(deletes) == 2  # the expired range; NULL expiries (tables of earlier versions)
     if store.engine.dialect.name == "sqlite":
         with store.engine.connect() as conn:

@@ -14,7 +14,15 @@ import pytest
 
 from failover import ReferentialPayload
 from failover.stores import AsyncWriteStore, FailoverStore
-from failover.stores.base import browsable, flush, walk
+from failover.stores.base import (
+    browsable,
+    delete_all,
+    delete_tagged,
+    expire,
+    flush,
+    keeps_tags,
+    walk,
+)
 from failover.stores.browsing import Browsable, Page, Summary
 
 from .conftest import FakeClock
@@ -243,3 +251,135 @@ def test_entries_only_move_forward(store: Any, clock: FakeClock) -> None:
     assert not store.store(entry(clock, "k", {"v": "same age"}))  # a tie: the later write
     assert flush(store, 10)
     assert store.find("n", "k").payload == {"v": "same age"}
+
+
+# -- control over entries (.invalidate_all(), tags, .expire()) -------------------------------------
+
+
+def tagged(
+    clock: FakeClock, key: str, tags: tuple[str, ...] | None, name: str = "n", value: object = None
+) -> ReferentialPayload[Any]:
+    return dataclasses.replace(entry(clock, key, value, name=name), tags=tags)
+
+
+def test_every_store_and_layer_keeps_tags(store: FailoverStore) -> None:
+    assert keeps_tags(store)
+
+
+def test_delete_all_removes_every_entry_of_a_name_only(store: Any, clock: FakeClock) -> None:
+    store.store_many([entry(clock, f"k{i}") for i in range(5)])
+    store.store(entry(clock, "k0", name="other"))
+    assert flush(store, 10)
+    assert delete_all(store, "n") == 5
+    assert flush(store, 10)
+    assert store.find_all("n") == []
+    assert store.find("n", "k3") is None
+    assert store.find("other", "k0") is not None
+    assert delete_all(store, "n") == 0
+    store.store(entry(clock, "k1"))  # a name emptied takes writes again
+    assert flush(store, 10)
+    assert [p.key for p in store.find_all("n")] == ["k1"]
+
+
+def test_delete_all_overtakes_queued_writes(store: Any, clock: FakeClock) -> None:
+    """A write still queued when its name is cleared never lands after the clear."""
+    store.store_many([entry(clock, f"k{i}") for i in range(20)])
+    delete_all(store, "n")
+    assert store.find("n", "k1") is None  # at once, queued writes included
+    assert flush(store, 10)
+    assert store.find_all("n") == []
+    assert store.find_many("n", [f"k{i}" for i in range(20)]) == {}
+
+
+def test_delete_tagged_removes_the_tagged_entries_of_every_name(
+    store: Any, clock: FakeClock
+) -> None:
+    store.store_many(
+        [
+            tagged(clock, "a", ("customer:42", "eu")),
+            tagged(clock, "b", ("customer:7",)),
+            tagged(clock, "c", ()),
+            tagged(clock, "d", None),
+        ]
+    )
+    store.store(tagged(clock, "a", ("customer:42",), name="other"))
+    store.store(tagged(clock, "e", ("eu",)))
+    assert flush(store, 10)
+    found = store.find("n", "a")
+    assert found is not None
+    assert found.tags is None or "customer:42" in found.tags  # text stores do not read them back
+    assert delete_tagged(store, "customer:42") == 2
+    assert flush(store, 10)
+    assert store.find("n", "a") is None
+    assert store.find("other", "a") is None
+    assert sorted(p.key for p in store.find_all("n")) == ["b", "c", "d", "e"]
+    assert delete_tagged(store, "customer:42") == 0
+    assert delete_tagged(store, "never-used") == 0
+    assert delete_tagged(store, "eu") == 1  # "a" went already
+    assert flush(store, 10)
+    assert sorted(p.key for p in store.find_all("n")) == ["b", "c", "d"]
+
+
+def test_delete_tagged_overtakes_queued_writes(store: Any, clock: FakeClock) -> None:
+    store.store_many([tagged(clock, f"k{i}", ("t",)) for i in range(10)])
+    store.store(tagged(clock, "untagged", None))
+    delete_tagged(store, "t")
+    assert store.find("n", "k3") is None
+    assert flush(store, 10)
+    assert [p.key for p in store.find_all("n")] == ["untagged"]
+
+
+def test_a_key_written_again_after_its_tag_is_cleared_is_tagged_again(
+    store: Any, clock: FakeClock
+) -> None:
+    store.store(tagged(clock, "k", ("t",)))
+    assert flush(store, 10)
+    delete_tagged(store, "t")
+    clock.advance(1)
+    store.store(tagged(clock, "k", ("t",)))
+    assert flush(store, 10)
+    assert store.find("n", "k") is not None
+    assert delete_tagged(store, "t") == 1
+    assert flush(store, 10)
+    assert store.find("n", "k") is None
+
+
+def test_expire_ends_the_fresh_window_and_keeps_the_entry(store: Any, clock: FakeClock) -> None:
+    e = tagged(clock, "k", ("t",), value={"v": 1})
+    store.store(e)
+    store.store(entry(clock, "other", {"v": 2}))
+    assert expire(store, "n", "k")
+    assert not expire(store, "n", "absent")
+    assert flush(store, 10)
+    for found in (store.find("n", "k"), store.find_many("n", ["k"])["k"]):
+        assert found is not None
+        assert found.fresh_ended
+        assert (found.payload, found.as_of, found.expire_on) == ({"v": 1}, e.as_of, e.expire_on)
+    assert not store.find("n", "other").fresh_ended
+    assert expire(store, "n", "k")  # twice: still marked once
+    assert flush(store, 10)
+    assert store.find("n", "k").payload == {"v": 1}
+    assert delete_tagged(store, "t") == 1  # still tagged
+
+
+def test_expire_never_moves_an_entry_back_nor_brings_it_back(store: Any, clock: FakeClock) -> None:
+    store.store(entry(clock, "k", {"v": "old"}))
+    assert flush(store, 10)
+    assert expire(store, "n", "k")
+    clock.advance(1)
+    store.store(entry(clock, "k", {"v": "new"}))  # a newer entry: fresh again
+    assert flush(store, 10)
+    found = store.find("n", "k")
+    assert (found.payload, found.fresh_ended) == ({"v": "new"}, False)
+    store.delete("n", "k")
+    assert not expire(store, "n", "k")
+    assert flush(store, 10)
+    assert store.find("n", "k") is None
+
+
+def test_expire_reaches_a_queued_write(store: Any, clock: FakeClock) -> None:
+    store.store_many([entry(clock, f"k{i}") for i in range(10)])
+    assert expire(store, "n", "k7")
+    assert flush(store, 10)
+    assert store.find("n", "k7").fresh_ended
+    assert not store.find("n", "k6").fresh_ended

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Callable, Mapping
 from datetime import datetime, timedelta
@@ -11,6 +12,7 @@ from ..chain import handler_chain, store_chain
 from ..context import PolicyLike
 from ..core import Decorated, Runtime
 from ..definition import FailoverDefinition
+from ..entries import EntryControl
 from ..errors import ConfigurationError
 from ..events import Observer
 from ..execution import Pools, Refreshes
@@ -258,6 +260,25 @@ class Failover(Guards, Lifecycle):
         if self.fleet is not None:
             stores.append(self.fleet.health())
         return self.registry.health(self.clock(), self.pools.all(), stores, thresholds)
+
+    @functools.cached_property
+    def entries(self) -> EntryControl:
+        """The control over the entries of this engine's store chain: the one place that
+        ``.invalidate_all()``, ``.expire()`` and `invalidate_tag` go through."""
+        return EntryControl(self.store)
+
+    def invalidate_tag(self, tag: str) -> int:
+        """Delete every stored entry carrying ``tag`` (a failover's ``tags=``), whatever its
+        failover: one statement on SQL, one round trip per node on Redis. With tenant routing,
+        the current tenant's entries only (inside ``failover.tenant(...)``, or the default
+        tenant). Returns how many entries were removed.
+
+        Raises:
+            ValueError: ``tag`` is not a tag (a string of 1 to 200 printable characters).
+            ConfigurationError: the store keeps no tags (a store of your own without a
+                ``delete_tagged`` method).
+        """
+        return self.entries.invalidate_tag(tag)
 
     def runtime(self, decorated: Decorated) -> Runtime:
         """The runtime of ``decorated`` on this engine, made on first use."""

@@ -10,6 +10,7 @@ from typing import Any, NamedTuple, Protocol
 from ..adaptive import FreshSince
 from ..context import CallContext, Miss, RecoverContext
 from ..definition import FailoverDefinition
+from ..entries import EntryControl
 from ..expiry import FixedTtl
 from ..keys import canonical, digest, make_key
 from ..stores.base import FailoverStore, Payload, delete_many
@@ -65,6 +66,17 @@ class Handler(Protocol):
 
     def invalidate(self, ctx: CallContext) -> None:
         """Delete the stored entry for the call."""
+        ...
+
+    def expire(self, ctx: CallContext, control: EntryControl) -> int:
+        """End the fresh window of the call's entries through ``control`` (every slice the call
+        would recover, for scatter/gather); how many were there. Their next success is stored,
+        whatever the store interval."""
+        ...
+
+    def invalidate_all(self, name: str, control: EntryControl) -> int:
+        """Delete every entry of ``name`` through ``control``; the count. Every next success
+        is stored, whatever the store interval."""
         ...
 
     def fresh(self, ctx: CallContext, since: datetime | FreshSince) -> Payload | Partial | None:

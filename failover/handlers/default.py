@@ -10,12 +10,14 @@ from typing import Any
 from ..adaptive import AdaptiveTtl, FreshSince
 from ..context import CallContext, Miss
 from ..definition import FailoverDefinition
+from ..entries import EntryControl
 from ..expiry import FixedTtl
 from ..keys import make_key
 from ..labels import call_label
 from ..payload import Building, ReferentialPayload
 from ..stores.base import FailoverStore, Payload, does_io
 from ..stores.layers.batching import ReadBatcher
+from ..tags import tags_of
 from .base import Superseded, drop_expired, key_of
 from .lookup import Lookup, lookup_of
 
@@ -93,6 +95,7 @@ class DefaultHandler:
                 return None
         try:
             label = None if definition.label is None else call_label(ctx)
+            tags = None if definition.tags is None else tags_of(ctx)
             expiry = definition.expiry
             if type(expiry) is FixedTtl:  # `expire_on`'s default policy, inlined
                 expires = now + expiry.ttl
@@ -111,6 +114,8 @@ class DefaultHandler:
             obj.cause = None
             obj.label = label
             obj.partial = False
+            obj.tags = tags
+            obj.fresh_ended = False
             obj.__class__ = ReferentialPayload
             kept = self.store_.store(obj)
         except BaseException:
@@ -238,7 +243,7 @@ class DefaultHandler:
             return None
         if isinstance(since, FreshSince):  # fresh_for is a callable: this entry's window
             since = since(found.payload, ctx.args, ctx.kwargs)
-        if found.as_of <= since:
+        if found.as_of <= since or found.fresh_ended:
             return None
         now = ctx.now if ctx.now is not None else self.clock()
         expiry = ctx.definition.expiry
@@ -253,6 +258,21 @@ class DefaultHandler:
         name, key = ctx.definition.effective_name, key_of(ctx)
         self.store_.delete(name, key)
         self.forget(name, key)
+
+    def expire(self, ctx: CallContext, control: EntryControl) -> int:
+        """End the fresh window of the call's entry (its next success is stored, whatever the
+        interval)."""
+        name, key = ctx.definition.effective_name, key_of(ctx)
+        found = control.expire(name, [key])
+        self.forget(name, key)
+        return found
+
+    def invalidate_all(self, name: str, control: EntryControl) -> int:
+        """Delete every entry of ``name`` (every next success is stored, whatever the
+        interval)."""
+        removed = control.invalidate_all(name)
+        self.forget_all()
+        return removed
 
     def forget(self, name: str, key: str) -> None:
         """Forget the last store time of ``(name, key)``: its next success is stored."""

@@ -19,6 +19,7 @@ from typing import Any
 from ..adaptive import AdaptiveTtl, FreshSince
 from ..context import CallContext, Miss, RecoverContext
 from ..definition import FailoverDefinition
+from ..entries import EntryControl
 from ..errors import SplitterError
 from ..expiry import FixedTtl
 from ..labels import slice_label
@@ -26,6 +27,7 @@ from ..payload import KIND_OF, PLAIN, Building, ReferentialPayload, enrich, enve
 from ..scatter import CallArguments, Narrowing, StoreContext, slice_context
 from ..scatter.contexts import SLICE_ARGUMENT, slice_contexts
 from ..stores.base import Payload, delete_many
+from ..tags import tags_of
 from .base import (
     Partial,
     Superseded,
@@ -98,6 +100,8 @@ class ScatterGatherHandler:
                     StoreContext(d, CallArguments(ctx.arguments, ctx.args, ctx.kwargs), result)
                 )
                 labelled = d.label is not None
+                # Every slice carries the whole call's tags (a tag reaches each slice).
+                tags = None if d.tags is None else tags_of(ctx)
                 adaptive = d.expiry if type(d.expiry) is AdaptiveTtl else None
                 payloads = []
                 for s in slices:
@@ -107,7 +111,9 @@ class ScatterGatherHandler:
                         own = tuple(s.arguments.values())
                         ends = adaptive.expiry_of(now, s.payload, own, {}, key)
                     label = slice_label(d, s.arguments) if labelled else None
-                    payloads.append(envelope(name, key, s.payload, now, ends, True, label=label))
+                    payloads.append(
+                        envelope(name, key, s.payload, now, ends, True, label=label, tags=tags)
+                    )
             except Exception as exc:
                 raise _failed(d, "split_on_store", exc) from exc
             kept = self.store_.store_many(payloads) if payloads else None
@@ -186,10 +192,16 @@ class ScatterGatherHandler:
             fresh = {
                 k: p
                 for k, p in found.items()
-                if p.as_of is not None and p.as_of > since(p.payload, _slice_args(asked[k]), {})
+                if p.as_of is not None
+                and not p.fresh_ended
+                and p.as_of > since(p.payload, _slice_args(asked[k]), {})
             }
         else:
-            fresh = {k: p for k, p in found.items() if p.as_of is not None and p.as_of > since}
+            fresh = {
+                k: p
+                for k, p in found.items()
+                if p.as_of is not None and p.as_of > since and not p.fresh_ended
+            }
         if not fresh:
             return None
         missing = {key: asked for key, asked in requested if key not in fresh}  # each key once
@@ -254,6 +266,25 @@ class ScatterGatherHandler:
         # must store at its next success, or they stay unrecoverable for the interval.
         self.inner.forget_all()
 
+    def expire(self, ctx: CallContext, control: EntryControl) -> int:
+        """End the fresh window of every slice the call would recover (every slice of the
+        effective name for a call that recovers them all)."""
+        d = ctx.definition
+        if d.splitter is None:
+            return self.inner.expire(ctx, control)
+        name = d.effective_name
+        if _everything(ctx):
+            keys = [p.key for p in self.store_.find_all(name)]
+        else:
+            keys = _distinct(self._requested(d, _whole(ctx, None)))
+        found = control.expire(name, keys)
+        self.inner.forget_all()  # coalescing goes by the whole call (see `invalidate`)
+        return found
+
+    def invalidate_all(self, name: str, control: EntryControl) -> int:
+        """Delete every entry (every slice) of ``name``."""
+        return self.inner.invalidate_all(name, control)
+
     def _requested(
         self, d: FailoverDefinition, whole: RecoverContext[Any]
     ) -> list[tuple[str, RecoverContext[Any]]]:
@@ -317,6 +348,8 @@ class ScatterGatherHandler:
             obj.cause = cause
             obj.label = p.label
             obj.partial = False
+            obj.tags = p.tags
+            obj.fresh_ended = p.fresh_ended
             obj.__class__ = ReferentialPayload
             append(obj)
         slices = slice_contexts(d, [asked for _, asked in requested], recovered, cause)

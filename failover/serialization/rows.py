@@ -6,6 +6,12 @@ cannot be trusted. An entry is kept as four parts, whatever the store's layout: 
 text (``codec-marker:text``, sealed in ``ENC(...)`` when a cipher is set), the value's type name,
 and ``as_of`` and ``expire_on`` as microseconds since the Unix epoch, UTC.
 
+An entry whose fresh window was ended (``.expire()``: `ReferentialPayload.fresh_ended`) has
+`ENDED` (``!``) in front of its payload text, outside any seal or signature: a store marks it in
+place, in one statement or script (``payload = '!' || payload``), without the key to decode it;
+the next write of the entry replaces the text, and the mark with it. Earlier versions read a
+marked entry as an unknown codec (a miss).
+
 Signed and encrypted payloads carry the entry's binding (`entry_binding`, a digest of the store's
 identity, the entry's name and its key: see `store_identity`), so a payload moved under another
 entry's key, into another tenant's store, another table or another key prefix is refused. A store
@@ -28,7 +34,7 @@ import hashlib
 import logging
 from collections.abc import Callable, Iterable, Iterator
 from datetime import datetime
-from typing import Any
+from typing import Any, Final
 
 from ..errors import ConfigurationError, SerializationError
 from ..payload import ReferentialPayload, envelope
@@ -39,7 +45,7 @@ from .json_codec import JsonCodec
 from .row_options import DEFAULT_MAX_ROW_BYTES, checked_max_row_bytes
 from .times import EPOCH, datetime_of, micros
 
-__all__ = ["SerializedStore", "Serializer", "entry_binding", "store_identity"]
+__all__ = ["ENDED", "SerializedStore", "Serializer", "entry_binding", "store_identity"]
 
 log = logging.getLogger(__name__)
 
@@ -47,6 +53,9 @@ Payload = ReferentialPayload[Any]
 
 _TYPE_MAX = 255  # the SQL store's payload_type column: informative and checked, so cut
 _NO = object()  # equal to no time: what the memo of the last times starts with
+
+ENDED: Final = "!"
+"""Put in front of an entry's payload text once its fresh window is ended (``.expire()``)."""
 
 
 def store_identity(place: str, tenant: str | None = None) -> str:
@@ -190,6 +199,8 @@ class Serializer:
                 "needs as_of and expire_on"
             )
         text, payload_type = self.dump(payload.name, payload.key, payload.payload)
+        if payload.fresh_ended:  # written again as it was (a queued write overtaken by .expire)
+            text = ENDED + text
         return text, payload_type, micros(as_of), micros(expire_on)
 
     # -- reading ----------------------------------------------------------------------------------
@@ -285,10 +296,11 @@ class Serializer:
                     f"{self.where}: entry ({name!r}, {key!r}) has corrupt times: {exc}"
                 ) from exc
             self._last_times = (as_of, expire_on, when, until)  # one tuple: safe across threads
-        value = self.load(name, key, raw, payload_type)
+        ended = isinstance(raw, str) and raw[:1] == ENDED
+        value = self.load(name, key, raw[1:] if ended else raw, payload_type)
         if label is not None and not isinstance(label, str):
             label = None  # written by hand: a label is text, or none
-        return envelope(name, key, value, when, until, True, label=label)
+        return envelope(name, key, value, when, until, True, label=label, fresh_ended=ended)
 
     def each(
         self,

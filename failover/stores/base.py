@@ -1,15 +1,14 @@
-"""The `FailoverStore` protocol every store and store layer implements, and what stores and
-layers declare about themselves (`Capabilities`), read in one place (`does_io`,
-`writes_async`, `isolating`, `browsable`, `flush`)."""
+"""What stores and layers declare about themselves (`Capabilities`), read in one place
+(`does_io`, `writes_async`, `isolating`, `browsable`, `flush`); and, from
+`failover.stores.protocol`, the `FailoverStore` protocol every store and store layer implements."""
 
 from __future__ import annotations
 
 import time
 from collections.abc import Iterable, Iterator, Sequence
-from datetime import datetime
-from typing import Any, Protocol, TypeGuard, cast, runtime_checkable
+from typing import Any, TypeGuard, cast
 
-from ..payload import ReferentialPayload
+from .control import delete_all_listed, expire_rewritten, no_tags
 from .declaring import (
     DeclaresAsyncWrites,
     DeclaresBrowsing,
@@ -19,96 +18,34 @@ from .declaring import (
     DeclaresNativeAsync,
     DeclaresSharing,
     Flushable,
+    SupportsDeleteAll,
     SupportsDeleteMany,
+    SupportsExpire,
+    SupportsTags,
 )
+from .protocol import AsyncFailoverStore, FailoverStore, Payload, older
 
 __all__ = [
     "AsyncFailoverStore",
     "Capabilities",
     "FailoverStore",
+    "Payload",
     "as_async",
     "browsable",
+    "delete_all",
     "delete_many",
+    "delete_tagged",
     "does_io",
+    "expire",
     "flush",
     "isolating",
     "keeps_health",
+    "keeps_tags",
     "native_async",
     "older",
     "walk",
     "writes_async",
 ]
-
-Payload = ReferentialPayload[Any]
-
-
-@runtime_checkable
-class FailoverStore(Protocol):
-    """Where envelopes are kept. Synchronous and thread-safe; entries are addressed by
-    ``(name, key)``. Layers (copying, async writes, multi-tenant) implement it too.
-
-    Entries only move forward: a write replaces the stored entry of its ``(name, key)`` only
-    if its ``as_of`` is not older than the stored entry's (equal: it replaces), atomically
-    (`older` is the comparison). ``store`` and ``store_many`` return how many of their entries
-    were not written for that reason (superseded: the engine counts them); ``None`` counts as
-    0, so a store that never compares may return nothing."""
-
-    def store(self, payload: Payload) -> int | None:
-        """Insert one entry, or replace the stored one unless it is newer (`older`); return 1
-        when a newer entry kept it out, else 0."""
-        ...
-
-    def store_many(self, payloads: Sequence[Payload]) -> int | None:
-        """`store` for several entries, in one round trip where the store does I/O; return
-        how many a newer stored entry kept out (of two writes of one key in ``payloads``, the
-        newer one is written and the other counts too)."""
-        ...
-
-    def find(self, name: str, key: str) -> Payload | None:
-        """The entry, expired or not, or ``None``."""
-        ...
-
-    def find_many(self, name: str, keys: Iterable[str]) -> dict[str, Payload]:
-        """The entries found among ``keys``, by key, in one round trip."""
-        ...
-
-    def find_all(self, name: str) -> list[Payload]:
-        """Every entry of ``name``, expired ones included."""
-        ...
-
-    def delete(self, name: str, key: str) -> None:
-        """Remove the entry if present."""
-        ...
-
-    def clean_by_expiry(self, now: datetime) -> int:
-        """Remove every entry whose ``expire_on`` is at or before ``now``; return the count."""
-        ...
-
-    def close(self) -> None:
-        """Release resources; the store is not used afterwards."""
-        ...
-
-
-class AsyncFailoverStore(Protocol):
-    """The async methods a store may add to `FailoverStore`, for ``async def`` callers: the
-    same operations without a worker thread. A store that has them says so with
-    `Capabilities.native_async`; layers pass them through to the store they wrap."""
-
-    async def afind(self, name: str, key: str) -> Payload | None:
-        """`FailoverStore.find`, awaited."""
-        ...
-
-    async def afind_many(self, name: str, keys: Iterable[str]) -> dict[str, Payload]:
-        """`FailoverStore.find_many`, awaited."""
-        ...
-
-    async def astore_many(self, payloads: Sequence[Payload]) -> int | None:
-        """`FailoverStore.store_many`, awaited: how many a newer stored entry kept out."""
-        ...
-
-    async def aclose(self) -> None:
-        """Close what the async methods opened (their connections, on this event loop)."""
-        ...
 
 
 class Capabilities:
@@ -162,6 +99,36 @@ class Capabilities:
         for key in dict.fromkeys(keys):
             store.delete(name, key)
 
+    # -- control over entries (``.invalidate_all()``, ``invalidate_tag``, ``.expire()``) ----------
+
+    def delete_all(self, name: str) -> int:
+        """Remove every entry of ``name``; how many there were. Here: listed, then removed
+        (`failover.stores.control.delete_all_listed`); a store that can do it in one statement
+        or round trip says so by overriding this."""
+        return delete_all_listed(cast(FailoverStore, self), name)
+
+    @property
+    def keeps_tags(self) -> bool:
+        """The store keeps each entry's ``tags`` and `delete_tagged` removes the entries of a
+        tag (the default: ``False``)."""
+        return False
+
+    def delete_tagged(self, tag: str) -> int:
+        """Remove every entry carrying ``tag``, of every name; how many there were.
+
+        Raises:
+            ConfigurationError: the store keeps no tags (the default).
+        """
+        raise no_tags(self)
+
+    def expire(self, name: str, key: str) -> bool:
+        """End the fresh window of the entry ``(name, key)``, keeping it for failing over:
+        marked ``fresh_ended``, with its own ``as_of``, never moved backwards and never made
+        again once deleted; whether there was an entry. Here: read and written again
+        (`failover.stores.control.expire_rewritten`, not atomic); a store that can do it in
+        place says so by overriding this."""
+        return expire_rewritten(cast(FailoverStore, self), name, key)
+
     @property
     def browsable(self) -> bool:
         """Its entries can be listed (the default: ``False``)."""
@@ -198,32 +165,6 @@ class Capabilities:
             timeout came first.
         """
         return flush_all(self.layers_below(), timeout)
-
-
-class Layer(Capabilities):
-    """A layer over one store (``inner``): it does what the store below declares, unless it
-    says otherwise (a class attribute such as ``writes_async = True`` answers instead)."""
-
-    inner: FailoverStore
-
-    @property
-    def does_io(self) -> bool:
-        """Whether the inner store does I/O."""
-        return does_io(self.inner)
-
-    @property
-    def writes_async(self) -> bool:
-        """Whether the inner store's writes never block the caller."""
-        return writes_async(self.inner)
-
-    @property
-    def native_async(self) -> bool:
-        """Whether the inner store has async methods (they pass through the layer)."""
-        return native_async(self.inner)
-
-    def layers_below(self) -> tuple[FailoverStore]:
-        """The inner store."""
-        return (self.inner,)
 
 
 def declared(store: object) -> Capabilities:
@@ -305,21 +246,40 @@ class _Members(Capabilities):
         for key in dict.fromkeys(keys):
             deletes(name, key)
 
+    def delete_all(self, name: str) -> int:
+        """The store's own ``delete_all`` (`SupportsDeleteAll`), else listed and removed."""
+        store = self.store
+        if isinstance(store, SupportsDeleteAll):
+            return int(store.delete_all(name))
+        return delete_all_listed(cast(FailoverStore, store), name)
+
+    @property
+    def keeps_tags(self) -> bool:
+        """Whether the store has a ``delete_tagged`` method (`SupportsTags`)."""
+        return isinstance(self.store, SupportsTags)
+
+    def delete_tagged(self, tag: str) -> int:
+        """The store's own ``delete_tagged`` (`SupportsTags`).
+
+        Raises:
+            ConfigurationError: the store has none.
+        """
+        store = self.store
+        if isinstance(store, SupportsTags):
+            return int(store.delete_tagged(tag))
+        raise no_tags(store)
+
+    def expire(self, name: str, key: str) -> bool:
+        """The store's own ``expire`` (`SupportsExpire`), else read and written again."""
+        store = self.store
+        if isinstance(store, SupportsExpire):
+            return bool(store.expire(name, key))
+        return expire_rewritten(cast(FailoverStore, store), name, key)
+
     def flush(self, timeout: float | None = None) -> bool:
         """The store's own ``flush`` (`Flushable`); a store without one queues nothing."""
         store = self.store
         return bool(store.flush(timeout)) if isinstance(store, Flushable) else True
-
-
-def older(payload: Payload, stored: Payload | None) -> bool:
-    """Whether ``payload`` is older than the ``stored`` entry of its key, so that writing it
-    would move the entry backwards: its ``as_of`` (when the call that got it started) is
-    before the stored one's. An equal ``as_of`` is not older (the write replaces), and an entry
-    without an ``as_of`` is never compared."""
-    if stored is None:
-        return False
-    new, old = payload.as_of, stored.as_of
-    return new is not None and old is not None and new < old
 
 
 def does_io(store: object) -> bool:
@@ -342,6 +302,32 @@ def delete_many(store: FailoverStore, name: str, keys: Iterable[str]) -> None:
     """Remove several entries of ``name``: in one go where ``store`` has ``delete_many`` (the
     library's stores and layers), else one ``delete`` each (a store of your own may have none)."""
     declared(store).delete_many(name, keys)
+
+
+def delete_all(store: object, name: str) -> int:
+    """Remove every entry of ``name`` from ``store``; how many there were (in one statement or
+    round trip where the store declares ``delete_all``, else listed and removed)."""
+    return declared(store).delete_all(name)
+
+
+def keeps_tags(store: object) -> bool:
+    """Whether ``store`` keeps the entries' tags (`Capabilities.keeps_tags`)."""
+    return declared(store).keeps_tags
+
+
+def delete_tagged(store: object, tag: str) -> int:
+    """Remove every entry carrying ``tag`` from ``store``, of every name; how many there were.
+
+    Raises:
+        ConfigurationError: the store keeps no tags.
+    """
+    return declared(store).delete_tagged(tag)
+
+
+def expire(store: object, name: str, key: str) -> bool:
+    """End the fresh window of the entry ``(name, key)`` in ``store`` (`Capabilities.expire`);
+    whether there was an entry."""
+    return declared(store).expire(name, key)
 
 
 def browsable(store: object) -> bool:

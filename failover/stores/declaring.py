@@ -17,7 +17,10 @@ __all__ = [
     "DeclaresNativeAsync",
     "DeclaresSharing",
     "Flushable",
+    "SupportsDeleteAll",
     "SupportsDeleteMany",
+    "SupportsExpire",
+    "SupportsTags",
 ]
 
 
@@ -86,4 +89,32 @@ class Flushable(Protocol):
 
     def flush(self, timeout: float | None = None) -> bool:
         """Wait until the queued writes are written; ``False`` when the timeout came first."""
+        ...
+
+
+@runtime_checkable
+class SupportsDeleteAll(Protocol):
+    """A store that removes every entry of a name at once (`Capabilities.delete_all`)."""
+
+    def delete_all(self, name: str) -> int:
+        """Remove every entry of ``name``; how many there were."""
+        ...
+
+
+@runtime_checkable
+class SupportsTags(Protocol):
+    """A store that keeps the entries' tags and removes the entries of a tag at once
+    (`Capabilities.delete_tagged`)."""
+
+    def delete_tagged(self, tag: str) -> int:
+        """Remove every entry carrying ``tag``, of every name; how many there were."""
+        ...
+
+
+@runtime_checkable
+class SupportsExpire(Protocol):
+    """A store that ends an entry's fresh window in place, atomically (`Capabilities.expire`)."""
+
+    def expire(self, name: str, key: str) -> bool:
+        """Mark the entry ``fresh_ended`` if present; whether it was."""
         ...

@@ -72,7 +72,7 @@ def open_shared(url: str, *, create: bool, table_prefix: str = "") -> FailoverSt
     from sqlalchemy.exc import SQLAlchemyError
 
     from .backends.sql import SqlStore, make_engine
-    from .backends.sql.store import row_options
+    from .backends.sql.urls import row_options
 
     check_sql_scheme(url, url.partition("://")[0].lower())  # names the nearest known scheme
     probe = make_engine(row_options(url)[0])  # the store's own options are not the driver's

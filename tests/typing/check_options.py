@@ -43,6 +43,7 @@ every = failover.failover(
     throttle="30s",
     ttl_jitter=0.0,
     label=True,
+    tags=lambda code: [f"country:{code}"],
     rate="100/s",
     engine=failover.Failover(),
 )

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, MutableMapping, Sequence
 from datetime import datetime
 
 from ...errors import ConfigurationError
 from ..base import Capabilities, Payload
 from ..browsing import Page, Summary, page_of, summary_of
+from ..control import fresh_ended
 
 __all__ = ["InMemoryStore"]
 
@@ -27,6 +28,7 @@ class InMemoryStore(Capabilities):
 
     does_io = False
     browsable = True
+    keeps_tags = True
 
     def __init__(self, max_entries: int = 10_000, copy: bool = True) -> None:
         if not isinstance(max_entries, int) or max_entries < 0:
@@ -111,6 +113,28 @@ class InMemoryStore(Capabilities):
         with self._lock:
             self._entries.pop((name, key), None)
 
+    def delete_all(self, name: str) -> int:
+        """Remove every entry of ``name``; how many there were."""
+        with self._lock:
+            return _drop(self._entries, [i for i in self._entries if i[0] == name])
+
+    def delete_tagged(self, tag: str) -> int:
+        """Remove every entry carrying ``tag``, of every name; how many there were (the
+        entries are looked through: the store is bounded by its cap)."""
+        with self._lock:
+            entries = self._entries
+            return _drop(entries, [i for i, p in entries.items() if p.tags and tag in p.tags])
+
+    def expire(self, name: str, key: str) -> bool:
+        """End the entry's fresh window in place (``fresh_ended``); whether there was one."""
+        with self._lock:
+            found = self._entries.get((name, key))
+            if found is None:
+                return False
+            if not found.fresh_ended:
+                self._entries[name, key] = fresh_ended(found)
+            return True
+
     def clean_by_expiry(self, now: datetime) -> int:
         """Remove expired entries; return the count."""
         with self._lock:
@@ -145,3 +169,9 @@ class InMemoryStore(Capabilities):
         """Drop every entry."""
         with self._lock:
             self._entries.clear()
+
+
+def _drop(entries: MutableMapping[tuple[str, str], Payload], idents: list[tuple[str, str]]) -> int:
+    for ident in idents:
+        del entries[ident]
+    return len(idents)

@@ -12,6 +12,7 @@ import cachetools
 from ...errors import ConfigurationError
 from ..base import Capabilities, Payload, older
 from ..browsing import Page, Summary, page_of, summary_of
+from ..control import fresh_ended
 
 __all__ = ["CachetoolsStore"]
 
@@ -31,6 +32,7 @@ class CachetoolsStore(Capabilities):
 
     does_io = False
     browsable = True
+    keeps_tags = True
 
     def __init__(self, maxsize: int = 10_000, clock: Callable[[], datetime] | None = None) -> None:
         if not isinstance(maxsize, int) or maxsize <= 0:
@@ -92,6 +94,33 @@ class CachetoolsStore(Capabilities):
         """Remove the entry if present."""
         with self._lock:
             self._cache.pop((name, key), None)
+
+    def delete_all(self, name: str) -> int:
+        """Remove every entry of ``name``; how many there were."""
+        with self._lock:
+            gone = [i for i in self._cache if i[0] == name]
+            for ident in gone:
+                self._cache.pop(ident, None)
+            return len(gone)
+
+    def delete_tagged(self, tag: str) -> int:
+        """Remove every entry carrying ``tag``, of every name; how many there were."""
+        with self._lock:
+            cache = self._cache
+            gone = [i for i, p in cache.items() if p.tags and tag in p.tags]
+            for ident in gone:
+                cache.pop(ident, None)
+            return len(gone)
+
+    def expire(self, name: str, key: str) -> bool:
+        """End the entry's fresh window in place (``fresh_ended``); whether there was one."""
+        with self._lock:
+            found = self._cache.get((name, key))
+            if found is None:
+                return False
+            if not found.fresh_ended:
+                self._cache[name, key] = fresh_ended(found)
+            return True
 
     def clean_by_expiry(self, now: datetime) -> int:
         """Remove entries expired at ``now``; return the count."""

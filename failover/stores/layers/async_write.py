@@ -40,15 +40,22 @@ from typing import Any
 
 from ...errors import ConfigurationError
 from ...metrics import NULL_METRICS, Metrics
-from ..base import FailoverStore, Layer, Payload, as_async, native_async
+from ..base import (
+    FailoverStore,
+    Payload,
+    as_async,
+    native_async,
+)
 from ..browsing import BrowsingLayer, Page, Summary, overlaid
 from ..health_rows import HealthRowsLayer
+from ..layer import Layer
+from .queued_control import QueuedControl
 from .write_queue import DELETED, REJECTIONS, RETRY_FIRST, RETRY_MOST, Tombstone, Write, WriteQueue
 
 __all__ = ["REJECTIONS", "RETRY_FIRST", "RETRY_MOST", "AsyncWriteStore"]
 
 
-class AsyncWriteStore(HealthRowsLayer, BrowsingLayer, Layer):
+class AsyncWriteStore(QueuedControl, HealthRowsLayer, BrowsingLayer, Layer):
     """Writes go to a bounded queue that one daemon thread drains in batches (`store_many`).
 
     Reads see the writes still queued (read-your-writes within the process). Of the writes of

@@ -11,7 +11,6 @@ from typing import Any
 from ...payload import Building, ReferentialPayload
 from ..base import (
     FailoverStore,
-    Layer,
     Payload,
     as_async,
     delete_many,
@@ -19,6 +18,7 @@ from ..base import (
 )
 from ..browsing import BrowsingLayer
 from ..health_rows import HealthRowsLayer
+from ..layer import Layer
 
 __all__ = ["CopyingStore", "copied", "deep_copy"]
 
@@ -132,6 +132,8 @@ def copied(payload: Payload) -> Payload:
     obj.cause = None
     obj.label = p.label
     obj.partial = False  # a stored entry is whole
+    obj.tags = p.tags
+    obj.fresh_ended = p.fresh_ended
     obj.__class__ = ReferentialPayload
     built: Payload = obj
     return built

@@ -42,7 +42,6 @@ from ...errors import SerializationError, StoreError
 from ...forks import AfterFork
 from ..base import (
     FailoverStore,
-    Layer,
     Payload,
     as_async,
     delete_many,
@@ -51,6 +50,7 @@ from ..base import (
 )
 from ..browsing import BrowsingLayer
 from ..health_rows import HealthRowsLayer, ProcessHealth, below
+from ..layer import Layer
 from ..outages import out
 from .async_write import AsyncWriteStore
 

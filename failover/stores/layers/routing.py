@@ -25,12 +25,9 @@ from __future__ import annotations
 
 import itertools
 import logging
-import re
 import threading
 from collections.abc import Callable, Collection, Iterable, Sequence
 from datetime import datetime
-from types import TracebackType
-from typing import Final
 
 from ...closeable import Closeable
 from ...errors import ConfigurationError, StoreError
@@ -39,20 +36,27 @@ from ..base import (
     Capabilities,
     FailoverStore,
     Payload,
+    delete_all,
     delete_many,
+    delete_tagged,
     does_io,
+    expire,
+    keeps_tags,
     native_async,
-    walk,
     writes_async,
 )
 from ..browsing import BrowsingLayer
+from .tenant_ids import DEFAULT_MAX_TENANTS, SHOWN, TENANT_ID, check_max_tenants, safe_tenant_id
+from .tenant_pool import OpenTenant, TenantPool, assign_tenant
 
 __all__ = [
     "DEFAULT_MAX_TENANTS",
+    "SHOWN",
     "TENANT_ID",
     "MultiTenantStore",
     "TenantStoreFactory",
     "assign_tenant",
+    "check_max_tenants",
     "safe_tenant_id",
 ]
 
@@ -63,71 +67,8 @@ TenantStoreFactory = Callable[[str], FailoverStore]
 (see `failover.stores.base.Capabilities`), and have a ``close()`` method
 (`failover.closeable.Closeable`), called when the `MultiTenantStore` closes."""
 
-TENANT_ID: Final = re.compile(r"[a-z0-9_]{1,31}")
-"""The tenant ids allowed in table and file names. Lower case only: SQLite table names and the
-file names of some file systems ignore case, so ``Acme`` and ``acme`` would share a store. At
-most 31 characters: with its ``_``, a table prefix of `SqlStore` is 32 at most."""
 
-SHOWN = 60  # characters of a refused tenant id shown in an error message
-
-DEFAULT_MAX_TENANTS: Final = 1000
-"""The tenants' stores a `MultiTenantStore` keeps open at once, unless told otherwise."""
-
-
-class _Tenant:
-    """One tenant's store, how many calls use it now, and when it was last used.
-
-    ``with`` it around a use of the store: a store in use is never closed. Entered only through
-    `MultiTenantStore._use`, which counts the call in first."""
-
-    __slots__ = ("busy", "closed", "lock", "store", "used")
-
-    def __init__(self, store: FailoverStore, used: int) -> None:
-        self.store = store
-        self.busy = 1  # made for a call, which uses it
-        self.used = used
-        self.closed = False
-        self.lock = threading.Lock()
-
-    def __enter__(self) -> FailoverStore:
-        return self.store
-
-    def __exit__(
-        self,
-        kind: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        with self.lock:
-            self.busy -= 1
-
-
-def check_max_tenants(value: object, owner: str) -> int:
-    """``value`` as a ``max_tenants`` setting.
-
-    Raises:
-        ConfigurationError: not a whole number >= 1 (naming ``owner``).
-    """
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ConfigurationError(f"{owner}: max_tenants must be a whole number >= 1, got {value!r}")
-    return value
-
-
-def safe_tenant_id(tenant: str) -> str:
-    """``tenant``, checked for use in a table or file name.
-
-    Raises:
-        StoreError: ``tenant`` does not match `TENANT_ID`.
-    """
-    if not isinstance(tenant, str) or TENANT_ID.fullmatch(tenant) is None:
-        raise StoreError(
-            f"tenant id {str(tenant)[:SHOWN]!r} cannot name a table or a file: "
-            f"it must match {TENANT_ID.pattern}"
-        )
-    return tenant
-
-
-class MultiTenantStore(BrowsingLayer, Capabilities):
+class MultiTenantStore(TenantPool, BrowsingLayer, Capabilities):
     """Routes each operation to the current tenant's store, made on first use.
 
     Each tenant's store is made exactly once while it stays open, even when many threads meet a
@@ -185,7 +126,7 @@ class MultiTenantStore(BrowsingLayer, Capabilities):
         self.default_tenant = default_tenant
         self.strict = bool(strict)
         self.tenants: frozenset[str] | None = None if tenants is None else frozenset(tenants)
-        self._stores: dict[str, _Tenant] = {}
+        self._stores: dict[str, OpenTenant] = {}
         self._lock = threading.Lock()
         self._closed = False  # under `_lock`: no store is made after close(), none would close it
         self._ticks = itertools.count()  # next() is atomic: the recency of each use, lock-free
@@ -263,182 +204,6 @@ class MultiTenantStore(BrowsingLayer, Capabilities):
         """The current tenant's store."""
         return self.current()
 
-    @property
-    def stores(self) -> dict[str, FailoverStore]:
-        """The stores open, by tenant (a snapshot)."""
-        return {tenant: entry.store for tenant, entry in list(self._stores.items())}
-
-    def current(self) -> FailoverStore:
-        """The current tenant's store, made on first use. Not counted as in use: past
-        ``max_tenants`` it may be closed while held (the operations here count theirs).
-
-        Raises:
-            StoreError: no tenant and no ``default_tenant``, a failing resolver, a tenant refused
-                by ``strict`` or by ``max_tenants``, or a closed store.
-        """
-        with self._use() as store:
-            return store
-
-    def _use(self) -> _Tenant:
-        """The current tenant's store, counted in use until the ``with`` around it ends.
-
-        Raises:
-            StoreError: as `current`.
-        """
-        tenant = pinned.get()
-        if tenant is None:  # not `or`: a pinned "" is a tenant the resolver returned
-            tenant = self.resolve()
-        entry = self._stores.get(tenant)  # one dict read: atomic
-        if entry is not None:
-            with entry.lock:
-                if not entry.closed:
-                    entry.busy += 1
-                    entry.used = next(self._ticks)
-                    return entry
-            # Closed to make room for another tenant meanwhile: made again (under the lock
-            # that closed it, released once the map no longer holds it).
-        return self._made(tenant)
-
-    def ready(self) -> bool:
-        """Whether the current tenant's store is made already, so using it sets nothing up.
-
-        The first use of a tenant makes its store, which may connect to a database: async
-        callers do that on a worker thread.
-        """
-        tenant = pinned.get()
-        if tenant is None:
-            try:
-                tenant = self.resolve()
-            except StoreError:
-                return True  # nothing to make: the error shows where the store is used
-        return tenant in self._stores
-
-    def resolve(self) -> str:
-        """The current tenant id, from the resolver or else ``default_tenant``.
-
-        Raises:
-            StoreError: no tenant and no ``default_tenant``, or the resolver raised.
-        """
-        try:
-            tenant = self.resolver()
-        except Exception as exc:
-            # A store error, which callers handle as one: the async shells resolve the tenant
-            # outside their store guards, before a hand-off, where anything else breaks the call.
-            raise StoreError(f"MultiTenantStore: the tenant resolver failed: {exc!r}") from exc
-        if tenant is None:
-            tenant = self.default_tenant
-            if tenant is None:
-                raise StoreError(
-                    "MultiTenantStore: no current tenant (set one with failover.tenant(...)) "
-                    "and no default_tenant"
-                )
-        return tenant
-
-    def store_for(self, tenant: str) -> FailoverStore:
-        """The store of ``tenant``, made on first use (exactly once while it stays open). Not
-        counted as in use, as `current`.
-
-        Raises:
-            StoreError: a tenant id that is not a string, is refused by ``strict`` or by
-                ``max_tenants``, or comes after `close`.
-        """
-        entry = self._stores.get(tenant)
-        if entry is not None:
-            return entry.store
-        with self._made(tenant) as store:
-            return store
-
-    def _made(self, tenant: str) -> _Tenant:
-        """The entry of ``tenant``, made unless another thread just made it, counted in use.
-
-        Raises:
-            StoreError: as `store_for`.
-        """
-        if not isinstance(tenant, str):
-            raise StoreError(f"MultiTenantStore: a tenant id must be a string, got {tenant!r}")
-        known = self.tenants is None or tenant in self.tenants or tenant == self.default_tenant
-        if self.strict and not known:
-            raise StoreError(
-                f"MultiTenantStore: unknown tenant {tenant[:SHOWN]!r} refused (strict=True)"
-            )
-        evicted: tuple[str, _Tenant] | None = None
-        try:
-            with self._lock:
-                entry = self._stores.get(tenant)
-                if entry is not None:
-                    with entry.lock:
-                        # Never closed while in the map: closing takes it out under _lock first.
-                        entry.busy += 1
-                        entry.used = next(self._ticks)
-                    return entry
-                if self._closed:
-                    raise StoreError("MultiTenantStore: closed; no tenant store is made any more")
-                if len(self._stores) >= self.max_tenants:
-                    evicted = self._evict(tenant)
-                store = self.factory(tenant)
-                assign_tenant(store, tenant)
-                entry = _Tenant(store, next(self._ticks))
-                self._stores[tenant] = entry
-                if not known:
-                    log.warning(
-                        "failover: tenant %r is not among the known tenants; it gets a store of "
-                        "its own (strict=True would refuse it)",
-                        tenant[:SHOWN],
-                    )
-            return entry
-        finally:
-            # Outside the lock (closing flushes queued writes), even when the factory failed.
-            if evicted is not None:
-                self._close_evicted(*evicted)
-
-    def _evict(self, tenant: str) -> tuple[str, _Tenant]:
-        """Take the least recently used store that no call uses out of the map (under `_lock`),
-        marked closed: no call enters it any more.
-
-        Raises:
-            StoreError: every store open is in use; ``tenant`` is refused.
-        """
-        for old, entry in sorted(self._stores.items(), key=lambda item: item[1].used):
-            with entry.lock:
-                if entry.busy == 0:
-                    entry.closed = True
-                    del self._stores[old]
-                    return old, entry
-        self.refused_tenants += 1
-        self._once(
-            "refused",
-            "failover: MultiTenantStore: max_tenants=%d stores are open and every one is in use: "
-            "new tenants are refused until one is idle (their calls get the live result, no "
-            "recovery); raise max_tenants? Logged once; refused_tenants counts them",
-            self.max_tenants,
-        )
-        raise StoreError(
-            f"MultiTenantStore: tenant {tenant[:SHOWN]!r} refused: max_tenants="
-            f"{self.max_tenants} stores are open and every one is in use"
-        )
-
-    def _close_evicted(self, tenant: str, entry: _Tenant) -> None:
-        """Close an evicted tenant's store (its queued writes flushed first); never raises."""
-        self.closed_tenants += 1
-        self._once(
-            "closed",
-            "failover: MultiTenantStore: more than max_tenants=%d tenants; the least recently "
-            "used tenant's store is closed to make room, and made again if it comes back. "
-            "Logged once; closed_tenants counts them",
-            self.max_tenants,
-        )
-        try:
-            entry.store.close()
-        except Exception:
-            log.warning(
-                "failover: closing the store of tenant %r failed", tenant[:SHOWN], exc_info=True
-            )
-
-    def _once(self, what: str, message: str, *args: object) -> None:
-        if what not in self._said:
-            self._said.add(what)
-            log.warning(message, *args)
-
     # -- the current tenant's store -------------------------------------------------------------
 
     def store(self, payload: Payload) -> int | None:
@@ -475,6 +240,34 @@ class MultiTenantStore(BrowsingLayer, Capabilities):
         """Remove the current tenant's entries under ``keys``."""
         with self._use() as store:
             delete_many(store, name, keys)
+
+    # Control over entries: the current tenant's store only, as every operation here (a tag
+    # names entries of one tenant: another tenant's entries are never reached through it).
+
+    def delete_all(self, name: str) -> int:
+        """Remove every entry of ``name`` from the current tenant's store."""
+        with self._use() as store:
+            return delete_all(store, name)
+
+    @property
+    def keeps_tags(self) -> bool:
+        """Whether the current tenant's store keeps tags (``False`` without a tenant)."""
+        try:
+            with self._use() as store:
+                return keeps_tags(store)
+        except StoreError:
+            return False
+
+    def delete_tagged(self, tag: str) -> int:
+        """Remove every entry carrying ``tag`` from the current tenant's store (no other
+        tenant's)."""
+        with self._use() as store:
+            return delete_tagged(store, tag)
+
+    def expire(self, name: str, key: str) -> bool:
+        """End the fresh window of the current tenant's entry."""
+        with self._use() as store:
+            return expire(store, name, key)
 
     # -- every tenant ---------------------------------------------------------------------------
 
@@ -523,21 +316,3 @@ class MultiTenantStore(BrowsingLayer, Capabilities):
         finally:
             if failed:
                 raise failed[0]
-
-
-def assign_tenant(store: object, tenant: str) -> None:
-    """Tell each layer of a tenant's new store that has a ``bind_tenant`` method (`SqlStore`,
-    `RedisStore`: their encrypted and signed rows are bound to their tenant) which tenant it
-    serves, before it is used.
-
-    Raises:
-        StoreError: a store that serves another tenant already (a factory handing one store
-            to several tenants).
-    """
-    for layer in walk(store):
-        bind = getattr(layer, "bind_tenant", None)
-        if callable(bind):
-            try:
-                bind(tenant)
-            except ConfigurationError as exc:
-                raise StoreError(f"MultiTenantStore: {exc}") from None

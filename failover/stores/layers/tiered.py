@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import threading
 from collections.abc import Awaitable, Callable, Iterable, Sequence
@@ -27,6 +28,7 @@ from ..health_rows import HealthRowsLayer
 from .async_write import AsyncWriteStore
 from .coherent import Coherence, CoherentNear, by_name
 from .hedging import HedgingDeadline
+from .tiered_control import TieredControl
 
 __all__ = ["TieredStore"]
 
@@ -44,7 +46,7 @@ def _fresher(a: Payload | None, b: Payload | None) -> Payload | None:
     return a
 
 
-class TieredStore(CoherentNear, HealthRowsLayer, BrowsingLayer, Capabilities):
+class TieredStore(CoherentNear, TieredControl, HealthRowsLayer, BrowsingLayer, Capabilities):
     """A process-local store (``near``) in front of a shared one (``far``, e.g. Redis or
     PostgreSQL).
 
@@ -214,9 +216,14 @@ class TieredStore(CoherentNear, HealthRowsLayer, BrowsingLayer, Capabilities):
         with self._lock:
             if self._deletes != deletes:
                 return
-            for payload in found:
-                if _fresher(self.near.find(payload.name, payload.key), payload) is payload:
-                    self.near.store(payload)
+            for far in found:
+                held = self.near.find(far.name, far.key)
+                if _fresher(held, far) is far:
+                    if held is not None and held.tags and far.tags is None:
+                        # A far store reads no tags back; a key's tags are its arguments',
+                        # the same on every write: kept, invalidate_tag still finds it here.
+                        far = dataclasses.replace(far, tags=held.tags)  # noqa: PLW2901
+                    self.near.store(far)
 
     def _hedged(
         self,

@@ -52,6 +52,7 @@ from .aio import AsyncClients, AsyncRedisMethods, async_url
 from .browsing import RedisBrowsing
 from .client import DEFAULT_PREFIX, Keys, checked_prefix, split_url
 from .commands import Commands
+from .control import RedisControl, RedisControlMethods
 from .health_rows import RedisHealthRows
 from .sharing import shared_client
 from .topology import Client, LazyCluster, store_client
@@ -62,7 +63,9 @@ __all__ = ["RedisStore"]
 log = logging.getLogger(__name__)
 
 
-class RedisStore(SerializedStore, KeepsHealthRows, AsyncRedisMethods, Capabilities):
+class RedisStore(
+    SerializedStore, KeepsHealthRows, AsyncRedisMethods, RedisControlMethods, Capabilities
+):
     """Entries in Redis: shared by every instance, expired by Redis itself.
 
     Values go through the same `Serializer` as `SqlStore`'s (the JSON codec and its allowlist
@@ -111,6 +114,7 @@ class RedisStore(SerializedStore, KeepsHealthRows, AsyncRedisMethods, Capabiliti
     does_io = True
     isolating = True
     browsable = True
+    keeps_tags = True
 
     def __init__(
         self,
@@ -171,6 +175,7 @@ class RedisStore(SerializedStore, KeepsHealthRows, AsyncRedisMethods, Capabiliti
         self._owns_aio = aio_url is not None  # per_tenant's stores share the factory's
         self._aio = None if aio_url is None else AsyncClients(aio_url, socket_timeout, self._where)
         self.browsing = RedisBrowsing(self._redis, self._keys)
+        self._control = RedisControl(self._redis, self._keys)
         # The processes' health rows (Failover(publish_health=...)), a key each.
         self.health = RedisHealthRows(self._redis, prefix, self._values.offset_ms)
 

@@ -22,6 +22,7 @@ from redis.exceptions import NoScriptError
 from ....serialization.text import EntryText
 from ...base import Payload
 from .client import Keys
+from .tags import tag_commands
 
 __all__ = ["FORWARD", "FORWARD_SHA", "Writes", "forward_fallback", "write_commands"]
 
@@ -44,18 +45,21 @@ FORWARD_SHA = hashlib.sha1(FORWARD.encode()).hexdigest()
 
 
 class Writes:
-    """The commands of one write: the scripts (first, ``scripts`` of them: their replies
-    add up to the entries left for a newer one), then the index upkeep."""
+    """The commands of one write: the tags (``tagging`` commands, none for entries without
+    tags: first, so that no entry is stored untagged), the scripts (``scripts`` of them: their
+    replies add up to the entries left for a newer one), then the index upkeep."""
 
-    __slots__ = ("commands", "scripts")
+    __slots__ = ("commands", "scripts", "tagging")
 
-    def __init__(self, commands: list[tuple[Any, ...]], scripts: int) -> None:
+    def __init__(self, commands: list[tuple[Any, ...]], scripts: int, tagging: int = 0) -> None:
         self.commands = commands
         self.scripts = scripts
+        self.tagging = tagging
 
     def kept(self, replies: Sequence[Any]) -> int:
         """How many entries a newer stored one kept out, from the pipeline's replies."""
-        return sum(int(r) for r in replies[: self.scripts])
+        first = self.tagging
+        return sum(int(r) for r in replies[first : first + self.scripts])
 
 
 def write_commands(
@@ -69,24 +73,33 @@ def write_commands(
     entries: list[str] = []
     arguments: list[Any] = []
     indexes: dict[str, dict[str, int]] = {}
+    tagged = False
     for payload in payloads:
         value, expires = values.value(payload)
         at = max(expires + offset, 1)  # 0 and below are refused: long expired, gone at once
         name, key = payload.name, payload.key
+        if payload.tags:
+            tagged = True
         entries.append(keys.entries(name) + key)
         arguments += (value[: value.index(" ")], value, at)  # the header starts with as_of
         members = indexes.get(name)
         if members is None:
             members = indexes[name] = {}
         members[key] = at
+    tagging: list[tuple[Any, ...]] = []
+    if tagged:
+        tagging = tag_commands(keys.prefix, payloads, arguments[2::3])
     if cluster:
         commands: list[tuple[Any, ...]] = [
-            ("EVALSHA", FORWARD_SHA, 1, entry, *arguments[3 * i : 3 * i + 3])
-            for i, entry in enumerate(entries)
+            *tagging,
+            *(
+                ("EVALSHA", FORWARD_SHA, 1, entry, *arguments[3 * i : 3 * i + 3])
+                for i, entry in enumerate(entries)
+            ),
         ]
     else:
-        commands = [("EVALSHA", FORWARD_SHA, len(entries), *entries, *arguments)]
-    scripts = len(commands)
+        commands = [*tagging, ("EVALSHA", FORWARD_SHA, len(entries), *entries, *arguments)]
+    scripts = len(commands) - len(tagging)
     now = int(time.time() * 1000)
     for name, members in indexes.items():
         index, lex = keys.index(name), keys.lex(name)
@@ -110,7 +123,7 @@ def write_commands(
             ("PEXPIREAT", lex, last, "GT"),
         )
     commands.append(("SADD", keys.names, *indexes))
-    return Writes(commands, scripts)
+    return Writes(commands, scripts, len(tagging))
 
 
 def forward_fallback(

@@ -8,10 +8,9 @@ every database, psycopg directly on ``postgresql+psycopg``): ``store_many`` is o
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import threading
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -24,31 +23,32 @@ from ....serialization.base import Codec
 from ....serialization.crypto import Cipher
 from ....serialization.row_options import (
     DEFAULT_MAX_ROW_BYTES,
-    checked_max_row_bytes,
     merged_row_options,
-    split_row_options,
 )
 from ....serialization.rows import SerializedStore, Serializer
 from ....serialization.times import micros
-from ...base import Capabilities, FailoverStore, Payload, older
+from ...base import Capabilities, Payload, older
 from ...browsing import Page, Summary
 from ...health_rows import KeepsHealthRows
 from ...layers import tenant_stores
 from ...layers.tenant_stores import TenantStores
+from .async_methods import AsyncSqlMethods
 from .browsing import SqlBrowsing
+from .control import SqlControl, make_tags_table
 from .engine import first_line, make_engine, prepares, shared_engine
 from .health_rows import SqlHealthRows
 from .psycopg import PsycopgStatements, supported
 from .statements import CoreStatements, Statements
 from .table import create_table as create_missing_table
 from .table import label_column, label_of, make_table, split_prefix
+from .urls import check_settings, row_options, url_settings
 
-__all__ = ["SqlStore", "per_tenant_databases", "per_tenant_tables"]
+__all__ = ["SqlStore"]
 
 log = logging.getLogger(__name__)
 
 
-class SqlStore(SerializedStore, KeepsHealthRows, Capabilities):
+class SqlStore(SerializedStore, KeepsHealthRows, AsyncSqlMethods, Capabilities):
     """Entries in a SQL table: the durable store, shared by processes and instances.
 
     SQLite (a file) is the embedded default; PostgreSQL for many instances sharing one store;
@@ -93,6 +93,7 @@ class SqlStore(SerializedStore, KeepsHealthRows, Capabilities):
     does_io = True
     isolating = True
     browsable = True
+    keeps_tags = True
     clean_batch = 10_000
     """Expired rows deleted per transaction by `clean_by_expiry` (SQLite, PostgreSQL)."""
 
@@ -135,6 +136,9 @@ class SqlStore(SerializedStore, KeepsHealthRows, Capabilities):
         self._bind(table)
         self._create_table = create_table
         self._where = f"SqlStore({masked_url(self.engine.url)}, table={self.table.fullname!r})"
+        self._control = SqlControl(
+            self.engine, self.table, make_tags_table(schema, prefix), self._where
+        )
         self._rows.where = self._where
         # The processes' health rows (Failover(publish_health=...)), in a table beside.
         self.health = SqlHealthRows(self.engine, schema, prefix, self._where, create_table)
@@ -178,6 +182,7 @@ class SqlStore(SerializedStore, KeepsHealthRows, Capabilities):
                 self.create_table()
             if not label_column(self.engine, self.table, self._where, self._create_table):
                 self._bind(make_table(self._schema, self._prefix, label=False))
+                self._control.table = self.table
             self._core.learn_limits(self._where)
             self._ready = True
 
@@ -190,6 +195,7 @@ class SqlStore(SerializedStore, KeepsHealthRows, Capabilities):
             StoreError: the database refused or could not be reached.
         """
         create_missing_table(self.engine, self.table, self._where)
+        self._control.create()
 
     # -- rows -----------------------------------------------------------------------------------
 
@@ -224,6 +230,8 @@ class SqlStore(SerializedStore, KeepsHealthRows, Capabilities):
         Raises:
             SerializationError: the codec cannot encode the value (nothing is written).
         """
+        if payload.tags:
+            self._tag((payload,))
         return self._write([self._row(payload)])
 
     def store_many(self, payloads: Sequence[Payload]) -> int:
@@ -243,7 +251,16 @@ class SqlStore(SerializedStore, KeepsHealthRows, Capabilities):
         if not newest:
             return 0
         rows = [self._row(newest[k]) for k in sorted(newest)]
+        tagged = [p for p in newest.values() if p.tags]
+        if tagged:
+            self._tag(tagged)
         return len(payloads) - len(newest) + self._write(rows)
+
+    def _tag(self, payloads: Iterable[Payload]) -> None:
+        """Keep the tags of ``payloads`` before the entries: never an entry stored untagged."""
+        if not self._ready:
+            self._prepare()
+        self._control.tag((t, p.name, p.key) for p in payloads for t in p.tags or ())
 
     def _write(self, rows: list[dict[str, Any]]) -> int:
         if not self._ready:
@@ -272,43 +289,6 @@ class SqlStore(SerializedStore, KeepsHealthRows, Capabilities):
         rows = self._statements.find_many(name, wanted)
         return dict(self._decoded(name, rows))
 
-    # -- async (PostgreSQL through psycopg: failover.stores.base.AsyncFailoverStore) ---------
-
-    @property
-    def native_async(self) -> bool:
-        """Whether async callers read on the event loop (PostgreSQL through psycopg: its async
-        connections); other databases keep the worker thread."""
-        return self._aio is not None
-
-    async def _aready(self) -> Any:
-        if self._aio is None:
-            raise TypeError(f"{self!r} has no async driver: read it on a worker thread")
-        if not self._ready:
-            await asyncio.to_thread(self._prepare)
-        return self._statements
-
-    async def afind(self, name: str, key: str) -> Payload | None:
-        """`find`, awaited (one statement on the loop's connection)."""
-        row = await (await self._aready()).afind(self._aio, name, key)
-        return None if row is None else self._payload(name, key, row)
-
-    async def afind_many(self, name: str, keys: Iterable[str]) -> dict[str, Payload]:
-        """`find_many`, awaited (one statement on the loop's connection)."""
-        wanted = list(dict.fromkeys(keys))
-        if not wanted:
-            return {}
-        rows = await (await self._aready()).afind_many(self._aio, name, wanted)
-        return dict(self._decoded(name, rows))
-
-    async def astore_many(self, payloads: Sequence[Payload]) -> int:
-        """`store_many` on a worker thread (writes from async callers are queued anyway)."""
-        return await asyncio.to_thread(self.store_many, payloads)
-
-    async def aclose(self) -> None:
-        """Close the running loop's async connections."""
-        if self._aio is not None:
-            await self._aio.aclose()
-
     def find_all(self, name: str) -> list[Payload]:
         """Every entry of ``name``, expired ones included, by key; undecodable rows are skipped
         with a warning."""
@@ -323,12 +303,19 @@ class SqlStore(SerializedStore, KeepsHealthRows, Capabilities):
         url_or_engine: str | sa.URL | sa.Engine,
         prefixes: Mapping[str, str] | None = None,
         **store_kwargs: Any,
-    ) -> Callable[[str], FailoverStore]:
+    ) -> TenantStores:
         """A factory ``tenant -> SqlStore``: one table per tenant, one shared engine.
 
-        See `per_tenant_tables`, which this is.
+        See `failover.stores.backends.sql.tenants.per_tenant_tables`, which calls this.
         """
-        return per_tenant_tables(url_or_engine, prefixes, **store_kwargs)
+        if isinstance(url_or_engine, str | sa.URL):
+            url_or_engine, store_kwargs = url_settings(
+                "per_tenant_tables", url_or_engine, store_kwargs
+            )
+        check_settings("per_tenant_tables", store_kwargs)
+        return tenant_stores.tables(
+            cls, shared_engine, split_prefix, url_or_engine, prefixes, **store_kwargs
+        )
 
     def names(self) -> list[str]:
         """Every name that has entries, sorted."""
@@ -371,6 +358,24 @@ class SqlStore(SerializedStore, KeepsHealthRows, Capabilities):
             self._prepare()
         self._statements.delete_many(name, wanted)
 
+    def delete_all(self, name: str) -> int:
+        """Remove every entry of ``name``: one statement; the count."""
+        if not self._ready:
+            self._prepare()
+        return self._control.delete_all(name)
+
+    def delete_tagged(self, tag: str) -> int:
+        """Remove every entry carrying ``tag``, of every name: one statement; the count."""
+        if not self._ready:
+            self._prepare()
+        return self._control.delete_tagged(tag)
+
+    def expire(self, name: str, key: str) -> bool:
+        """End the entry's fresh window in place: one statement; whether there was one."""
+        if not self._ready:
+            self._prepare()
+        return self._control.expire(name, key)
+
     def clean_by_expiry(self, now: datetime) -> int:
         """Remove every entry whose ``expire_on`` is at or before ``now``, or NULL; return the
         count.
@@ -381,7 +386,9 @@ class SqlStore(SerializedStore, KeepsHealthRows, Capabilities):
         """
         if not self._ready:
             self._prepare()
-        return self._core.clean(micros(now), self.clean_batch)
+        removed = self._core.clean(micros(now), self.clean_batch)
+        self._control.clean()  # tag rows whose entry is gone: not entries, not counted
+        return removed
 
     def close(self) -> None:
         """Dispose the engine's connections, when the store made the engine."""
@@ -390,98 +397,3 @@ class SqlStore(SerializedStore, KeepsHealthRows, Capabilities):
         if self._owns_engine:
             self._statements.close()
             self.engine.dispose()
-
-
-def row_options(url: str | sa.URL) -> tuple[str | sa.URL, dict[str, Any]]:
-    """A store URL without its row options (``accept_plain``, ``max_row_bytes``: see
-    `SqlStore`), which SQLAlchemy's drivers would refuse, and those options.
-
-    Raises:
-        ConfigurationError: an option's value is not one it takes.
-    """
-    if isinstance(url, sa.URL):
-        names = [n for n in ("accept_plain", "max_row_bytes") if n in url.query]
-        if not names:
-            return url, {}
-        values = {n: url.query[n] for n in names}  # a str, or a tuple when repeated
-        query = "&".join(
-            f"{n}={v}" for n, vs in values.items() for v in ((vs,) if isinstance(vs, str) else vs)
-        )
-        _, options = split_row_options(f"?{query}", masked_url(url))
-        return url.difference_update_query(names), options
-    return split_row_options(url, masked_url(url))
-
-
-# -- one store per tenant (made in failover.stores.layers.tenant_stores) ------------------------
-
-
-def per_tenant_tables(
-    url_or_engine: str | sa.URL | Engine,
-    prefixes: Mapping[str, str] | None = None,
-    **store_kwargs: Any,
-) -> TenantStores:
-    """One table per tenant, in one database, through one shared SQLAlchemy engine.
-
-    Args:
-        url_or_engine: a SQLAlchemy URL, or an `sqlalchemy.Engine` (never disposed here).
-        prefixes: the table prefix of each tenant, e.g. ``{"acme": "acme_"}``; a tenant not listed
-            is refused with `StoreError`. ``None``: the prefix is ``f"{tenant}_"``, for tenant ids
-            matching `failover.stores.layers.routing.TENANT_ID`.
-        **store_kwargs: passed to each `SqlStore` (``codec``, ``cipher``, ``allowed_types``...).
-
-    Returns:
-        A factory ``tenant -> SqlStore`` for `MultiTenantStore`.
-
-    Raises:
-        ConfigurationError: a prefix `SqlStore` refuses (checked here, for every tenant, before
-            any SQL runs), two tenants whose tables would be one table, or a bad URL.
-    """
-    if isinstance(url_or_engine, str | sa.URL):
-        url_or_engine, store_kwargs = _url_settings(
-            "per_tenant_tables", url_or_engine, store_kwargs
-        )
-    _check_settings("per_tenant_tables", store_kwargs)
-    return tenant_stores.tables(
-        SqlStore, shared_engine, split_prefix, url_or_engine, prefixes, **store_kwargs
-    )
-
-
-def per_tenant_databases(url_template: str, **store_kwargs: Any) -> TenantStores:
-    """One database per tenant: ``url_template`` with ``{tenant}`` replaced by the tenant id.
-
-    For example ``"sqlite:////var/lib/app/failover-{tenant}.db"`` (one SQLite file per tenant)
-    or ``"postgresql+psycopg://app@db/failover_{tenant}"``. Tenant ids must match
-    `failover.stores.layers.routing.TENANT_ID`.
-
-    Args:
-        url_template: a SQLAlchemy URL containing ``{tenant}``.
-        **store_kwargs: passed to each `SqlStore`.
-
-    Returns:
-        A factory ``tenant -> SqlStore`` for `MultiTenantStore`.
-
-    Raises:
-        ConfigurationError: the template has no ``{tenant}``, or is not a URL `SqlStore` takes
-            (checked here, before the first tenant comes).
-    """
-    _check_settings("per_tenant_databases", store_kwargs)
-    return tenant_stores.databases(SqlStore, _check_url, url_template, **store_kwargs)
-
-
-def _check_settings(owner: str, store_kwargs: dict[str, Any]) -> None:
-    """Refuse a bad ``max_row_bytes`` now, not at the first tenant's first call."""
-    checked_max_row_bytes(store_kwargs.get("max_row_bytes", DEFAULT_MAX_ROW_BYTES), owner)
-
-
-def _check_url(url: str) -> None:
-    make_engine(row_options(url)[0]).dispose()  # connects to nothing
-
-
-def _url_settings(
-    owner: str, url: str | sa.URL, store_kwargs: dict[str, Any]
-) -> tuple[str | sa.URL, dict[str, Any]]:
-    """``url`` without its row options, and ``store_kwargs`` with them."""
-    url, from_url = row_options(url)
-    if not from_url:
-        return url, store_kwargs
-    return url, {**store_kwargs, **merged_row_options(owner, store_kwargs, from_url)}
