@@ -52,7 +52,9 @@ def _child(fleet: str, store: str, tag: str) -> Callable[[int, Here], Commands]:
         def body() -> dict[str, int]:
             return {"v": int(versions.get(f"{tag}version") or 0)}
 
-        @failover.failover("fleet.bp.cached", engine=engine, domain=DOMAIN, fresh_for="1m")
+        @failover.failover(
+            "fleet.bp.cached", engine=engine, domain=DOMAIN, fresh_for="1m", tags=lambda b: ["fx"]
+        )
         def cached(base: str) -> dict[str, int]:
             return body()
 
@@ -73,6 +75,16 @@ def _child(fleet: str, store: str, tag: str) -> Callable[[int, Here], Commands]:
 
         def flush() -> bool:
             return engine.flush(HANG)
+
+        def control(how: str) -> bool:
+            """An entry control made in this process: its near and far tiers at once."""
+            if how == "expire":
+                cached.expire("EUR")
+            elif how == "clear":
+                cached.invalidate_all()
+            else:
+                engine.invalidate_tag("fx")
+            return True
 
         def arm() -> int:
             fleet_.backplane.applied.clear()
@@ -110,6 +122,7 @@ def _child(fleet: str, store: str, tag: str) -> Callable[[int, Here], Commands]:
             "near": near,
             "invalidate": invalidate,
             "flush": flush,
+            "control": control,
             "arm": arm,
             "heard": heard,
             "dropped": dropped,
@@ -163,6 +176,27 @@ def test_a_write_in_one_process_drops_the_others_near_copies(
         for child in others:
             assert child.ask("dropped")
             assert child.ask("read", "cached") == [3, True]
+    versions.close()
+
+
+@pytest.mark.parametrize("how", ["expire", "clear", "tag"])
+def test_an_entry_control_in_one_process_drops_the_others_near_copies(
+    how: str, fleet_server: RedisServer
+) -> None:
+    store = shared_server()
+    tag = unique_prefix()
+    setup = _child(fleet_server.url + f"?prefix={tag}", f"tiered+{store.url}?prefix={tag}", tag)
+    versions = store.client()
+    with fleet_of(PROCESSES, setup) as children:
+        _warm(children, versions, tag)
+        writer, others = children[0], children[1:]
+        versions.set(f"{tag}version", 2)
+        for child in others:
+            child.ask("arm")
+        assert writer.ask("control", how)  # .expire(), .invalidate_all() or invalidate_tag()
+        for child in others:
+            assert child.ask("dropped")
+            assert child.ask("read", "cached") == [2, True]  # not the near copy's fresh 1
     versions.close()
 
 

@@ -32,11 +32,13 @@ class CoherentNear:
     _lock: threading.Lock
     _deletes: int
     _told: Coherence | None
+    _peers: Coherence | None
 
     def cohere(self, coherence: Coherence) -> None:
         """Tell ``coherence`` (the fleet's backplane) of this store's writes once ``far`` has
         them (after its queue wrote them, when it has one: another process told earlier
         would read the old entry from ``far`` again)."""
+        self._peers = coherence  # told of expire, clear-all and tags at once (`TieredControl`)
         queue = next((s for s in walk(self.far) if isinstance(s, AsyncWriteStore)), None)
         if queue is None:
             self._told = coherence

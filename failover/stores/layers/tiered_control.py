@@ -1,10 +1,12 @@
 """The control over entries of a `failover.stores.layers.tiered.TieredStore`: each operation
 reaches both tiers, the near one under the lock its refills take, counted as a delete so that
-a refill read before it never undoes it."""
+a refill read before it never undoes it. Under a fleet, the other processes are told (their
+near copies go: the fleet's backplane) once the far store took the operation."""
 
 from __future__ import annotations
 
 import threading
+from typing import Any
 
 from ..base import FailoverStore, delete_all, delete_tagged, expire, keeps_tags
 
@@ -18,13 +20,17 @@ class TieredControl:
     far: FailoverStore
     _lock: threading.Lock
     _deletes: int
+    _peers: Any = None  # the fleet's backplane, for this store (`CoherentNear.cohere`)
 
     def delete_all(self, name: str) -> int:
         """Remove every entry of ``name`` from both tiers; the far store's count."""
         with self._lock:
             self._deletes += 1
             delete_all(self.near, name)
-        return delete_all(self.far, name)
+        removed = delete_all(self.far, name)
+        if self._peers is not None:
+            self._peers.cleared(name)
+        return removed
 
     @property
     def keeps_tags(self) -> bool:
@@ -36,11 +42,17 @@ class TieredControl:
         with self._lock:
             self._deletes += 1
             delete_tagged(self.near, tag)
-        return delete_tagged(self.far, tag)
+        removed = delete_tagged(self.far, tag)
+        if self._peers is not None:
+            self._peers.tagged([tag])
+        return removed
 
     def expire(self, name: str, key: str) -> bool:
         """End the entry's fresh window in both tiers; whether either had it."""
         with self._lock:
             self._deletes += 1  # a refill read before must not bring back the fresh entry
             near = expire(self.near, name, key)
-        return expire(self.far, name, key) or near
+        found = expire(self.far, name, key) or near
+        if self._peers is not None:
+            self._peers.expired(name, [key])
+        return found
