@@ -246,10 +246,12 @@ def test_exception_kinds_are_bounded_per_failover(
 
 
 def test_engines_on_one_registry_add_up(registry: CollectorRegistry, clock: FakeClock) -> None:
-    for _ in range(2):
-        eng = Failover(clock=clock, metrics=registry)
+    engines = [Failover(clock=clock, metrics=registry) for _ in range(2)]  # both alive
+    for eng in engines:
         failover.failover("shared", engine=eng)(lambda: 1)()
     assert value(registry, "failover_calls_total", name="shared", outcome="live") == 2
+    for eng in engines:
+        eng.close()
 
 
 def test_breaker_bulkhead_and_hook_metrics(
