@@ -337,10 +337,10 @@ def test_caller_runs_writes_on_the_callers_thread(
     gated.hold()
     store.store(entry(clock, "first"))
     assert gated.entered.wait(WAIT)
-    store.store(entry(clock, "k", {"v": "old"}))  # fills the queue
+    store.store(entry(clock, "j"))  # fills the queue
 
     # The queue is full: this write is made on the caller's thread, which first waits for the
-    # batch being written (writes of one key never overtake each other).
+    # batch being written (writes never overtake the one being made).
     caller = threading.Thread(target=store.store, args=(entry(clock, "k", {"v": "new"}),))
     caller.start()
     assert io_lock.contended.wait(WAIT)
@@ -351,7 +351,28 @@ def test_caller_runs_writes_on_the_callers_thread(
     found = gated.find("n", "k")
     assert found is not None
     assert found.payload == {"v": "new"}
-    assert gated.writes["k"] == 1  # the older queued write was skipped, not written last
+    assert gated.writes["k"] == 1
+
+
+def test_a_newer_write_takes_the_place_of_the_queued_one(
+    clock: FakeClock, gated: GatedStore, closing: list[AsyncWriteStore]
+) -> None:
+    """A hot key costs one queued write, not one per call: a full queue still takes it, on
+    the worker's thread, and only the newest is written."""
+    store = parked(closing, gated, clock, queue_size=1, batch_size=1, rejection="caller_runs")
+    for v in range(5):
+        writer = threading.Thread(target=store.store, args=(entry(clock, "k", {"v": v}),))
+        writer.start()
+        writer.join(WAIT)
+        assert not writer.is_alive()  # queued: the caller did not wait for the parked store
+    assert len(store._q.queue) == 1
+    gated.gate.set()
+    assert store.flush(WAIT)
+    found = gated.find("n", "k")
+    assert found is not None
+    assert found.payload == {"v": 4}
+    assert gated.writes["k"] == 1
+    assert set(gated.writers.values()) == {store._q.worker.ident}  # type: ignore[union-attr]
 
 
 def test_abort_raises_and_the_call_still_returns_its_live_result(
@@ -607,7 +628,7 @@ def test_flush_waits_for_a_write_being_made_on_a_callers_thread(
     gated.hold()
     store.store(entry(clock, "first"))
     assert gated.entered.wait(WAIT)
-    store.store(entry(clock, "k", {"v": "old"}))  # queued: the queue is full now
+    store.store(entry(clock, "j"))  # queued: the queue is full now
     caller = threading.Thread(
         target=store.store, args=(entry(clock, "k", {"v": "new"}),), name="caller"
     )
@@ -616,7 +637,7 @@ def test_flush_waits_for_a_write_being_made_on_a_callers_thread(
         assert io_lock.arrived.wait(WAIT)  # "new" is accepted (reads see it), not written yet
         gated.gate.set()
         q = store._q
-        with q.lock:  # the worker wrote "first" and skipped "old", superseded by "new"
+        with q.lock:  # the worker wrote "first" and "j"
             assert q.progress.wait_for(lambda: q.handled >= 2, WAIT)
         found = store.find("n", "k")
         assert found is not None
@@ -697,7 +718,7 @@ def _writes(registry: Any, name: str) -> dict[str, float]:
     return {
         result: registry.get_sample_value("failover_writes_total", {"name": name, "result": result})
         or 0.0
-        for result in ("queued", "written", "failed")
+        for result in ("queued", "written", "failed", "superseded")
     }
 
 
@@ -713,14 +734,16 @@ def test_queued_writes_are_counted_queued_then_written_or_failed(
         closing, gated, clock, queue_size=2, metrics=PrometheusMetrics.for_registry(registry)
     )
     store.store(entry(clock, "a", {"v": 1}))
-    store.store(entry(clock, "a", {"v": 2}))  # supersedes the first: that one is not written
-    store.store(entry(clock, "b"))  # the queue is full: discarded
-    # Counted queued as the worker takes them (the parked one), or as the queue drops them.
-    assert _writes(registry, "n") == {"queued": 2, "written": 0, "failed": 1}
+    store.store(entry(clock, "a", {"v": 2}))  # takes the first one's place: that one is not written
+    store.store(entry(clock, "b"))
+    store.store(entry(clock, "c"))  # the queue is full (a and b): discarded
+    # Counted queued as the worker takes them (the parked one), as a newer write of their key
+    # takes their place (superseded), or as the queue drops them.
+    assert _writes(registry, "n") == {"queued": 3, "written": 0, "failed": 1, "superseded": 1}
     gated.gate.set()
     assert store.flush(WAIT)
-    # Every write handed to the queue ended written or failed: the counts add up.
-    assert _writes(registry, "n") == {"queued": 4, "written": 3, "failed": 1}
+    # Every write handed to the queue ended written, superseded or failed: the counts add up.
+    assert _writes(registry, "n") == {"queued": 5, "written": 3, "failed": 1, "superseded": 1}
     found = gated.find("n", "a")
     assert found is not None
     assert found.payload == {"v": 2}
@@ -745,5 +768,5 @@ def test_an_engine_counts_its_queued_writes_once_each(tmp_path: Any, clock: Fake
     assert eng.flush(WAIT)
     # Not counted twice (once by the caller, once by the queue): queued, then each written,
     # the result the store cannot encode failed.
-    assert _writes(registry, "rates") == {"queued": 4, "written": 3, "failed": 1}
+    assert _writes(registry, "rates") == {"queued": 4, "written": 3, "failed": 1, "superseded": 0}
     eng.close()

@@ -13,7 +13,7 @@ import logging
 import threading
 import time
 import weakref
-from collections import deque
+from collections import OrderedDict, deque
 from collections.abc import Callable
 from datetime import datetime
 from typing import Any, Final
@@ -65,7 +65,10 @@ class WriteQueue(Worker):
         self.batch_size = batch_size
         self.rejection = rejection
         self.metrics = metrics
-        self.queue: deque[Write] = deque()
+        # The writes not yet taken by the worker, one per key: a newer write of a key takes the
+        # place of the one still waiting (entries only move forward), so a hot key costs one
+        # write per batch, not one per call, and cannot fill the queue.
+        self.queue: OrderedDict[tuple[str, str], Write] = OrderedDict()
         self.pending: dict[tuple[str, str], Write] = {}
         # One lock for the queue and `pending`; the worker waits on `has_work`, flushes on
         # `progress`, so that a write wakes the worker only, and only when it is idle.
@@ -128,11 +131,15 @@ class WriteQueue(Worker):
                     self._push_out(len(queue) + len(self.retry) + len(writes) - self.queue_size)
                 waiting = len(queue) + len(self.retry)
                 # An empty queue takes a batch larger than queue_size, which could never fit.
-                if not waiting or waiting + len(writes) <= self.queue_size:
+                if (
+                    not waiting
+                    or waiting + len(writes) <= self.queue_size
+                    or waiting + self._new_keys(writes) <= self.queue_size
+                ):
                     if self.worker is not None or self._start_worker():
                         self._mark_pending(writes)
-                        queue.extend(writes)
                         self.queued += len(writes)
+                        self._enqueue(writes)
                         if self.idle:
                             self.has_work.notify()
                         return
@@ -218,6 +225,27 @@ class WriteQueue(Worker):
             else:
                 ahead.append(write)
         return ahead, behind
+
+    def _new_keys(self, writes: list[Write]) -> int:
+        """How many of ``writes`` (``lock`` held) take a new place in the queue (the others
+        replace the waiting write of their key)."""
+        queue = self.queue
+        return len({(w[0], w[1]) for w in writes if (w[0], w[1]) not in queue})
+
+    def _enqueue(self, writes: list[Write]) -> None:
+        """Queue ``writes`` (``lock`` held); one still waiting for the worker of the same key
+        is replaced in place and counted superseded (handled: a flush does not wait for it)."""
+        queue = self.queue
+        replaced: list[Write] = []
+        for write in writes:
+            key = (write[0], write[1])
+            waiting = queue.get(key)
+            if waiting is not None:
+                replaced.append(waiting)
+            queue[key] = write
+        if replaced:
+            self._superseded(replaced)
+            self.handled += len(replaced)
 
     def _superseded(self, writes: list[Write]) -> None:
         """Count ``writes``, refused for a newer queued write of their keys: handed to the

@@ -7,7 +7,7 @@ A part of `failover.stores.layers.write_queue.WriteQueue`, which holds the state
 from __future__ import annotations
 
 import logging
-from collections import deque
+from collections import OrderedDict
 
 from .write_batches import RETRY_MOST, BatchWriter, Write
 
@@ -20,7 +20,7 @@ log = logging.getLogger("failover.stores.layers.async_write")
 class Worker(BatchWriter):
     """The worker of a `failover.stores.layers.write_queue.WriteQueue`."""
 
-    queue: deque[Write]
+    queue: OrderedDict[tuple[str, str], Write]
     batch_size: int
     queue_size: int
     passes: int
@@ -100,7 +100,8 @@ class Worker(BatchWriter):
                         self.taken_at = self.flushes
                         break
                     if queue:
-                        batch = [queue.popleft() for _ in range(min(self.batch_size, len(queue)))]
+                        n = min(self.batch_size, len(queue))
+                        batch = [queue.popitem(last=False)[1] for _ in range(n)]
                         fresh = True
                         self.taken_at = self.flushes
                         break
