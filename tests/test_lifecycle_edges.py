@@ -12,6 +12,7 @@ async; real SQLite files; a fake clock; events and joins, no timed sleep."""
 from __future__ import annotations
 
 import asyncio
+import faulthandler
 import functools
 import inspect
 import json
@@ -451,6 +452,9 @@ def _in_child(work: Callable[[], Any]) -> Any:
                 said: Any = ["ok", work()]
             except BaseException as exc:
                 said = ["raised", repr(exc)]
+                # Where the child's threads were, on the test's captured stderr: a lock held
+                # by a parent's thread at the fork shows up here.
+                faulthandler.dump_traceback(all_threads=True)
             os.write(writing, json.dumps(said).encode())
         finally:
             os._exit(0)
