@@ -174,7 +174,8 @@ class PoolHealth:
 
 @dataclass(frozen=True, slots=True)
 class StoreHealth:
-    """A store the engine bounds with a deadline (`stores.layers.deadline.DeadlineStore`), now.
+    """A store the engine bounds with a deadline (`stores.layers.deadline.DeadlineStore`), or a
+    shared dependency told as one (a `failover.RedisPermits` pool's Redis: ``permits``), now.
 
     Attributes:
         name: the store, as ``failover_store_up`` labels it (``sqlstore``, ``redisstore``).

@@ -300,9 +300,14 @@ def _counts(
     )
 
 
+# What callers do while a store is out, unless its source says (`RedisPermits.meanwhile`).
+_SKIPPED = "calls skip it until a trial operation answers"
+
+
 class StoreLog(Observer):
     """Logs an engine's stores going out and answering again (`Observer.store_state`, the
-    engine's stream): one line each way, per deadline layer that changed.
+    engine's stream): one line each way, per deadline layer (or shared source: a
+    `failover.RedisPermits`'s Redis) that changed, saying what callers do meanwhile.
 
     Args:
         owner: the engine, as the lines name it.
@@ -326,9 +331,10 @@ class StoreLog(Observer):
             else:
                 log.warning(
                     "%s: store %r is out (its latest operations timed out or were refused at "
-                    "the connection): calls skip it until a trial operation answers",
+                    "the connection): %s",
                     self.owner,
                     store,
+                    getattr(source, "meanwhile", _SKIPPED),
                 )
         except Exception:  # a log line never breaks an operation
             pass
