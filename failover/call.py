@@ -29,7 +29,7 @@ from time import perf_counter
 from typing import TYPE_CHECKING, Any
 
 from .adaptive import AdaptiveTtl, FreshSince
-from .call_io import looked_up, timed_store, unencodable
+from .call_io import looked_up, note_unrecovered, timed_store, unencodable
 from .context import CallContext, Miss, RecoverContext
 from .errors import SerializationError, Throttled, refused_by
 from .execution import Wait
@@ -379,7 +379,7 @@ class Call(CallContext):
         policy = rt.policy
         if policy is ExceptionPolicy.RETHROW:
             why = found.value if rt.unstorable is None else rt.unstorable
-            _note(cause, self.definition.name, why)
+            note_unrecovered(cause, self.definition.name, why)
             return None
         if policy is ExceptionPolicy.NEVER_THROW:
             value = None
@@ -422,18 +422,3 @@ class Call(CallContext):
     ) -> RecoverContext[Any]:
         """The frozen context handed to policies and hooks."""
         return RecoverContext(self.definition, self.arguments, cause, found, self.rt.return_type)
-
-
-def _note(cause: BaseException, name: str, why: str) -> None:
-    """Say on ``cause`` why failover ``name`` recovered nothing: one note per failover, however
-    often the same exception object passes (an upstream re-raising a kept error, nested calls),
-    so that notes never pile up on it."""
-    prefix = f"failover {name!r}: nothing recovered ("
-    note = f"{prefix}{why})"
-    notes = getattr(cause, "__notes__", None)
-    if isinstance(notes, list):
-        for i, old in enumerate(notes):
-            if isinstance(old, str) and old.startswith(prefix):
-                notes[i] = note  # the latest reason, in the note's place
-                return
-    cause.add_note(note)

@@ -1,7 +1,7 @@
-"""What a call tells its failover's stream about its store I/O, off the usual path: a live
-result's write and a recovery's read timed (when an observer wants timings), their failures,
-and a result the store cannot encode. The observers (`failover.events`) count and log them: a
-new one needs nothing of the runtime.
+"""What a call tells off its usual path: to its failover's stream, a live result's write and a
+recovery's read timed (when an observer wants timings), their failures, and a result the store
+cannot encode, which the observers (`failover.events`) count and log (a new one needs nothing
+of the runtime); to its caller, why nothing was recovered (a note on the exception re-raised).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     from .handlers.lookup import Lookup
     from .payload import ReferentialPayload
 
-__all__ = ["looked_up", "timed_store", "unencodable"]
+__all__ = ["looked_up", "note_unrecovered", "timed_store", "unencodable"]
 
 
 def timed_store(rt: Runtime, ctx: CallContext, result: Any) -> None:
@@ -68,3 +68,18 @@ def unencodable(rt: Runtime, result: Any, exc: SerializationError) -> None:
     if rt.unstorable is None:
         rt.unstorable = f"the store cannot encode {name}: {exc}"
     rt.events.trouble("encode", exc, name)
+
+
+def note_unrecovered(cause: BaseException, name: str, why: str) -> None:
+    """Say on ``cause`` why failover ``name`` recovered nothing: one note per failover, however
+    often the same exception object passes (an upstream re-raising a kept error, nested calls),
+    so that notes never pile up on it."""
+    prefix = f"failover {name!r}: nothing recovered ("
+    note = f"{prefix}{why})"
+    notes = getattr(cause, "__notes__", None)
+    if isinstance(notes, list):
+        for i, old in enumerate(notes):
+            if isinstance(old, str) and old.startswith(prefix):
+                notes[i] = note  # the latest reason, in the note's place
+                return
+    cause.add_note(note)
