@@ -205,8 +205,9 @@ class HealthReport:
         window: the seconds the counts cover.
         at: when the report was made (the engine's clock).
         pools: the bulkhead pools by name: permits in use, waiters, refusals.
-        stores: the stores under a deadline, by name: up, or down while they are out (the
-            engine is then at least ``degraded``: "its store is down").
+        stores: the stores under a deadline, by name, and a `failover.RedisPermits` pool's
+            Redis (``permits``): up, or down while they are out (the engine is then at least
+            ``degraded``: "its store is down").
     """
 
     status: Status
