@@ -29,6 +29,7 @@ from time import perf_counter
 from typing import TYPE_CHECKING, Any
 
 from .adaptive import AdaptiveTtl, FreshSince
+from .call_io import looked_up, note_unrecovered, timed_store, unencodable
 from .context import CallContext, Miss, RecoverContext
 from .errors import SerializationError, Throttled, refused_by
 from .execution import Wait
@@ -37,7 +38,7 @@ from .handlers.lookup import Lookup, failed_lookup, stale
 from .payload import KIND_OF, PLAIN, Building, ReferentialPayload, enrich, envelope
 from .policy import ExceptionPolicy, default_for
 from .stores.layers.batching import pinned_call
-from .tenant import read_tenant
+from .tenant import read_tenant, refuse_unrouted
 from .throttle import mark_throttled
 
 if TYPE_CHECKING:
@@ -61,7 +62,7 @@ def call_of(
     if binder.skip_first:
         args = args[1:]
     if rt.unrouted is not None and read_tenant() is not None:  # one contextvar read
-        rt.refuse_tenant()
+        refuse_unrouted(rt.unrouted, rt.definition.name)
     call: Call = _new(kind or rt.call_type)  # no __init__ frame: this runs on every call
     call.rt = rt
     call.definition = rt.definition
@@ -143,7 +144,7 @@ class Call(CallContext):
             return timeout.call(self, fn, args, kwargs)
         # The upstream runs on the engine's pool, and a late result is stored there: the tenant
         # is resolved here, on the caller's thread, and pinned for the pool (its context copy).
-        return pinned_call(rt.tenant_here(), timeout.call, self, fn, args, kwargs)
+        return pinned_call(rt.router.here(), timeout.call, self, fn, args, kwargs)
 
     async def arun(self, fn: Callable[..., Any], args: Any, kwargs: Any) -> Any:
         """`run` for an ``async def`` upstream: the soft timeout is the one real fork."""
@@ -227,15 +228,15 @@ class Call(CallContext):
             refused = rt.refused_types
             if (store_if is None or store_if(result)) and not (refused and type(result) in refused):
                 if rt.events.timed:
-                    rt.timed_store(self, result)
+                    timed_store(rt, self, result)
                 elif (kept := rt.handler.store(self, result)) is not None:  # sets self.now
                     rt.events.superseded(kept.kept)
             else:
                 self.now = rt.clock()
         except SerializationError as exc:
-            rt.refused(result, exc)
-        except Exception:
-            rt.store_failed()
+            unencodable(rt, result, exc)
+        except Exception as exc:
+            rt.events.trouble("store", exc, "")
         if not late:
             rt.events.live(self.now, seconds)
         if KIND_OF(type(result)) == PLAIN:  # most results carry no freshness: no enrich
@@ -318,7 +319,11 @@ class Call(CallContext):
         if rt.execution is not None and (guard := refused_by(cause)) is not None:
             self.refused(guard, cause)  # a guard's refusal, not the upstream's failure
         recovers = rt.recovers
-        if not (isinstance(cause, recovers) if recovers is not None else rt.accepts(cause)):
+        if recovers is not None:
+            accepted = isinstance(cause, recovers)
+        else:  # a predicate, or exclusions (guards' refusals always recover)
+            accepted = self.definition.accepts(cause) or isinstance(cause, rt.refusals)
+        if not accepted:
             rt.events.raised(seconds, cause)
             return None
         return perf_counter() if rt.events.timed else 0.0
@@ -333,7 +338,7 @@ class Call(CallContext):
         rt = self.rt
         events = rt.events
         if events.timed or lookup.error is not None or lookup.chore_error is not None:
-            rt.looked_up(lookup, found)
+            looked_up(rt, lookup, found)
         seconds: float | None = self.seconds  # the time the failed upstream took
         unattempted = rt.unattempted
         if unattempted and isinstance(cause, unattempted):
@@ -374,14 +379,14 @@ class Call(CallContext):
         policy = rt.policy
         if policy is ExceptionPolicy.RETHROW:
             why = found.value if rt.unstorable is None else rt.unstorable
-            _note(cause, self.definition.name, why)
+            note_unrecovered(cause, self.definition.name, why)
             return None
         if policy is ExceptionPolicy.NEVER_THROW:
             value = None
             if hook is not None:
                 value = self._hooked(hook, cause, None, value)
         elif policy is ExceptionPolicy.RETURN_DEFAULT:  # makes its value itself: no hook
-            value = default_for(rt.return_type())
+            value = default_for(rt.return_type)
         else:  # a callable policy makes its value itself: no hook
             value = policy(self.recover_context(cause, None))
         out = self.made_envelope(value, cause)
@@ -399,8 +404,8 @@ class Call(CallContext):
         cost the caller a good value: logged and counted)."""
         try:
             return hook(self.recover_context(cause, found), value)
-        except Exception:
-            self.rt.hook_failed()
+        except Exception as exc:
+            self.rt.events.hook_failed(exc)
             return value
 
     def made_envelope(
@@ -416,19 +421,4 @@ class Call(CallContext):
         self, cause: BaseException | None, found: ReferentialPayload[Any] | None
     ) -> RecoverContext[Any]:
         """The frozen context handed to policies and hooks."""
-        return RecoverContext(self.definition, self.arguments, cause, found, self.rt.return_type())
-
-
-def _note(cause: BaseException, name: str, why: str) -> None:
-    """Say on ``cause`` why failover ``name`` recovered nothing: one note per failover, however
-    often the same exception object passes (an upstream re-raising a kept error, nested calls),
-    so that notes never pile up on it."""
-    prefix = f"failover {name!r}: nothing recovered ("
-    note = f"{prefix}{why})"
-    notes = getattr(cause, "__notes__", None)
-    if isinstance(notes, list):
-        for i, old in enumerate(notes):
-            if isinstance(old, str) and old.startswith(prefix):
-                notes[i] = note  # the latest reason, in the note's place
-                return
-    cause.add_note(note)
+        return RecoverContext(self.definition, self.arguments, cause, found, self.rt.return_type)

@@ -16,21 +16,16 @@ import logging
 import typing
 from collections.abc import Callable
 from datetime import datetime, timedelta
-from time import perf_counter
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from . import switches
-from .context import CallContext, Miss, RecoverContext
+from .context import RecoverContext
 from .definition import FailoverDefinition
-from .errors import ConfigurationError, SerializationError, StoreError
 from .events import Events
 from .execution import Execution, SoftTimeout
 from .handlers import Handler
-from .handlers.lookup import Lookup
-from .logs import LogLimiter
-from .payload import ReferentialPayload
 from .policy import ExceptionPolicy
-from .tenant import current_tenant, pinned
+from .tenant import pinned
 from .throttle import Throttle
 
 if TYPE_CHECKING:
@@ -85,7 +80,6 @@ class Runtime:
 
     __slots__ = (
         "__weakref__",
-        "_return_type",
         "ahead",
         "bare",
         "before",
@@ -103,7 +97,6 @@ class Runtime:
         "fresh_window",
         "guarded",
         "handler",
-        "logs",
         "may_offload",
         "new_tenants_block",
         "policy",
@@ -111,6 +104,7 @@ class Runtime:
         "refresh_at",
         "refusals",
         "refused_types",
+        "return_type",
         "router",
         "throttle",
         "timeout",
@@ -140,7 +134,8 @@ class Runtime:
         self.execution: Execution | None = None
         self.timeout: SoftTimeout | None = None  # the execution's soft timeout, if any
         self.refusals: tuple[type[Exception], ...] = ()
-        # What triggers recovery as one isinstance check (`accepts`), when it can be one.
+        # What triggers recovery as one isinstance check, when it can be one (else `Call` asks
+        # the definition).
         self.recovers: tuple[type[BaseException], ...] | None = None
         # Refusals raised instead of calling the upstream: no upstream time, no upstream error.
         self.unattempted: tuple[type[Exception], ...] = ()
@@ -150,8 +145,6 @@ class Runtime:
         self.refused_types: set[type] = set()
         self.policy = policy
         self.clock = clock
-        # Store and recovery trouble repeats on every call: logged once, then once a minute.
-        self.logs = LogLimiter(log, clock)
         # The store chain does blocking I/O: async shells read (and, without async writes,
         # write) on a worker thread.
         self.blocking = blocking
@@ -191,59 +184,34 @@ class Runtime:
         self.new_tenants_block = blocking and router is not None
         # Whether an async caller may have to store on a worker thread (`offloads` decides).
         self.may_offload = blocking_writes or self.new_tenants_block
-        self._return_type: Any = _UNRESOLVED
+        # The return annotation, forward references resolved (the runtime is made on the
+        # failover's first call: by then they are defined): what policies and hooks are told.
+        self.return_type: Any = resolve_return_type(fn, definition.return_annotation)
         # What happened, to the observers (health, metrics, the stale report): once each.
         self.events = events
-
-    def refuse_tenant(self) -> None:
-        """Raise the error of a call made inside ``failover.tenant(...)`` on an engine that
-        does not route by tenant."""
-        raise ConfigurationError(
-            f"{self.unrouted}, but failover {self.definition.name!r} was called inside "
-            f"failover.tenant({current_tenant()!r}): every tenant would read and write the "
-            "same entries. Enable routing on the engine (Failover(store=..., "
-            "tenant_resolver=...) with a store URL containing {tenant} or a factory "
-            "tenant -> store), or pass ignore_tenant=True to the engine to share one store "
-            "on purpose."
-        )
 
     async def on_worker(self, fn: Callable[..., T], *args: Any) -> T:
         """``fn(*args)`` on a worker thread, so that store I/O never blocks the event loop.
 
         The context is copied into the thread (``asyncio.to_thread``), and the tenant is resolved
-        here, on the calling thread, and pinned for the worker (`tenant_here`).
+        here, on the calling thread, and pinned for the worker (`MultiTenantStore.here`).
         """
         if self.router is None:
             return await asyncio.to_thread(fn, *args)
-        token = pinned.set(self.tenant_here())
+        token = pinned.set(self.router.here())
         try:
             return await asyncio.to_thread(fn, *args)
         finally:
             pinned.reset(token)
 
-    def tenant_here(self) -> str | None:
-        """The caller's tenant, resolved on its own thread before work moves to the engine's
-        pool (the one pinned already, if any), for the work to pin there (`pinned_call`); ``None``
-        without routing, or when it cannot be resolved (the work then meets the same error where
-        its store guard handles it)."""
-        router = self.router
-        if router is None:
-            return None
-        tenant = pinned.get()
-        if tenant is not None:
-            return tenant
-        try:
-            return router.resolve()
-        except StoreError:
-            return None
-
     def flight_key(self, key: Any) -> Any:
         """``key`` as the tables of calls in flight (single flight, the soft timeout's shared
         calls) know it on a failover routed by tenant: ``(tenant, key)``, the tenant resolved
-        here, on the caller's thread (`tenant_here`), so that a tenant never joins another
+        here, on the caller's thread (`MultiTenantStore.here`), so that a tenant never joins another
         tenant's call and gets its result. A call whose tenant cannot be resolved shares with
         none (a key of its own)."""
-        tenant = self.tenant_here()
+        router = self.router
+        tenant = None if router is None else router.here()
         return object() if tenant is None else (tenant, key)
 
     def offloads(self) -> bool:
@@ -278,99 +246,12 @@ class Runtime:
         if self.router is None:
             context = contextvars.copy_context()
         else:
-            token = pinned.set(self.tenant_here())
+            token = pinned.set(self.router.here())
             try:
                 context = contextvars.copy_context()
             finally:
                 pinned.reset(token)
         return loop.run_in_executor(None, functools.partial(context.run, fn, *args))
-
-    # -- store I/O, timed for the observers --------------------------------------------------
-
-    def store_failed(self) -> None:
-        """Log a failed store of a live result (which the caller still gets)."""
-        self.logs.report(
-            "store",
-            "failover %r: storing the live result failed",
-            self.definition.name,
-            exc_info=True,
-        )
-
-    def refused(self, result: Any, exc: SerializationError) -> None:
-        """The store cannot encode this result's type: say so once, and never offer it again
-        (each attempt would cost an encoding and a traceback in the log)."""
-        kind = type(result)
-        name = f"{kind.__module__}.{kind.__qualname__}"
-        self.refused_types.add(kind)
-        if self.unstorable is None:
-            self.unstorable = f"the store cannot encode {name}: {exc}"
-        log.warning(
-            "failover %r: the store cannot encode %s (%s); results of this type are returned "
-            "live and no longer stored. Return plain data (a dict, a dataclass, a pydantic "
-            "model: e.g. response.json()) to have them stored",
-            self.definition.name,
-            name,
-            exc,
-        )
-
-    def timed_store(self, ctx: CallContext, result: Any) -> None:
-        """Store ``result``, telling the observers how long it took and whether it worked,
-        and which of its entries a newer stored one kept out (a write none of whose entries
-        was written is not `stored`)."""
-        start = perf_counter()
-        try:
-            kept = self.handler.store(ctx, result)
-        except Exception:
-            self.events.stored(False, perf_counter() - start)
-            raise
-        if kept is None:
-            self.events.stored(True, perf_counter() - start)
-            return
-        self.events.superseded(kept.kept)
-        if kept.kept < kept.entries:
-            self.events.stored(True, perf_counter() - start)
-
-    def looked_up(self, lookup: Lookup, found: ReferentialPayload[Any] | Miss) -> None:
-        """A recovery's read is done: timed for the observers; a failed one is logged (once a
-        minute: it repeats on every call) and treated as a miss; a failed chore (an expired
-        entry not dropped) is logged the same way, and the answer stands."""
-        error = lookup.error
-        if self.events.timed:
-            seconds = perf_counter() - lookup.start
-            if error is not None:
-                self.events.read("error", seconds, None)
-            elif isinstance(found, Miss):
-                self.events.read("not_recovered", seconds, None)
-            else:
-                self.events.read("recovered", seconds, found)
-        if error is not None:
-            self.logs.report(
-                "recover",
-                "failover %r: recovering failed; treated as a miss",
-                self.definition.name,
-                exc_info=error,
-            )
-        chore = lookup.chore_error
-        if chore is not None:
-            self.logs.report(
-                "chore",
-                "failover %r: dropping an expired entry failed after recovering; the answer stands",
-                self.definition.name,
-                exc_info=chore,
-            )
-
-    def hook_failed(self) -> None:
-        """``on_recovered`` raised: counted and logged; the caller gets the value it was given."""
-        self.events.hook_failed()
-        log.warning(
-            "failover %r: on_recovered raised; the caller gets the value it was given",
-            self.definition.name,
-            exc_info=True,
-        )
-
-    def accepts(self, cause: Exception) -> bool:
-        """Whether ``cause`` triggers recovery (execution-layer refusals always do)."""
-        return self.definition.accepts(cause) or isinstance(cause, self.refusals)
 
     def bind(self, execution: Execution | None) -> None:
         """Put the upstream behind ``execution`` (``None``: basic execution)."""
@@ -383,20 +264,10 @@ class Runtime:
         exceptions = d.exceptions
         if isinstance(exceptions, tuple) and not d.exclude:
             self.recovers = (*exceptions, *self.refusals)
-        else:  # a predicate, or exclusions: `accepts` asks
+        else:  # a predicate, or exclusions: `Call` asks the definition
             self.recovers = None
         self.unattempted = () if execution is None else execution.unattempted
         self.timeout = None if execution is None else execution.timeout
-
-    def return_type(self) -> Any:
-        """The return annotation, resolved on first use (forward references may be defined
-        after decoration)."""
-        if self._return_type is _UNRESOLVED:
-            self._return_type = resolve_return_type(self.fn, self.definition.return_annotation)
-        return self._return_type
-
-
-_UNRESOLVED: Any = object()
 
 
 def resolve_return_type(fn: Callable[..., Any], fallback: Any) -> Any:

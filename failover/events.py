@@ -5,7 +5,9 @@ The core (`failover.call.Call`) says what happened: a guard refused a call (whic
 ``fresh_for``), recovered, not recovered or raised; a live result was stored (or
 the store failed), or some of its entries were superseded by newer ones; the store was read
 for a recovery; the ``on_recovered`` hook failed; a value
-that is not live was served. The failover's circuit breaker changed state (`breaker_state`, from
+that is not live was served; trouble the caller does not see (`trouble`: a write or a read
+that failed, a result the store cannot encode), which the logs tell. The failover's circuit
+breaker changed state (`breaker_state`, from
 its pybreaker listener, on whichever thread changed it). A store went out or answers again
 (`store_state`: on the engine's own stream, `failover.engine.Failover.events`, from its deadline
 layers). Observers
@@ -70,8 +72,16 @@ class Observer:
     def raised(self, seconds: float, cause: Exception) -> None:
         """A call raised ``cause``, which the failover does not recover."""
 
-    def hook_failed(self) -> None:
-        """The ``on_recovered`` hook raised (the caller got the value it was given)."""
+    def hook_failed(self, error: Exception) -> None:
+        """The ``on_recovered`` hook raised ``error`` (the caller got the value it was given)."""
+
+    def trouble(self, kind: str, error: BaseException, subject: str) -> None:
+        """Something failed that the caller does not see: ``kind`` is ``store`` (storing a
+        live result failed: the caller got it all the same), ``recover`` (a recovery's read
+        failed: treated as a miss), ``chore`` (dropping an expired entry after a recovery
+        failed: the answer stands) or ``encode`` (the store cannot encode results of the type
+        ``subject``, the type's dotted name: they are no longer offered to it); ``error``: the
+        exception. Called where it happened (a store failure: in its ``except`` block)."""
 
     def stored(self, ok: bool, seconds: float) -> None:
         """A live result was written to the store (``ok``) or the write failed."""
@@ -126,6 +136,7 @@ FACTS = (
     "not_recovered",
     "raised",
     "hook_failed",
+    "trouble",
     "stored",
     "superseded",
     "read",
@@ -150,7 +161,8 @@ class Events:
     recovered: Callable[[float | None, Exception, datetime | None], None]
     not_recovered: Callable[[float | None, Exception], None]
     raised: Callable[[float, Exception], None]
-    hook_failed: Callable[[], None]
+    hook_failed: Callable[[Exception], None]
+    trouble: Callable[[str, BaseException, str], None]
     stored: Callable[[bool, float], None]
     superseded: Callable[[int], None]
     read: Callable[[str, float, ReferentialPayload[Any] | None], None]

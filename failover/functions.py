@@ -20,18 +20,11 @@ P = ParamSpec("P")
 R = TypeVar("R")
 
 
-class FailoverFunction(Protocol[P, R]):
-    """A decorated synchronous function: callable as before, plus the failover's attributes."""
+class _EntryMethods(Protocol[P, R]):
+    """What sync and async failovers alike offer over their stored entries (synchronous for
+    both): the definition, ``peek``, ``invalidate``, ``expire`` and ``invalidate_all``."""
 
     definition: FailoverDefinition
-
-    def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
-        """Call the upstream; on failure, recover the last stored result."""
-        ...
-
-    def referential(self, *args: P.args, **kwargs: P.kwargs) -> ReferentialPayload[R]:
-        """The same call, returning the envelope (freshness included)."""
-        ...
 
     def peek(self, *args: P.args, **kwargs: P.kwargs) -> ReferentialPayload[R] | None:
         """The stored, unexpired entry for these arguments; the upstream is not called.
@@ -44,11 +37,6 @@ class FailoverFunction(Protocol[P, R]):
 
     def invalidate(self, *args: P.args, **kwargs: P.kwargs) -> None:
         """Delete the stored entry for these arguments."""
-        ...
-
-    def refresh(self, *args: P.args, **kwargs: P.kwargs) -> R:
-        """Call the upstream now and store its answer, whatever ``fresh_for`` or
-        ``throttle`` say (a failure is still recovered)."""
         ...
 
     def expire(self, *args: P.args, **kwargs: P.kwargs) -> bool:
@@ -71,6 +59,23 @@ class FailoverFunction(Protocol[P, R]):
         """
         ...
 
+
+class FailoverFunction(_EntryMethods[P, R], Protocol[P, R]):
+    """A decorated synchronous function: callable as before, plus the failover's attributes."""
+
+    def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
+        """Call the upstream; on failure, recover the last stored result."""
+        ...
+
+    def referential(self, *args: P.args, **kwargs: P.kwargs) -> ReferentialPayload[R]:
+        """The same call, returning the envelope (freshness included)."""
+        ...
+
+    def refresh(self, *args: P.args, **kwargs: P.kwargs) -> R:
+        """Call the upstream now and store its answer, whatever ``fresh_for`` or
+        ``throttle`` say (a failure is still recovered)."""
+        ...
+
     @overload
     def __get__(self, instance: None, owner: type[Any]) -> Self: ...
     @overload
@@ -79,11 +84,9 @@ class FailoverFunction(Protocol[P, R]):
     ) -> FailoverFunction[..., R]: ...
 
 
-class AsyncFailoverFunction(Protocol[P, R]):
+class AsyncFailoverFunction(_EntryMethods[P, R], Protocol[P, R]):
     """A decorated ``async def`` function; ``peek``, ``invalidate``, ``expire`` and
     ``invalidate_all`` stay synchronous, ``refresh`` is awaited."""
-
-    definition: FailoverDefinition
 
     def __call__(self, *args: P.args, **kwargs: P.kwargs) -> Coroutine[Any, Any, R]:
         """Await the upstream; on failure, recover the last stored result."""
@@ -95,42 +98,9 @@ class AsyncFailoverFunction(Protocol[P, R]):
         """The same call, returning the envelope (freshness included)."""
         ...
 
-    def peek(self, *args: P.args, **kwargs: P.kwargs) -> ReferentialPayload[R] | None:
-        """The stored, unexpired entry for these arguments; the upstream is not called.
-
-        Raises:
-            StoreError: the store failed (a call would recover as from a miss).
-            SerializationError: the entry cannot be read back.
-        """
-        ...
-
-    def invalidate(self, *args: P.args, **kwargs: P.kwargs) -> None:
-        """Delete the stored entry for these arguments."""
-        ...
-
     def refresh(self, *args: P.args, **kwargs: P.kwargs) -> Coroutine[Any, Any, R]:
         """Await the upstream now and store its answer, whatever ``fresh_for`` or
         ``throttle`` say (a failure is still recovered)."""
-        ...
-
-    def expire(self, *args: P.args, **kwargs: P.kwargs) -> bool:
-        """End the fresh window of the stored entry for these arguments, keeping it for failing
-        over: the next call goes to the upstream (no ``fresh_for`` answer, no refresh ahead),
-        and if the upstream fails the entry is still served stale, with its own ``as_of``.
-        For scatter/gather, every slice the call would recover. Whether there was an entry.
-
-        Raises:
-            StoreError: the store failed.
-        """
-        ...
-
-    def invalidate_all(self) -> int:
-        """Delete every stored entry of the failover (of its effective name: the domain's, when
-        one is set), in one store operation; how many were removed.
-
-        Raises:
-            StoreError: the store failed.
-        """
         ...
 
     @overload

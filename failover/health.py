@@ -174,7 +174,8 @@ class PoolHealth:
 
 @dataclass(frozen=True, slots=True)
 class StoreHealth:
-    """A store the engine bounds with a deadline (`stores.layers.deadline.DeadlineStore`), now.
+    """A store the engine bounds with a deadline (`stores.layers.deadline.DeadlineStore`), or a
+    shared dependency told as one (a `failover.RedisPermits` pool's Redis: ``permits``), now.
 
     Attributes:
         name: the store, as ``failover_store_up`` labels it (``sqlstore``, ``redisstore``).
@@ -204,8 +205,9 @@ class HealthReport:
         window: the seconds the counts cover.
         at: when the report was made (the engine's clock).
         pools: the bulkhead pools by name: permits in use, waiters, refusals.
-        stores: the stores under a deadline, by name: up, or down while they are out (the
-            engine is then at least ``degraded``: "its store is down").
+        stores: the stores under a deadline, by name, and a `failover.RedisPermits` pool's
+            Redis (``permits``): up, or down while they are out (the engine is then at least
+            ``degraded``: "its store is down").
     """
 
     status: Status

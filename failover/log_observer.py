@@ -10,6 +10,9 @@ callers get (live, served stale, nothing usable) when it changes, and its guards
 - A guard's refusal (`Observer.refused`) is a line of that guard's, at most once per interval
   with a count (`failover.logs.LogLimiter`): never "the upstream fails (BulkheadFull)", and it
   changes no state: the upstream was not called, or not waited for.
+- Trouble the caller does not see (`Observer.trouble`: a failed write or read, a result the
+  store cannot encode) and a failing ``on_recovered`` hook are logged as they are told, the
+  repeating ones (a write, a read, a chore) once with the traceback, then once a minute.
 - Each failed call's traceback goes to debug, logged by the call itself (`Call.settle`): this
   observer is called for a fact only while it may change the state (`Observer.wants`), so a
   steady outage costs its calls no frame here.
@@ -20,6 +23,7 @@ are deterministic.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 from collections.abc import Callable
@@ -33,6 +37,13 @@ from .logs import INTERVAL, LogLimiter
 __all__ = ["LogObserver", "StoreLog"]
 
 log = logging.getLogger("failover.health")
+# The calls' own trouble keeps the logger it had when the runtime logged it: filters name it.
+_calls = logging.getLogger("failover.core")
+_TROUBLE = {
+    "store": "failover %r: storing the live result failed",
+    "recover": "failover %r: recovering failed; treated as a miss",
+    "chore": "failover %r: dropping an expired entry failed after recovering; the answer stands",
+}
 
 _UP, _STALE, _DOWN = "live", "stale", "down"
 # The outcome that keeps each state as it is: not asked of the observer while nothing is owed.
@@ -61,6 +72,7 @@ class LogObserver(Observer):
         "_refusals",
         "_state",
         "_told",
+        "_trouble",
         "_watch",
         "clock",
         "interval",
@@ -89,6 +101,7 @@ class LogObserver(Observer):
         self._kinds: dict[str, int] = {}  # ... and the upstream's exception types among them
         self._first: datetime | None = None  # ... the first of them
         self._refusals = LogLimiter(log, clock, interval)
+        self._trouble = LogLimiter(_calls, clock)  # a store's trouble repeats on every call
         self._events: Events | None = None  # the stream it observes (`attach`)
 
     def __repr__(self) -> str:
@@ -149,6 +162,33 @@ class LogObserver(Observer):
             cause,
             what="refusals",
         )
+
+    def trouble(self, kind: str, error: BaseException, subject: str) -> None:
+        """A failed write, read or chore: once with its traceback, then once a minute; a type
+        the store cannot encode: once (its results are not offered to the store again)."""
+        try:
+            if kind == "encode":
+                _calls.warning(
+                    "failover %r: the store cannot encode %s (%s); results of this type are "
+                    "returned live and no longer stored. Return plain data (a dict, a "
+                    "dataclass, a pydantic model: e.g. response.json()) to have them stored",
+                    self.name,
+                    subject,
+                    error,
+                )
+            else:
+                self._trouble.report(kind, _TROUBLE[kind], self.name, exc_info=error)
+        except Exception:  # a log line never breaks a call
+            pass
+
+    def hook_failed(self, error: Exception) -> None:
+        """``on_recovered`` raised: a warning with its traceback, each time (it is a bug)."""
+        with contextlib.suppress(Exception):  # a log line never breaks a call
+            _calls.warning(
+                "failover %r: on_recovered raised; the caller gets the value it was given",
+                self.name,
+                exc_info=error,
+            )
 
     # -- the state ----------------------------------------------------------------------------
 
@@ -260,9 +300,14 @@ def _counts(
     )
 
 
+# What callers do while a store is out, unless its source says (`RedisPermits.meanwhile`).
+_SKIPPED = "calls skip it until a trial operation answers"
+
+
 class StoreLog(Observer):
     """Logs an engine's stores going out and answering again (`Observer.store_state`, the
-    engine's stream): one line each way, per deadline layer that changed.
+    engine's stream): one line each way, per deadline layer (or shared source: a
+    `failover.RedisPermits`'s Redis) that changed, saying what callers do meanwhile.
 
     Args:
         owner: the engine, as the lines name it.
@@ -286,9 +331,10 @@ class StoreLog(Observer):
             else:
                 log.warning(
                     "%s: store %r is out (its latest operations timed out or were refused at "
-                    "the connection): calls skip it until a trial operation answers",
+                    "the connection): %s",
                     self.owner,
                     store,
+                    getattr(source, "meanwhile", _SKIPPED),
                 )
         except Exception:  # a log line never breaks an operation
             pass

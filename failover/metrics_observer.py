@@ -99,6 +99,6 @@ class MetricsObserver(Observer):
         scrape time when it can be)."""
         self.metrics.circuit_state(self.name, state)
 
-    def hook_failed(self) -> None:
+    def hook_failed(self, error: Exception) -> None:
         """Count a failed ``on_recovered`` hook."""
         self.metrics.hook_failed(self.name)

@@ -269,7 +269,7 @@ class FailoverStats(Observer):
             }
         return {guard: n for guard, n in sorted(counts.items()) if n}
 
-    def hook_failed(self) -> None:
+    def hook_failed(self, error: Exception) -> None:
         """The ``on_recovered`` hook raised (the caller got the recovered value)."""
         self.hook_errors += 1  # the metrics observer counts it there
 

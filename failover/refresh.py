@@ -91,7 +91,7 @@ class RefreshAhead:
         rt = self.runtime
         tenant = None
         if rt.router is not None:  # resolved here, on the caller's thread (pinned for the pool)
-            tenant = rt.tenant_here()
+            tenant = rt.router.here()
             if tenant is None:  # no tenant, no store of its own to refresh
                 return None
             key = (tenant, key)

@@ -48,7 +48,7 @@ class StoreStates(Observer):
         store: the engine's store chain.
     """
 
-    __slots__ = ("__weakref__", "_events", "_lock", "_seen", "_up", "store", "tracked")
+    __slots__ = ("__weakref__", "_events", "_lock", "_seen", "_sources", "_up", "store", "tracked")
 
     safe: ClassVar[bool] = True
 
@@ -57,6 +57,8 @@ class StoreStates(Observer):
         self._lock = threading.Lock()
         self._up: weakref.WeakKeyDictionary[object, bool] = weakref.WeakKeyDictionary()
         self._seen: weakref.WeakSet[DeadlineStore] = weakref.WeakSet()  # layers watched
+        # Shared dependencies that are not stores but tell their state as one (`watch_source`).
+        self._sources: weakref.WeakKeyDictionary[Any, str] = weakref.WeakKeyDictionary()
         self._events: Events | None = None
         # What the metrics export: the layers of the chain as it was made.
         self.tracked: list[tuple[DeadlineStore, str]] = []
@@ -73,6 +75,18 @@ class StoreStates(Observer):
         """``source``, a deadline layer of ``store``, went out, or answers again."""
         with self._lock:
             self._up[source] = up
+
+    def watch_source(self, source: Any, label: str) -> None:
+        """Have ``source`` (a `failover.RedisPermits`: ``watch(watcher)``, ``up`` and
+        ``errors``), which is not a store of the chain, tell the stream its changes under
+        ``store=label``; its record is then read with the stores'."""
+        events = self._events
+        with self._lock:
+            if source in self._sources:
+                return  # a pool declared again: watched already
+            self._sources[source] = label
+        if events is not None:
+            source.watch(functools.partial(_tell, events, label, source))
 
     def layers(self) -> list[tuple[DeadlineStore, str]]:
         """The deadline layers of the chain now (a router's: its tenants' stores open now),
@@ -96,10 +110,11 @@ class StoreStates(Observer):
         """Each deadline layer's label, whether its store is up, and its error counts by
         ``(operation, reason)``: of the chain now, or (``now=False``) as it was made; what a
         layer owes is counted first (`DeadlineStore.settle`)."""
-        layers = self.layers() if now else self.tracked
+        layers: list[tuple[Any, str]] = [*(self.layers() if now else self.tracked)]
         for layer, _ in layers:
             layer.settle()
         with self._lock:
+            layers += list(self._sources.items())
             ups = [self._up.get(layer, True) for layer, _ in layers]
         return [(label, up, layer.errors) for (layer, label), up in zip(layers, ups, strict=True)]
 
@@ -118,7 +133,7 @@ class StoreStates(Observer):
         ]
 
 
-def _tell(events: Events, store: str, layer: DeadlineStore, up: bool) -> None:
+def _tell(events: Events, store: str, layer: object, up: bool) -> None:
     events.store_state(store, up, layer)  # read at each change: the stream may rebind it
 
 
@@ -133,8 +148,9 @@ class StoreMetrics:
     def __init__(self, registry: Any) -> None:
         self.registry = registry
         self._states: weakref.WeakSet[StoreStates] = weakref.WeakSet()  # the engines' stores
-        # Shared dependencies with ``up`` and ``errors`` (`track_source`): a
-        # `failover.RedisPermits` source, an engine's fleet (``store="fleet"``).
+        # Shared dependencies with ``up`` and ``errors`` (`track_source`): an engine's fleet
+        # (``store="fleet"``). A `failover.RedisPermits` source tells its state instead
+        # (`StoreStates.watch_source`).
         self._layers: weakref.WeakKeyDictionary[Any, str] = weakref.WeakKeyDictionary()
         registry.register(_Collector(self))
 
@@ -152,9 +168,8 @@ class StoreMetrics:
         self._states.add(states)
 
     def track_source(self, source: object, label: str) -> None:
-        """Export a shared dependency that is not a store (a `failover.RedisPermits` source, an
-        engine's `failover.fleet.Fleet`) as one: its ``up`` and ``errors`` (per operation and
-        reason), under ``store=label``."""
+        """Export a shared dependency that is not a store (an engine's `failover.fleet.Fleet`)
+        as one: its ``up`` and ``errors`` (per operation and reason), under ``store=label``."""
         self._layers[source] = label
 
     def samples(self) -> tuple[dict[str, int], Counter[tuple[str, str, str]]]:

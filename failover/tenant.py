@@ -39,6 +39,19 @@ def current_tenant() -> str | None:
     return _current.get()
 
 
+def refuse_unrouted(unrouted: str | None, name: str) -> None:
+    """Raise the error of a call of failover ``name`` made inside ``failover.tenant(...)`` on
+    an engine that does not route by tenant (``unrouted``: what the engine says of its store)."""
+    raise ConfigurationError(
+        f"{unrouted}, but failover {name!r} was called inside "
+        f"failover.tenant({current_tenant()!r}): every tenant would read and write the "
+        "same entries. Enable routing on the engine (Failover(store=..., "
+        "tenant_resolver=...) with a store URL containing {tenant} or a factory "
+        "tenant -> store), or pass ignore_tenant=True to the engine to share one store "
+        "on purpose."
+    )
+
+
 class tenant:  # lower case: used like a function, `with failover.tenant("acme"):`
     """Set the current tenant for a block, or for every call of a decorated function.
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -154,3 +156,21 @@ def real(
     engine = make_engine(request.param, clock, tmp_path)
     yield engine
     engine.close()
+
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def in_a_new_interpreter(script: str) -> list[str]:
+    """What ``script`` prints, run by a Python process of its own (nothing imported yet: the
+    state a module sets up at first use starts from nothing), split into words."""
+    done = subprocess.run(
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+        cwd=ROOT,
+        env={"PYTHONPATH": str(ROOT)},
+    )
+    return done.stdout.split()

@@ -5,10 +5,7 @@ payload and renews its ``as_of`` and expiry, a live answer to the caller."""
 from __future__ import annotations
 
 import asyncio
-import subprocess
-import sys
 from datetime import timedelta
-from pathlib import Path
 from typing import Any
 
 import pybreaker
@@ -17,10 +14,8 @@ import pytest
 import failover
 from failover import Failover, InMemoryStore, NothingToRenew, NotModified, stale_entry
 
-from .conftest import FakeClock
+from .conftest import FakeClock, in_a_new_interpreter
 from .support_entries import unique
-
-ROOT = Path(__file__).resolve().parent.parent
 
 
 class Server:
@@ -158,16 +153,7 @@ def etag(x):
 
 print(switches.STATE.armed == switches.CONDITIONAL)
 """
-    done = subprocess.run(
-        [sys.executable, "-c", script],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=True,
-        cwd=ROOT,
-        env={"PYTHONPATH": str(ROOT)},
-    )
-    assert done.stdout.split() == ["False", "True"]
+    assert in_a_new_interpreter(script) == ["False", "True"]
 
 
 def test_not_modified_through_the_soft_timeouts_worker_and_single_flight(

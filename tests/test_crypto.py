@@ -12,8 +12,8 @@ from prometheus_client import CollectorRegistry
 
 import failover
 from failover.errors import ConfigurationError, SerializationError
+from failover.serialization.binding import entry_binding
 from failover.serialization.crypto import Cipher, FernetCipher, seal, unseal
-from failover.serialization.rows import entry_binding
 from failover.stores.backends.sql import SqlStore
 
 from .conftest import FakeClock, Upstream

@@ -153,6 +153,19 @@ def _waiting_pair(engine: Failover, timeout: float) -> tuple[Any, Blocking, Any,
     return holder, held, rates, calls
 
 
+def _aheld_pool(engine: Failover, pool: str, name: str) -> tuple[Any, ABlocking, Any]:
+    """A pool ``pool`` of one permit and an async holder failover ``name`` on it (no timeout),
+    held in its upstream until released."""
+    made = engine.bulkhead_pool(pool, permits=1)
+    held = ABlocking()
+
+    @failover.failover(name, engine=engine, bulkhead=pool)
+    async def holder(x: str) -> object:
+        return await held(x)
+
+    return made, held, holder
+
+
 def test_a_followers_own_soft_timeout_recovers_the_stale_entry_while_its_leader_waits(
     clock: FakeClock,
 ) -> None:
@@ -186,13 +199,8 @@ async def test_an_async_followers_own_soft_timeout_recovers_while_its_leader_wai
     clock: FakeClock,
 ) -> None:
     engine = Failover(clock=clock, metrics=False)
-    pool = engine.bulkhead_pool("edge.aone", permits=1)
-    held = ABlocking()
+    pool, held, holder = _aheld_pool(engine, "edge.aone", "edge.aholder")
     calls = 0
-
-    @failover.failover("edge.aholder", engine=engine, bulkhead="edge.aone")
-    async def holder(x: str) -> object:
-        return await held(x)
 
     @failover.failover(
         "edge.awaits",
@@ -290,14 +298,9 @@ async def test_an_open_breaker_refuses_the_leader_and_its_followers_recover_asyn
     clock: FakeClock,
 ) -> None:
     engine = Failover(clock=clock, metrics=False)
-    bulkhead_pool = engine.bulkhead_pool("edge.abr", permits=1)
-    held = ABlocking()
+    bulkhead_pool, held, holder = _aheld_pool(engine, "edge.abr", "edge.abr.holder")
     cb = pybreaker.CircuitBreaker(fail_max=5, reset_timeout=3600)
     calls = 0
-
-    @failover.failover("edge.abr.holder", engine=engine, bulkhead="edge.abr")
-    async def holder(x: str) -> object:
-        return await held(x)
 
     @failover.failover(
         "edge.abreaker",
@@ -817,13 +820,20 @@ def _refusals(engine: Failover, registry: CollectorRegistry, name: str) -> tuple
     )
 
 
-def test_the_followers_of_a_refused_leader_do_not_count_its_refusal_again(
-    clock: FakeClock,
-) -> None:
+def _gated(clock: FakeClock) -> tuple[CollectorRegistry, Failover, RefusingLater]:
+    """An engine exporting to a registry of its own, with the pool ``gated`` of one permit
+    from a source that refuses once the test says so."""
     registry = CollectorRegistry()
     engine = Failover(clock=clock, metrics=registry)
     source = RefusingLater()
     engine.bulkhead_pool("gated", permits=1, source=source)
+    return registry, engine, source
+
+
+def test_the_followers_of_a_refused_leader_do_not_count_its_refusal_again(
+    clock: FakeClock,
+) -> None:
+    registry, engine, source = _gated(clock)
 
     @failover.failover(
         "edge.once", engine=engine, single_flight=True, bulkhead="gated", policy="never_throw"
@@ -846,10 +856,7 @@ def test_the_followers_of_a_refused_leader_do_not_count_its_refusal_again(
 async def test_the_followers_of_a_refused_async_leader_do_not_count_its_refusal_again(
     clock: FakeClock,
 ) -> None:
-    registry = CollectorRegistry()
-    engine = Failover(clock=clock, metrics=registry)
-    source = RefusingLater()
-    engine.bulkhead_pool("gated", permits=1, source=source)
+    registry, engine, source = _gated(clock)
 
     @failover.failover(
         "edge.aonce", engine=engine, single_flight=True, bulkhead="gated", policy="never_throw"

@@ -3,7 +3,10 @@ OpenTelemetry as the failover's `breaker_state` fact, not through a side channel
 
 from __future__ import annotations
 
+import asyncio
 import logging
+from pathlib import Path
+from typing import Any
 
 import pybreaker
 import pytest
@@ -12,10 +15,11 @@ from prometheus_client.parser import text_string_to_metric_families
 
 import failover
 from failover import Failover
-from failover.events import FACTS, Observer
+from failover.events import FACTS, Events, Observer
 from failover.log_observer import LogObserver
+from failover.stores import SqlStore
 
-from .conftest import FakeClock
+from .conftest import BrokenStore, FakeClock
 from .test_otel import Telemetry
 
 
@@ -103,5 +107,97 @@ def test_the_logs_observe_live_calls_only_while_a_failover_is_not_up(
         assert rate("EUR") == 1  # live again
         assert "answers again" in caplog.text
         assert live_observers() == {type(stats)}
+    finally:
+        eng.close()
+
+
+class Trouble(Observer):
+    """An observer of a call's own trouble: what it is told, nothing asked of the runtime."""
+
+    def __init__(self) -> None:
+        self.seen: list[tuple[str, str, str]] = []
+
+    def trouble(self, kind: str, error: BaseException, subject: str) -> None:
+        self.seen.append((kind, type(error).__name__, subject))
+
+    def hook_failed(self, error: Exception) -> None:
+        self.seen.append(("hook", type(error).__name__, ""))
+
+
+def observed(fn: Any) -> Trouble:
+    """A `Trouble` added to the stream of ``fn``'s failover (made on its first call)."""
+    rt = fn._failover_state.runtime()
+    seen = Trouble()
+    rt.events = Events([*rt.events.observers, seen])
+    return seen
+
+
+@pytest.mark.parametrize("is_async", [False, True], ids=["sync", "async"])
+def test_a_calls_own_trouble_is_told_on_the_stream(
+    clock: FakeClock, is_async: bool, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A failed write, a failed recovery read and a failing hook are facts of the stream
+    (`Observer.trouble`, `Observer.hook_failed` with the error), which the logs observe."""
+    caplog.set_level(logging.WARNING, "failover")
+    eng = Failover(BrokenStore(), clock=clock, metrics=False, async_writes=False)
+    down: list[Exception] = []
+
+    def hook(ctx: Any, value: Any) -> Any:
+        raise KeyError("hook bug")
+
+    try:
+        if is_async:
+
+            @failover.failover("trouble.a", engine=eng, policy="never_throw", on_recovered=hook)
+            async def fetch_a(sku: str) -> int:
+                if down:
+                    raise down[0]
+                return 5
+
+            def fetch(sku: str) -> Any:
+                return asyncio.run(fetch_a(sku))
+
+            fn: Any = fetch_a
+        else:
+
+            @failover.failover("trouble.s", engine=eng, policy="never_throw", on_recovered=hook)
+            def fetch(sku: str) -> Any:
+                if down:
+                    raise down[0]
+                return 5
+
+            fn = fetch
+        fetch("a")  # the stream is made on the first call
+        seen = observed(fn)
+        assert fetch("a") == 5  # the write fails: the caller gets its result
+        down.append(ConnectionError("down"))
+        assert fetch("a") is None  # the read fails: a miss; the hook raises
+        assert seen.seen == [
+            ("store", "OSError", ""),
+            ("recover", "OSError", ""),
+            ("hook", "KeyError", ""),
+        ]
+        text = caplog.text
+        assert "storing the live result failed" in text
+        assert "recovering failed; treated as a miss" in text
+        assert "on_recovered raised" in text
+    finally:
+        eng.close()
+
+
+def test_a_result_the_store_cannot_encode_is_told_once(tmp_path: Path, clock: FakeClock) -> None:
+    store = SqlStore(f"sqlite:///{tmp_path / 'f.db'}")
+    eng = Failover(store, clock=clock, metrics=False, async_writes=False)
+    try:
+
+        @failover.failover("trouble.opaque", engine=eng)
+        def fetch() -> object:
+            return 1 + 2j  # JSON holds no complex numbers
+
+        fetch.peek()  # the runtime is made on first use
+        seen = observed(fetch)
+        assert fetch() == 1 + 2j
+        assert fetch() == 1 + 2j  # not offered to the store again
+        assert seen.seen == [("encode", "SerializationError", "builtins.complex")]
     finally:
         eng.close()

@@ -161,11 +161,11 @@ def _events(children: list[Child]) -> dict[str, list[Any]]:
     return seen
 
 
-@pytest.mark.parametrize("kind", ["sync", "async"])
-@pytest.mark.parametrize("where", ["server", "cluster"])
-def test_processes_times_callers_of_one_cold_key_make_one_upstream_call(
-    where: str, kind: str, fleet_server: RedisServer
-) -> None:
+def _shared_store_setup(
+    where: str, fleet_server: RedisServer, kind: str, lease: float, hold: str
+) -> tuple[RedisServer, str, Callable[[int, Here], Commands]]:
+    """The suite's shared Redis as every child's store (its upstream counter there too), a
+    tag of the test's own, and the children's setup on the fleet ``where``."""
     store = shared_server()
     tag = unique_prefix()
     setup = _child(
@@ -174,16 +174,31 @@ def test_processes_times_callers_of_one_cold_key_make_one_upstream_call(
         store.url,
         tag,
         kind,
-        lease=5.0,
-        hold="release",
+        lease=lease,
+        hold=hold,
     )
+    return store, tag, setup
+
+
+def _one_called(children: list[Child]) -> dict[str, list[Any]]:
+    """Start every child's callers; one process calls the upstream, the others wait for it."""
+    for child in children:
+        assert child.ask("start") == "started"
+    seen = _events(children)
+    assert len(seen["called"]) == 1
+    assert len(seen["waiting"]) == PROCESSES - 1
+    return seen
+
+
+@pytest.mark.parametrize("kind", ["sync", "async"])
+@pytest.mark.parametrize("where", ["server", "cluster"])
+def test_processes_times_callers_of_one_cold_key_make_one_upstream_call(
+    where: str, kind: str, fleet_server: RedisServer
+) -> None:
+    store, tag, setup = _shared_store_setup(where, fleet_server, kind, 5.0, "release")
     counts = store.client()
     with fleet_of(PROCESSES, setup) as children:
-        for child in children:
-            assert child.ask("start") == "started"
-        seen = _events(children)
-        assert len(seen["called"]) == 1
-        assert len(seen["waiting"]) == PROCESSES - 1
+        _one_called(children)
         counts.rpush(f"{tag}release", "go")  # the holder answers
         out = [child.ask("answers", timeout=3 * HANG) for child in children]
     results = [r for o in out for r in o["results"]]
@@ -198,24 +213,11 @@ def test_processes_times_callers_of_one_cold_key_make_one_upstream_call(
 def test_a_holder_killed_mid_call_is_taken_over_and_every_caller_answered(
     where: str, kind: str, fleet_server: RedisServer
 ) -> None:
-    store = shared_server()
-    tag = unique_prefix()
-    setup = _child(
-        _fleet_url(where, fleet_server),
-        f"{store.url}?prefix={tag}",
-        store.url,
-        tag,
-        kind,
-        lease=2.0,  # short: a dead holder's lease lapses within two seconds
-        hold="forever",
-    )
+    # A short lease: a dead holder's lapses within two seconds.
+    store, tag, setup = _shared_store_setup(where, fleet_server, kind, 2.0, "forever")
     counts = store.client()
     with fleet_of(PROCESSES, setup) as children:
-        for child in children:
-            assert child.ask("start") == "started"
-        seen = _events(children)
-        assert len(seen["called"]) == 1
-        assert len(seen["waiting"]) == PROCESSES - 1
+        seen = _one_called(children)
         holder = seen["called"][0][0]
         holder.kill()  # SIGKILL mid-call: its lease is no longer renewed
         survivors = [c for c in children if c is not holder]

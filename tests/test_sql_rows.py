@@ -25,9 +25,10 @@ import failover
 from failover.errors import SerializationError
 from failover.keys import make_key
 from failover.serialization.base import type_name
+from failover.serialization.binding import entry_binding
 from failover.serialization.crypto import FernetCipher
 from failover.serialization.pickle_codec import PickleCodec
-from failover.serialization.rows import Serializer, entry_binding
+from failover.serialization.rows import Serializer
 from failover.stores.backends.sql import SqlStore
 
 from . import postgres

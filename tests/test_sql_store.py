@@ -29,9 +29,9 @@ from prometheus_client import CollectorRegistry
 import failover
 from failover.errors import ConfigurationError, SerializationError, StoreError
 from failover.payload import ReferentialPayload, envelope
+from failover.serialization.binding import entry_binding
 from failover.serialization.crypto import FernetCipher, seal
 from failover.serialization.pickle_codec import PickleCodec
-from failover.serialization.rows import entry_binding
 from failover.stores import make_store
 from failover.stores.backends.sql import SqlStore, make_engine
 

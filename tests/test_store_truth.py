@@ -20,7 +20,7 @@ import threading
 from collections.abc import Callable, Iterator
 from contextlib import suppress
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import pytest
 from prometheus_client import CollectorRegistry
@@ -156,6 +156,28 @@ def _caller(engine: Failover, upstream: Upstream, mode: Mode) -> Callable[[int],
 MODES = pytest.mark.parametrize("mode", ["sync", "async"])
 
 
+class _Rig(NamedTuple):
+    registry: CollectorRegistry
+    engine: Failover
+    upstream: Upstream
+    get: Callable[[int], Any]
+    layer: DeadlineStore
+
+
+def _rig(store: Any, clock: FakeClock, mode: Mode = "sync", **kw: Any) -> _Rig:
+    """An engine on ``store`` (``kw``: its settings) exporting to a registry of its own, an
+    upstream, its failover called the ``mode`` way, and the engine's deadline layer."""
+    registry = CollectorRegistry()
+    engine = _engine(store, clock, registry, **kw)
+    upstream = Upstream()
+    return _Rig(registry, engine, upstream, _caller(engine, upstream, mode), _deadline(engine))
+
+
+def _redis_url(rds: RedisServer) -> str:
+    """``rds``'s URL with a key prefix of the test's own."""
+    return f"{rds.url}?prefix=t{os.urandom(4).hex()}:"
+
+
 # -- a killed PostgreSQL ---------------------------------------------------------------------
 
 
@@ -163,10 +185,7 @@ MODES = pytest.mark.parametrize("mode", ["sync", "async"])
 def test_a_killed_postgres_reads_down_loses_no_write_and_comes_back_up(
     pg: Any, clock: FakeClock, mode: Mode
 ) -> None:
-    registry = CollectorRegistry()
-    engine = _engine(_pg_store(pg), clock, registry, store_timeout=2.0)
-    upstream = Upstream()
-    get = _caller(engine, upstream, mode)
+    registry, engine, upstream, get, _ = _rig(_pg_store(pg), clock, mode, store_timeout=2.0)
     try:
         assert get(0) == 0
         assert engine.flush(HANG)
@@ -203,11 +222,9 @@ def test_a_killed_postgres_reads_down_loses_no_write_and_comes_back_up(
 def test_refused_reads_open_the_store_breaker_after_three_in_a_row(
     pg: Any, clock: FakeClock, mode: Mode
 ) -> None:
-    registry = CollectorRegistry()
-    engine = _engine(_pg_store(pg), clock, registry, store_timeout=2.0, async_writes=False)
-    upstream = Upstream()
-    get = _caller(engine, upstream, mode)
-    layer = _deadline(engine)
+    registry, engine, upstream, get, layer = _rig(
+        _pg_store(pg), clock, mode, store_timeout=2.0, async_writes=False
+    )
     try:
         assert get(1) == 1
         upstream.fail()
@@ -237,11 +254,7 @@ def test_refused_reads_open_the_store_breaker_after_three_in_a_row(
 def test_writes_made_while_postgres_is_stopped_are_written_after_it_resumes(
     pg: Any, clock: FakeClock
 ) -> None:
-    registry = CollectorRegistry()
-    engine = _engine(_pg_store(pg), clock, registry)
-    upstream = Upstream()
-    get = _caller(engine, upstream, "sync")
-    layer = _deadline(engine)
+    registry, engine, upstream, get, layer = _rig(_pg_store(pg), clock)
     try:
         assert get(0) == 0
         assert engine.flush(HANG)
@@ -266,11 +279,7 @@ def test_writes_made_while_postgres_is_stopped_are_written_after_it_resumes(
 def test_one_slow_read_does_not_skip_the_store_three_in_a_row_do(
     pg: Any, clock: FakeClock, mode: Mode
 ) -> None:
-    registry = CollectorRegistry()
-    engine = _engine(_pg_store(pg), clock, registry, async_writes=False)
-    upstream = Upstream()
-    get = _caller(engine, upstream, mode)
-    layer = _deadline(engine)
+    registry, engine, upstream, get, layer = _rig(_pg_store(pg), clock, mode, async_writes=False)
     try:
         assert get(1) == 1
         upstream.fail()
@@ -294,11 +303,9 @@ def test_one_slow_read_does_not_skip_the_store_three_in_a_row_do(
 
 
 def test_store_breaker_after_is_a_setting(pg: Any, clock: FakeClock) -> None:
-    registry = CollectorRegistry()
-    engine = _engine(_pg_store(pg), clock, registry, async_writes=False, store_breaker_after=1)
-    upstream = Upstream()
-    get = _caller(engine, upstream, "sync")
-    layer = _deadline(engine)
+    registry, engine, upstream, get, layer = _rig(
+        _pg_store(pg), clock, async_writes=False, store_breaker_after=1
+    )
     try:
         assert layer.after == 1
         assert get(1) == 1
@@ -351,7 +358,7 @@ def test_a_queued_write_whose_entry_expires_is_counted_failed_once(
     rds: RedisServer, clock: FakeClock
 ) -> None:
     registry = CollectorRegistry()
-    url = f"{rds.url}?prefix=t{os.urandom(4).hex()}:"
+    url = _redis_url(rds)
     engine = _engine(url, clock, registry, store_timeout=2.0)
     upstream = Upstream()
 
@@ -385,7 +392,7 @@ def test_close_with_a_dead_store_ends_and_counts_what_it_gave_up(
 ) -> None:
     caplog.set_level(logging.ERROR, "failover")
     registry = CollectorRegistry()
-    url = f"{rds.url}?prefix=t{os.urandom(4).hex()}:"
+    url = _redis_url(rds)
     engine = _engine(url, clock, registry, store_timeout=2.0)
     upstream = Upstream()
 
@@ -422,7 +429,7 @@ def test_a_busy_key_never_fills_the_bound_while_the_store_is_out(
     from failover.stores.backends.redis import RedisStore
 
     registry = CollectorRegistry()
-    url = f"{rds.url}?prefix=t{os.urandom(4).hex()}:"
+    url = _redis_url(rds)
     queue = AsyncWriteStore(RedisStore(url, clock=clock), queue_size=5)
     engine = _engine(queue, clock, registry, store_timeout=2.0)
     upstream = Upstream()

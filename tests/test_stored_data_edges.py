@@ -33,9 +33,9 @@ from failover import Failover, ListSplitter
 from failover.cli import main
 from failover.keys import make_key
 from failover.serialization.base import type_name
+from failover.serialization.binding import entry_binding
 from failover.serialization.crypto import FernetCipher, seal
 from failover.serialization.pickle_codec import PickleCodec
-from failover.serialization.rows import entry_binding
 from failover.stores.backends.sql import SqlStore
 
 from . import redis_server

@@ -5,20 +5,15 @@ never leak to a parent task; nothing checked per call before they are first used
 from __future__ import annotations
 
 import asyncio
-import subprocess
-import sys
 import threading
-from pathlib import Path
 
 import pytest
 
 import failover
 from failover import Failover
 
-from .conftest import FakeClock
+from .conftest import FakeClock, in_a_new_interpreter
 from .support_entries import unique
-
-ROOT = Path(__file__).resolve().parent.parent
 
 
 class Upstream:
@@ -177,13 +172,4 @@ with failover.refreshing():
 late = failover.failover("late", engine=engine)(lambda x: x)
 print(rt.before, late._failover_state.runtime().before)
 """
-    done = subprocess.run(
-        [sys.executable, "-c", script],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=True,
-        cwd=ROOT,
-        env={"PYTHONPATH": str(ROOT)},
-    )
-    assert done.stdout.split() == ["False", "True", "True"]
+    assert in_a_new_interpreter(script) == ["False", "True", "True"]

@@ -7,8 +7,8 @@ import pybreaker
 
 from ..definition import FailoverDefinition
 from ..execution import Bulkhead, PermitSource, Pool, Pools
-from ..metrics import Metrics, PrometheusMetrics
-from ..store_metrics import StoreMetrics
+from ..metrics import Metrics
+from ..store_metrics import StoreStates
 from .wiring import Wiring
 
 __all__ = ["Guards"]
@@ -20,6 +20,7 @@ class Guards:
     wiring: Wiring
     pools: Pools
     metrics: Metrics
+    stores: StoreStates
 
     def breaker(self, d: FailoverDefinition) -> pybreaker.CircuitBreaker:
         """The circuit breaker of failover ``d``: its own, or (``breaker=True``) the engine's
@@ -55,6 +56,6 @@ class Guards:
         """
         pool = self.pools.declare(name, permits, fair, source)
         label = getattr(pool.source, "store_label", None)  # a shared source's health: a store's
-        if isinstance(label, str) and isinstance(self.metrics, PrometheusMetrics):
-            StoreMetrics.for_registry(self.metrics.registry).track_source(pool.source, label)
+        if isinstance(label, str):  # its changes on the engine's stream, its record the stores'
+            self.stores.watch_source(pool.source, label)
         return pool

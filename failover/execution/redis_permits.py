@@ -22,13 +22,13 @@ import threading
 import time
 import uuid
 from collections import Counter
+from collections.abc import Callable
 from datetime import timedelta
 from time import monotonic
 
 from ..errors import ConfigurationError
 from ..expiry import parse_ttl
 from ..forks import AfterFork
-from ..logs import LogLimiter
 from .permits import LocalPermits, remaining
 from .redis_waits import AsyncAsks
 
@@ -127,15 +127,51 @@ class RedisPermits(AsyncAsks):
         self._waiting = 0
         self._closed = threading.Event()
         self._renewer: threading.Thread | None = None
-        self._said = LogLimiter(log)
         self._healthy()
 
     def _healthy(self) -> None:
-        """The source's Redis as the store metrics see a store: ``up`` while its latest
-        exchange was answered, ``errors`` counted per operation and reason."""
+        """The source's Redis as the engine sees a store: ``up`` while its latest exchange was
+        answered (its changes told to the watchers: `watch`), ``errors`` counted per operation
+        and reason."""
         self.up = True
         self.errors: Counter[tuple[str, str]] = Counter()
         self._tried = 0.0  # when a count was last asked of a Redis that was down
+        self._watchers: list[Callable[[bool], None]] = []
+
+    @property
+    def meanwhile(self) -> str:
+        """What the pool's callers get while its Redis is out (said by the logs)."""
+        if self.unavailable == "local":
+            return f"pool {self.pool!r} uses in-process permits of its size until it answers"
+        return f"calls of pool {self.pool!r} are refused (served from the store) until it answers"
+
+    def watch(self, watcher: Callable[[bool], None]) -> None:
+        """Have ``watcher(up)`` called each time the source's Redis stops answering
+        (``False``: the callers refuse or fall back to in-process permits, as ``unavailable``
+        says) or answers again (``True``), on the thread whose exchange changed it, under the
+        source's lock (watchers hear the changes in their order): a watcher records or wakes,
+        it never waits. One that raises is logged. A Redis out already is told at once."""
+        with self._lock:
+            self._watchers.append(watcher)
+            if not self.up:
+                self._tell(watcher, False)
+
+    def _tell(self, watcher: Callable[[bool], None], up: bool) -> None:
+        try:
+            watcher(up)
+        except Exception:  # a watcher's bug is never the exchange's outcome
+            log.warning("%r: a watcher of its state failed", self, exc_info=True)
+
+    def _answered(self) -> None:
+        """An exchange was answered: up again, told (the usual case, up already, reads one
+        attribute)."""
+        if self.up:
+            return
+        with self._lock:
+            if not self.up:
+                self.up = True
+                for watcher in self._watchers:
+                    self._tell(watcher, True)
 
     def __repr__(self) -> str:
         lease = f"lease={self.lease:g}s"
@@ -153,7 +189,6 @@ class RedisPermits(AsyncAsks):
         bound._doubtful = {}
         bound._closed = threading.Event()
         bound._renewer = None
-        bound._said = LogLimiter(log)
         bound._healthy()
         _FORKS.add(bound)
         return bound
@@ -169,7 +204,6 @@ class RedisPermits(AsyncAsks):
         if closed:
             self._closed.set()
         self._renewer = None
-        self._said = LogLimiter(log)  # its lock may have been held at the fork
 
     # -- one ask: the decision, made by Redis ------------------------------------------------
 
@@ -184,7 +218,7 @@ class RedisPermits(AsyncAsks):
             self._doubt(lease)
             self._failed("acquire", exc)
             raise
-        self.up = True
+        self._answered()
         if granted:
             with self._lock:
                 self._held[lease] = weight
@@ -202,7 +236,7 @@ class RedisPermits(AsyncAsks):
             self._failed("release", exc)
             self._warn("giving permits back", exc)
             return
-        self.up = True
+        self._answered()
 
     def _doubt(self, lease: str) -> None:
         """``lease``'s ask or give-back went unanswered: forget it in Redis at the next ask."""
@@ -294,7 +328,7 @@ class RedisPermits(AsyncAsks):
         except Unreachable as exc:
             self._failed("count", exc)
             raise
-        self.up = True
+        self._answered()
         return counts
 
     def waiting(self) -> int:
@@ -337,7 +371,7 @@ class RedisPermits(AsyncAsks):
                 self._failed("renew", exc)
                 self._warn("renewing leases", exc)
                 continue
-            self.up = True
+            self._answered()
             if lost:
                 log.warning(
                     "permit pool %r: %d lease(s) expired before renewal (paused longer than "
@@ -348,24 +382,20 @@ class RedisPermits(AsyncAsks):
                 )
 
     def _failed(self, operation: str, exc: BaseException) -> None:
-        """An exchange with Redis failed: down until one is answered, and counted."""
+        """An exchange with Redis failed: down until one is answered (told when it goes
+        down), and counted."""
         reason = "timeout" if isinstance(exc, TimeoutError | _RedisTimeout) else "error"
         with self._lock:
-            self.up = False
             self.errors[(operation, reason)] += 1
+            if self.up:
+                self.up = False
+                for watcher in self._watchers:
+                    self._tell(watcher, False)
 
     def _warn(self, doing: str, exc: BaseException) -> None:
-        """Redis's trouble, as every store's: once with its traceback, then at most once per
-        interval with a count (each occurrence at debug)."""
-        self._said.report(
-            ("redis", doing),
-            "permit pool %r: Redis failed %s: %s",
-            self.pool,
-            doing,
-            exc,
-            exc_info=exc,
-            what="more failures",
-        )
+        """Redis's trouble, each time at debug with its traceback: the outage itself is told to
+        the watchers (`watch`: the engine's stream, whose logs say it once, and its end)."""
+        log.debug("permit pool %r: Redis failed %s: %s", self.pool, doing, exc, exc_info=exc)
 
     def close(self) -> None:
         """Stop renewing (held leases then lapse after ``lease``); close an own client."""

@@ -30,11 +30,11 @@ from uuid import UUID
 from zoneinfo import ZoneInfo
 
 from .. import kinds
-from ..errors import SerializationError
+from ..errors import ConfigurationError, SerializationError
 from .allowlist import Allowlist, checked_types, global_allowlist, restorable
-from .base import type_name
+from .base import Codec, type_name
 
-__all__ = ["JsonCodec", "unencodable"]
+__all__ = ["JsonCodec", "resolve_codec", "unencodable"]
 
 _TAG = "__t"
 # Exactly these types (not subclasses: an IntEnum is an int to json) are JSON as they are.
@@ -347,3 +347,26 @@ def unencodable(annotation: Any) -> Any:
     if inspect.isabstract(annotation) or annotation.__module__ in ("collections.abc", "typing"):
         return None
     return annotation
+
+
+def resolve_codec(codec: Codec | None, allowed_types: Iterable[Any], owner: str) -> Codec:
+    """The codec a store that keeps text writes with: ``codec``, or JSON with ``allowed_types``
+    (added to a given JSON codec's own).
+
+    Raises:
+        ConfigurationError: ``codec`` is not a `Codec`, or ``allowed_types`` not a list of
+            types (naming ``owner``).
+    """
+    # A type or a name given alone (allowed_types=Country) is a list of one forgotten.
+    if isinstance(allowed_types, type | str) or not isinstance(allowed_types, Iterable):
+        raise ConfigurationError(
+            f"{owner}: allowed_types must be a list of types, got {allowed_types!r}"
+        )
+    allowed = tuple(checked_types(allowed_types, f"{owner}: allowed_types"))
+    if codec is None:
+        return JsonCodec(allowed)
+    if not all(hasattr(codec, a) for a in ("marker", "encode", "decode")):
+        raise ConfigurationError(f"{owner}: codec must be a Codec, got {codec!r}")
+    if allowed and isinstance(codec, JsonCodec):
+        return JsonCodec((*codec.allowed_types, *allowed))
+    return codec

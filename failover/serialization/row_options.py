@@ -15,7 +15,9 @@ __all__ = [
     "ROW_DEFAULTS",
     "checked_max_row_bytes",
     "merged_row_options",
+    "over_limit",
     "split_row_options",
+    "utf8_size",
 ]
 
 DEFAULT_MAX_ROW_BYTES: Final = 8 * 1024 * 1024
@@ -103,3 +105,18 @@ def merged_row_options(
             )
         merged[name] = value
     return merged
+
+
+def over_limit(text: str | bytes, limit: int) -> bool:
+    """Whether ``text`` is longer than ``limit`` bytes in UTF-8: measured from its length
+    alone unless it is text, not ASCII, and within four bytes a character of the limit."""
+    n = len(text)
+    return n > limit or (n * 4 > limit and utf8_size(text) > limit)
+
+
+def utf8_size(text: str | bytes) -> int:
+    """The length of ``text`` in UTF-8 bytes; encoded only when it is not ASCII (which
+    `str.isascii` says at once), so a huge ASCII row is never copied to be measured."""
+    if isinstance(text, bytes) or text.isascii():
+        return len(text)
+    return len(text.encode("utf-8", "surrogatepass"))

@@ -12,11 +12,11 @@ place, in one statement or script (``payload = '!' || payload``), without the ke
 the next write of the entry replaces the text, and the mark with it. Earlier versions read a
 marked entry as an unknown codec (a miss).
 
-Signed and encrypted payloads carry the entry's binding (`entry_binding`, a digest of the store's
-identity, the entry's name and its key: see `store_identity`), so a payload moved under another
-entry's key, into another tenant's store, another table or another key prefix is refused. A store
-that encrypts or signs refuses plain rows too (unless ``accept_plain``: a migration), and every
-store refuses a payload longer than ``max_row_bytes`` before decoding anything of it.
+Signed and encrypted payloads carry the entry's binding (`failover.serialization.binding`): a
+payload moved under another entry's key, into another tenant's store, another table or another
+key prefix is refused. A store that encrypts or signs refuses plain rows too (unless
+``accept_plain``: a migration), and every store refuses a payload longer than ``max_row_bytes``
+before decoding anything of it.
 
 Bad entries: a payload of a type off the allowlist, corrupt text, an unknown codec marker, a
 pickle whose signature does not verify, a payload that does not decrypt or belongs to another
@@ -30,7 +30,6 @@ through: the engine counts a recover ``error`` and treats the call as a miss), a
 
 from __future__ import annotations
 
-import hashlib
 import logging
 from collections.abc import Callable, Iterable, Iterator
 from datetime import datetime
@@ -38,14 +37,14 @@ from typing import Any, Final
 
 from ..errors import ConfigurationError, SerializationError
 from ..payload import ReferentialPayload, envelope
-from .allowlist import checked_types
 from .base import Codec, type_name
+from .binding import entry_binding, store_identity
 from .crypto import Cipher, is_sealed, seal, unseal
-from .json_codec import JsonCodec
-from .row_options import DEFAULT_MAX_ROW_BYTES, checked_max_row_bytes
+from .json_codec import JsonCodec, resolve_codec
+from .row_options import DEFAULT_MAX_ROW_BYTES, checked_max_row_bytes, over_limit, utf8_size
 from .times import EPOCH, datetime_of, micros
 
-__all__ = ["ENDED", "SerializedStore", "Serializer", "entry_binding", "store_identity"]
+__all__ = ["ENDED", "SerializedStore", "Serializer"]
 
 log = logging.getLogger(__name__)
 
@@ -56,26 +55,6 @@ _NO = object()  # equal to no time: what the memo of the last times starts with
 
 ENDED: Final = "!"
 """Put in front of an entry's payload text once its fresh window is ended (``.expire()``)."""
-
-
-def store_identity(place: str, tenant: str | None = None) -> str:
-    """What a store's protected rows are bound to besides their entry.
-
-    Args:
-        place: where the store keeps its rows, with no space in it (``"sql:acme_failover_store"``,
-            schema included; ``"redis:failover:t:acme:"``, the key prefix).
-        tenant: the tenant the store serves, when a tenant router made it.
-    """
-    # No space in a place (table names, key prefixes): what follows the first one is the tenant.
-    return place if tenant is None else f"{place} {tenant}"
-
-
-def entry_binding(name: str, key: str, store: str = "") -> bytes:
-    """What signed and encrypted payloads carry: 16 bytes of blake2b over the store's identity
-    (`store_identity`), the entry's name and its key (length-prefixed, so that no two triples
-    run together)."""
-    text = f"{len(store)}:{store}{len(name)}:{name}:{key}".encode("utf-8", "surrogatepass")
-    return hashlib.blake2b(text, digest_size=16).digest()
 
 
 class Serializer:
@@ -112,7 +91,7 @@ class Serializer:
         max_row_bytes: int = DEFAULT_MAX_ROW_BYTES,
         place: str = "",
     ) -> None:
-        self.codec = _resolve_codec(codec, allowed_types, owner)
+        self.codec = resolve_codec(codec, allowed_types, owner)
         if cipher is not None and not all(
             hasattr(cipher, a) for a in ("scheme", "encrypt", "decrypt")
         ):
@@ -176,11 +155,11 @@ class Serializer:
         text = f"{self.codec.marker}:{text}"
         if self.cipher is not None:
             text = seal(self.cipher, text, binding)
-        if _over(text, self.max_row_bytes):
+        if over_limit(text, self.max_row_bytes):
             # Never read back: refused now rather than written, fetched and refused each time.
             raise SerializationError(
                 f"{self.where}: cannot store ({name!r}, {key!r}): the value encodes to "
-                f"{_size(text)} bytes, over max_row_bytes={self.max_row_bytes}"
+                f"{utf8_size(text)} bytes, over max_row_bytes={self.max_row_bytes}"
             )
         return text, payload_type[:_TYPE_MAX]
 
@@ -255,9 +234,9 @@ class Serializer:
         Raises:
             SerializationError: it is longer.
         """
-        if isinstance(raw, str | bytes) and _over(raw, self.max_row_bytes):
+        if isinstance(raw, str | bytes) and over_limit(raw, self.max_row_bytes):
             raise SerializationError(
-                f"the row is {_size(raw)} bytes, over max_row_bytes={self.max_row_bytes}: "
+                f"the row is {utf8_size(raw)} bytes, over max_row_bytes={self.max_row_bytes}: "
                 "refused undecoded"
             )
 
@@ -372,37 +351,6 @@ class Serializer:
         return SerializationError(
             f"{self.where}: entry ({name!r}, {key!r}) cannot be decoded: {why}"
         )
-
-
-def _over(text: str | bytes, limit: int) -> bool:
-    """Whether ``text`` is longer than ``limit`` bytes in UTF-8: measured from its length
-    alone unless it is text, not ASCII, and within four bytes a character of the limit."""
-    n = len(text)
-    return n > limit or (n * 4 > limit and _size(text) > limit)
-
-
-def _size(text: str | bytes) -> int:
-    """The length of ``text`` in UTF-8 bytes; encoded only when it is not ASCII (which
-    `str.isascii` says at once), so a huge ASCII row is never copied to be measured."""
-    if isinstance(text, bytes) or text.isascii():
-        return len(text)
-    return len(text.encode("utf-8", "surrogatepass"))
-
-
-def _resolve_codec(codec: Codec | None, allowed_types: Iterable[Any], owner: str) -> Codec:
-    # A type or a name given alone (allowed_types=Country) is a list of one forgotten.
-    if isinstance(allowed_types, type | str) or not isinstance(allowed_types, Iterable):
-        raise ConfigurationError(
-            f"{owner}: allowed_types must be a list of types, got {allowed_types!r}"
-        )
-    allowed = tuple(checked_types(allowed_types, f"{owner}: allowed_types"))
-    if codec is None:
-        return JsonCodec(allowed)
-    if not all(hasattr(codec, a) for a in ("marker", "encode", "decode")):
-        raise ConfigurationError(f"{owner}: codec must be a Codec, got {codec!r}")
-    if allowed and isinstance(codec, JsonCodec):
-        return JsonCodec((*codec.allowed_types, *allowed))
-    return codec
 
 
 class SerializedStore:

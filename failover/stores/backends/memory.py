@@ -4,18 +4,17 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from collections.abc import Iterable, MutableMapping, Sequence
+from collections.abc import Iterable, Sequence
 from datetime import datetime
 
 from ...errors import ConfigurationError
 from ..base import Capabilities, Payload
-from ..browsing import Page, Summary, page_of, summary_of
-from ..control import fresh_ended
+from .in_process import InProcessEntries
 
 __all__ = ["InMemoryStore"]
 
 
-class InMemoryStore(Capabilities):
+class InMemoryStore(InProcessEntries, Capabilities):
     """Entries in process memory; past ``max_entries`` the least recently used leaves.
 
     Args:
@@ -108,33 +107,6 @@ class InMemoryStore(Capabilities):
         with self._lock:
             return [p for (n, _), p in self._entries.items() if n == name]
 
-    def delete(self, name: str, key: str) -> None:
-        """Remove the entry if present."""
-        with self._lock:
-            self._entries.pop((name, key), None)
-
-    def delete_all(self, name: str) -> int:
-        """Remove every entry of ``name``; how many there were."""
-        with self._lock:
-            return _drop(self._entries, [i for i in self._entries if i[0] == name])
-
-    def delete_tagged(self, tag: str) -> int:
-        """Remove every entry carrying ``tag``, of every name; how many there were (the
-        entries are looked through: the store is bounded by its cap)."""
-        with self._lock:
-            entries = self._entries
-            return _drop(entries, [i for i, p in entries.items() if p.tags and tag in p.tags])
-
-    def expire(self, name: str, key: str) -> bool:
-        """End the entry's fresh window in place (``fresh_ended``); whether there was one."""
-        with self._lock:
-            found = self._entries.get((name, key))
-            if found is None:
-                return False
-            if not found.fresh_ended:
-                self._entries[name, key] = fresh_ended(found)
-            return True
-
     def clean_by_expiry(self, now: datetime) -> int:
         """Remove expired entries; return the count."""
         with self._lock:
@@ -151,27 +123,3 @@ class InMemoryStore(Capabilities):
         """Every name that has entries, sorted."""
         with self._lock:
             return sorted({n for n, _ in self._entries})
-
-    def page(self, name: str, after: str | None = None, limit: int = 50) -> Page:
-        """Up to ``limit`` entries of ``name`` after the key ``after``, by key (listed from
-        memory: the store is bounded by its cap)."""
-        return page_of(self.find_all(name), after, limit)
-
-    def count(self, name: str) -> int:
-        """How many entries ``name`` has."""
-        return len(self.find_all(name))
-
-    def summary(self, name: str, now: datetime) -> Summary:
-        """``name``'s entries counted and measured."""
-        return summary_of(name, self.find_all(name), now)
-
-    def close(self) -> None:
-        """Drop every entry."""
-        with self._lock:
-            self._entries.clear()
-
-
-def _drop(entries: MutableMapping[tuple[str, str], Payload], idents: list[tuple[str, str]]) -> int:
-    for ident in idents:
-        del entries[ident]
-    return len(idents)

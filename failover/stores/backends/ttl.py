@@ -11,8 +11,7 @@ import cachetools
 
 from ...errors import ConfigurationError
 from ..base import Capabilities, Payload, older
-from ..browsing import Page, Summary, page_of, summary_of
-from ..control import fresh_ended
+from .in_process import InProcessEntries
 
 __all__ = ["CachetoolsStore"]
 
@@ -21,7 +20,7 @@ def _utcnow() -> datetime:
     return datetime.now(UTC)
 
 
-class CachetoolsStore(Capabilities):
+class CachetoolsStore(InProcessEntries, Capabilities):
     """Entries in a `cachetools.TLRUCache`: expired entries leave on their own, without the
     cleanup scheduler, and the least recently used leave past ``maxsize``.
 
@@ -41,7 +40,7 @@ class CachetoolsStore(Capabilities):
             )
         self.maxsize = maxsize
         self._clock = clock or _utcnow
-        self._cache: cachetools.TLRUCache[tuple[str, str], Payload] = cachetools.TLRUCache(
+        self._entries: cachetools.TLRUCache[tuple[str, str], Payload] = cachetools.TLRUCache(
             maxsize=maxsize, ttu=self._ttu, timer=self._timer
         )
         self._lock = threading.Lock()
@@ -63,7 +62,7 @@ class CachetoolsStore(Capabilities):
     def store_many(self, payloads: Sequence[Payload]) -> int:
         """Insert or replace several entries; how many a newer stored entry kept out."""
         kept = 0
-        cache = self._cache
+        cache = self._entries
         with self._lock:
             for payload in payloads:
                 ident = (payload.name, payload.key)
@@ -76,77 +75,27 @@ class CachetoolsStore(Capabilities):
     def find(self, name: str, key: str) -> Payload | None:
         """The live entry or ``None`` (expired entries are already gone)."""
         with self._lock:
-            return self._cache.get((name, key))
+            return self._entries.get((name, key))
 
     def find_many(self, name: str, keys: Iterable[str]) -> dict[str, Payload]:
         """The live entries found among ``keys``."""
         with self._lock:
-            found = {k: self._cache.get((name, k)) for k in keys}
+            found = {k: self._entries.get((name, k)) for k in keys}
         return {k: p for k, p in found.items() if p is not None}
 
     def find_all(self, name: str) -> list[Payload]:
         """Every live entry of ``name``."""
         with self._lock:
-            self._cache.expire()
-            return [p for (n, _), p in self._cache.items() if n == name]
-
-    def delete(self, name: str, key: str) -> None:
-        """Remove the entry if present."""
-        with self._lock:
-            self._cache.pop((name, key), None)
-
-    def delete_all(self, name: str) -> int:
-        """Remove every entry of ``name``; how many there were."""
-        with self._lock:
-            gone = [i for i in self._cache if i[0] == name]
-            for ident in gone:
-                self._cache.pop(ident, None)
-            return len(gone)
-
-    def delete_tagged(self, tag: str) -> int:
-        """Remove every entry carrying ``tag``, of every name; how many there were."""
-        with self._lock:
-            cache = self._cache
-            gone = [i for i, p in cache.items() if p.tags and tag in p.tags]
-            for ident in gone:
-                cache.pop(ident, None)
-            return len(gone)
-
-    def expire(self, name: str, key: str) -> bool:
-        """End the entry's fresh window in place (``fresh_ended``); whether there was one."""
-        with self._lock:
-            found = self._cache.get((name, key))
-            if found is None:
-                return False
-            if not found.fresh_ended:
-                self._cache[name, key] = fresh_ended(found)
-            return True
+            self._entries.expire()
+            return [p for (n, _), p in self._entries.items() if n == name]
 
     def clean_by_expiry(self, now: datetime) -> int:
         """Remove entries expired at ``now``; return the count."""
         with self._lock:
-            return len(self._cache.expire(now.timestamp()))
+            return len(self._entries.expire(now.timestamp()))
 
     def names(self) -> list[str]:
         """Every name that has live entries, sorted."""
         with self._lock:
-            self._cache.expire()
-            return sorted({n for n, _ in self._cache})
-
-    def page(self, name: str, after: str | None = None, limit: int = 50) -> Page:
-        """Up to ``limit`` live entries of ``name`` after the key ``after``, by key (listed
-        from memory: the cache is bounded by ``maxsize``)."""
-        return page_of(self.find_all(name), after, limit)
-
-    def count(self, name: str) -> int:
-        """How many entries ``name`` has."""
-        return len(self.find_all(name))
-
-    def summary(self, name: str, now: datetime) -> Summary:
-        """``name``'s live entries counted and measured."""
-        return summary_of(name, self.find_all(name), now)
-
-    def close(self) -> None:
-        """Drop every entry."""
-        with self._lock:
-            self._cache.clear()
+            self._entries.expire()
+            return sorted({n for n, _ in self._entries})

@@ -33,19 +33,13 @@ from ...closeable import Closeable
 from ...errors import ConfigurationError, StoreError
 from ...tenant import current_tenant, pinned
 from ..base import (
-    Capabilities,
     FailoverStore,
     Payload,
-    delete_all,
     delete_many,
-    delete_tagged,
-    does_io,
-    expire,
-    keeps_tags,
     native_async,
-    writes_async,
 )
 from ..browsing import BrowsingLayer
+from ..layer import PassingDown
 from .tenant_ids import DEFAULT_MAX_TENANTS, SHOWN, TENANT_ID, check_max_tenants, safe_tenant_id
 from .tenant_pool import OpenTenant, TenantPool, assign_tenant
 
@@ -68,7 +62,7 @@ TenantStoreFactory = Callable[[str], FailoverStore]
 (`failover.closeable.Closeable`), called when the `MultiTenantStore` closes."""
 
 
-class MultiTenantStore(TenantPool, BrowsingLayer, Capabilities):
+class MultiTenantStore(TenantPool, BrowsingLayer, PassingDown):
     """Routes each operation to the current tenant's store, made on first use.
 
     Each tenant's store is made exactly once while it stays open, even when many threads meet a
@@ -144,14 +138,15 @@ class MultiTenantStore(TenantPool, BrowsingLayer, Capabilities):
         )
 
     @property
-    def does_io(self) -> bool:
-        """Whether the tenants' stores do I/O (as the factory declares; ``True`` if it does not)."""
-        return does_io(self.factory)
+    def _declaring(self) -> object:
+        """The factory: the tenants' stores do I/O and write asynchronously as it declares
+        (``does_io``: ``True`` if it does not say)."""
+        return self.factory
 
-    @property
-    def writes_async(self) -> bool:
-        """Whether writes never block the caller (as the factory declares)."""
-        return writes_async(self.factory)
+    def _below(self) -> OpenTenant:
+        """The current tenant's store: control over entries reaches no other tenant's (a tag
+        names entries of one tenant)."""
+        return self._use()
 
     @property
     def native_async(self) -> bool:
@@ -241,33 +236,8 @@ class MultiTenantStore(TenantPool, BrowsingLayer, Capabilities):
         with self._use() as store:
             delete_many(store, name, keys)
 
-    # Control over entries: the current tenant's store only, as every operation here (a tag
-    # names entries of one tenant: another tenant's entries are never reached through it).
-
-    def delete_all(self, name: str) -> int:
-        """Remove every entry of ``name`` from the current tenant's store."""
-        with self._use() as store:
-            return delete_all(store, name)
-
-    @property
-    def keeps_tags(self) -> bool:
-        """Whether the current tenant's store keeps tags (``False`` without a tenant)."""
-        try:
-            with self._use() as store:
-                return keeps_tags(store)
-        except StoreError:
-            return False
-
-    def delete_tagged(self, tag: str) -> int:
-        """Remove every entry carrying ``tag`` from the current tenant's store (no other
-        tenant's)."""
-        with self._use() as store:
-            return delete_tagged(store, tag)
-
-    def expire(self, name: str, key: str) -> bool:
-        """End the fresh window of the current tenant's entry."""
-        with self._use() as store:
-            return expire(store, name, key)
+    # Control over entries (delete_all, keeps_tags, delete_tagged, expire): `PassingDown`'s,
+    # on the current tenant's store only (`_below`).
 
     # -- every tenant ---------------------------------------------------------------------------
 

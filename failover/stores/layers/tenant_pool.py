@@ -118,6 +118,19 @@ class TenantPool:
                 return True  # nothing to make: the error shows where the store is used
         return tenant in self._stores
 
+    def here(self) -> str | None:
+        """The caller's tenant, resolved on its own thread before work moves to another thread
+        (the one pinned already, if any), for the work to pin there (`pinned_call`); ``None``
+        when it cannot be resolved (the work then meets the same error where its store guard
+        handles it)."""
+        tenant = pinned.get()
+        if tenant is not None:
+            return tenant
+        try:
+            return self.resolve()
+        except StoreError:
+            return None
+
     def resolve(self) -> str:
         """The current tenant id, from the resolver or else ``default_tenant``.
 
