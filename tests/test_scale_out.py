@@ -369,7 +369,11 @@ def test_a_store_on_a_cluster_out_of_reach_is_made_and_its_calls_answer_live() -
 
 def test_the_engine_opens_cluster_and_sentinel_urls(clock: FakeClock) -> None:
     for url in (redis_ha.cluster().url, redis_ha.sentinels().url):
-        engine = failover.Failover(url + "?prefix=" + redis_server.unique_prefix(), clock=clock)
+        # The first operation finds the topology: on a loaded machine it may take longer than
+        # the default store_timeout, and this test is about opening the URLs.
+        engine = failover.Failover(
+            url + "?prefix=" + redis_server.unique_prefix(), clock=clock, store_timeout=10
+        )
         with engine:
 
             @failover.failover("via.url", engine=engine)
