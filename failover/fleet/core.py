@@ -277,7 +277,8 @@ class Fleet:
             ended = not thread.is_alive()
         if ended and timeout != 0 and self.bus.pending():
             # What this process wrote last is told to the others (one round, bounded by the
-            # socket timeout); writes still queued in the store when it closes are not.
+            # socket timeout): the engine stops its fleet after its store, so this includes
+            # the writes the store's queue landed while it closed.
             with self._round:
                 self._sync_once()
         ended = self.bus.stop(timeout) and ended
