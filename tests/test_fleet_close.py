@@ -101,3 +101,158 @@ def test_writes_landed_while_the_engine_closes_are_announced(
     finally:
         for engine in engines:
             engine.close()
+
+
+# -- flights at close and under cancellation ---------------------------------------------------
+
+
+class Held:
+    """An upstream whose first call (the fleet's flight holder's) waits on ``release``, and
+    that counts its calls."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+        self.entered = threading.Event()
+        self.release = threading.Event()
+
+    def __call__(self, who: str) -> str:
+        self.calls += 1
+        if self.calls == 1:
+            self.entered.set()
+            assert self.release.wait(3 * HANG)
+        return who
+
+
+def _pair(fleet_server: RedisServer) -> list[Failover]:
+    """Two engines on one fleet, each with a store of its own: a waiter released early finds
+    nothing stored by the holder, and calls its own upstream."""
+    url = f"{fleet_server.url}?prefix={unique_prefix()}"
+    engines = [Failover(fleet=url, metrics=False, store_timeout=2.0) for _ in range(2)]
+    for engine in engines:
+        assert engine.fleet is not None
+        assert engine.fleet.bus.subscribed.wait(HANG)
+        # Long enough that the hang guard, not a lapse or a budget, ends a wait that is stuck.
+        engine.fleet.flights.lease = 30.0
+        engine.fleet.flights.wait = 60.0
+    return engines
+
+
+@pytest.mark.parametrize("kind", ["sync", "async"])
+def test_an_engine_closing_releases_the_calls_waiting_for_another_processs_flight(
+    kind: str, fleet_server: RedisServer
+) -> None:
+    holder, closing = _pair(fleet_server)
+    upstream = Held()
+    try:
+        fns = []
+        for engine in (holder, closing):
+            if kind == "sync":
+
+                @failover.failover(NAME, engine=engine, single_flight="fleet")
+                def rates(who: str) -> str:
+                    return upstream(who)
+
+            else:
+
+                @failover.failover(NAME, engine=engine, single_flight="fleet")
+                async def rates(who: str) -> str:  # type: ignore[misc]
+                    return await asyncio.to_thread(upstream, who)
+
+            fns.append(rates)
+
+        def call(fn: Any, engine: Failover, out: list[Any]) -> None:
+            if kind == "sync":
+                out.append(fn("k"))
+                return
+
+            async def once() -> Any:
+                try:
+                    return await fn("k")
+                finally:  # the fleet's client of this loop, closed on it
+                    assert engine.fleet is not None
+                    await engine.fleet.aclose()
+
+            out.append(asyncio.run(once()))
+
+        held: list[Any] = []
+        first = threading.Thread(target=call, args=(fns[0], holder, held), daemon=True)
+        first.start()
+        assert upstream.entered.wait(HANG)  # the holder's flight holds the key's lease
+        waited: list[Any] = []
+        second = threading.Thread(target=call, args=(fns[1], closing, waited), daemon=True)
+        second.start()
+        assert closing.fleet is not None
+        assert closing.fleet.flights.waited.wait(HANG)  # it waits for the holder's flight
+        closing.close()
+        second.join(HANG)
+        assert not second.is_alive()  # released by the close: not held until the lease ends
+        assert waited == ["k"]  # it called its own upstream
+        assert upstream.calls == 2
+        upstream.release.set()
+        first.join(HANG)
+        assert held == ["k"]
+    finally:
+        upstream.release.set()
+        for engine in (holder, closing):
+            engine.close()
+
+
+@pytest.mark.parametrize("where", ["holding", "waiting"])
+def test_a_cancelled_async_flight_leaves_no_key_stuck(
+    where: str, fleet_server: RedisServer
+) -> None:
+    """An async caller cancelled while it holds the key's lease gives it back at once (the
+    other process's waiter takes over, not after the lease's time to live); one cancelled while
+    it waits for another process's flight stops waiting, and that flight lands as before."""
+    first, second = _pair(fleet_server)
+    calls: list[str] = []
+
+    async def scenario() -> tuple[Any, Any]:
+        gate = asyncio.Event()
+        entered = asyncio.Event()
+
+        def make(engine: Failover, who: str) -> Any:
+            @failover.failover(NAME, engine=engine, single_flight="fleet")
+            async def rates(key: str) -> str:
+                calls.append(who)
+                if len(calls) == 1:
+                    entered.set()
+                    await gate.wait()
+                return who
+
+            return rates
+
+        fns = [make(first, "first"), make(second, "second")]
+        holding = asyncio.ensure_future(fns[0]("k"))
+        async with asyncio.timeout(HANG):
+            await entered.wait()  # the first engine's call holds the lease
+        waiting = asyncio.ensure_future(fns[1]("k"))
+        assert second.fleet is not None
+        assert await asyncio.to_thread(second.fleet.flights.waited.wait, HANG)
+        cancelled, other = (holding, waiting) if where == "holding" else (waiting, holding)
+        cancelled.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await cancelled
+        if where == "waiting":
+            gate.set()
+        async with asyncio.timeout(HANG):  # the hang guard: never the lease's 30 s
+            answer = await other
+        for engine in (first, second):  # nothing held nor waited for is left behind
+            assert engine.fleet is not None
+            assert await asyncio.to_thread(engine.fleet.sync)
+            assert engine.fleet.flights._held == {}
+            assert engine.fleet.flights._waiters == {}
+            await engine.aclose()
+        return answer, calls
+
+    answer, called = asyncio.run(scenario())
+    try:
+        if where == "holding":
+            assert answer == "second"  # the waiter took the lease given back, and called
+            assert called == ["first", "second"]
+        else:
+            assert answer == "first"  # the holder's flight landed as before
+            assert called == ["first"]
+    finally:
+        for engine in (first, second):
+            engine.close()

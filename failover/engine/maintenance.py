@@ -104,4 +104,6 @@ class Maintenance:
                 await self.store.aclose()
             except Exception:
                 log.warning("Failover.aclose: closing the async store client failed", exc_info=True)
+        if not self.closed and self.fleet is not None:
+            await self.fleet.aclose()  # the fleet's async client of this loop, on it
         await asyncio.to_thread(self.close, timeout)

@@ -269,6 +269,7 @@ class Fleet:
         """Stop the thread and close the client; return whether the thread ended in time (a
         round in progress ends within the socket timeout)."""
         self._closed = True
+        self.flights.close()  # its waiters fly per process: nobody would wake them
         self._wake.set()
         thread = self._thread
         ended = True
@@ -290,6 +291,15 @@ class Fleet:
         return ended
 
     close = stop
+
+    async def aclose(self) -> None:
+        """Close the running loop's ``redis.asyncio`` client (`Failover.aclose` calls it on
+        its loop); the thread and the other clients are `stop`'s."""
+        if self._async is not None:
+            try:
+                await self._async.aclose()
+            except Exception:
+                log.debug("fleet %s: closing an async client failed", self.shown, exc_info=True)
 
 
 def _unlock(client: Any) -> None:

@@ -80,7 +80,7 @@ class FleetFlownCall(FlownCall):
     def _plan(self) -> tuple[FlightLeases, str] | None:
         flights = cast(FleetFlights, self.rt.flights)
         leases = flights.leases
-        if not flights.fleet.up:
+        if not flights.fleet.up or leases.closed:
             leases.counts["local"] += 1
             return None
         key = leases.key(self.definition.name, self.flight_key)
@@ -110,6 +110,8 @@ class FleetFlownCall(FlownCall):
         seen: float | None = None  # the as_of of the latest flight waited for
         try:
             while True:
+                if leases.closed:  # the engine closed while this call waited
+                    return super().lead(fn, args, kwargs)
                 try:
                     taken = leases.take(key, self._as_of())
                 except Exception as exc:
@@ -147,6 +149,8 @@ class FleetFlownCall(FlownCall):
         seen: float | None = None
         try:
             while True:
+                if leases.closed:
+                    return await super().alead(fn, args, kwargs)
                 try:
                     taken = await leases.atake(key, self._as_of())
                 except Exception as exc:

@@ -130,6 +130,7 @@ class FlightLeases:
         self._landed: list[tuple[str, str, bool]] = []  # (key, value, ok): to give back
         self._waiters: dict[str, set[Waiter]] = {}
         self._lock = threading.Lock()  # held for dict steps only, never around I/O
+        self.closed = False  # the fleet stopped: flights are per process from then on
 
     def key(self, name: str, flight: Any) -> str | None:
         """The lease key of failover ``name``'s flight ``flight`` (``(tenant, key)`` when
@@ -206,6 +207,15 @@ class FlightLeases:
         with self._lock:
             self._waiters.setdefault(key, set()).add(waiter)
         return waiter
+
+    def close(self) -> None:
+        """The fleet stops: every call waiting for another process's flight is woken (it then
+        flies per process), and no lease is asked for any more."""
+        self.closed = True
+        with self._lock:
+            waiters = [w for group in self._waiters.values() for w in group]
+        for waiter in waiters:
+            waiter.wake(False)
 
     def unwait(self, waiter: Waiter) -> None:
         with self._lock:
