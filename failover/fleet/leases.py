@@ -11,6 +11,9 @@ lease's time to live (then it asks again: a holder that died left it to lapse), 
 budget. No Redis command is sent while it waits: the message wakes it (pub/sub), and the
 lease's expiry bounds the wait when no message comes.
 
+Each leader's step (it led, waited, flew per process or alone) is told to the engine's stream
+(`failover.events.Observer.fleet_flight`), for the metrics and the logs.
+
 Within a process, the calls of one key share one flight first (`failover.flight`): only its
 leader asks the fleet. While the fleet's Redis does not answer, flights are per process
 (counted in `FlightLeases.counts` and as the fleet's trouble, logged once).
@@ -52,6 +55,7 @@ class Link(Protocol):
 
     up: bool
     client: Any
+    events: Any  # the engine's stream (`failover.events.Events`)
 
     def wake(self) -> None: ...
 
@@ -123,7 +127,8 @@ class FlightLeases:
         self.lease = FLIGHT_LEASE
         self.wait = FLIGHT_WAIT
         # led: took a lease; waited: waited for another process; local: flew per process
-        # (the fleet did not answer); alone: a waiter's budget ran out and it called itself.
+        # (the fleet did not answer, or closed); alone: a waiter's budget ran out and it
+        # called itself. Each also told to the engine's stream (`count`).
         self.counts: Counter[str] = Counter()
         self.waited = threading.Event()  # set when a call starts waiting (tests and tools)
         self._held: dict[str, str] = {}  # key -> value: renewed each round until landed
@@ -180,7 +185,6 @@ class FlightLeases:
         if held:
             with self._lock:
                 self._held[key] = value
-            self.counts["led"] += 1
             return Taken(True, 0.0, 0.0)
         if isinstance(holder, bytes):
             holder = holder.decode()
@@ -225,10 +229,13 @@ class FlightLeases:
                 if not found:
                     del self._waiters[waiter.key]
 
-    def waiting(self) -> None:
-        """A call starts waiting for another process's flight."""
-        self.counts["waited"] += 1
-        self.waited.set()
+    def count(self, name: str, result: str) -> None:
+        """A flight of failover ``name`` ``led``, ``waited``, flew ``local`` or ``alone``
+        (`failover.events.Observer.fleet_flight`): counted, and told to the engine's stream."""
+        self.counts[result] += 1
+        self.link.events.fleet_flight(name, result)
+        if result == "waited":
+            self.waited.set()
 
     # -- the bus's side ------------------------------------------------------------------------
 
