@@ -17,11 +17,13 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+import redis
 
 import failover
 from failover import Failover
 from failover.stores.layers.tiered import TieredStore
 
+from . import redis_ha
 from .conftest import FakeClock
 from .own_servers import running, stopped
 from .redis_server import RedisServer, unique_prefix
@@ -255,4 +257,72 @@ def test_a_cancelled_async_flight_leaves_no_key_stuck(
             assert called == ["first"]
     finally:
         for engine in (first, second):
+            engine.close()
+
+
+def test_an_async_caller_cancelled_while_it_asks_for_the_lease_leaves_no_key_stuck() -> None:
+    """On a Sentinel set's master (no async client there: the lease is asked on a worker
+    thread), paused for writes (``CLIENT PAUSE``) while an async caller asks for a key's lease:
+    the caller is cancelled, then the ask goes through and takes the lease all the same. It is
+    given back at once (held, it would be renewed for ever), and another process's call of the
+    key takes it and calls its upstream."""
+    sentinels = redis_ha.sentinels()
+    prefix = unique_prefix()
+    url = f"{sentinels.url}?prefix={prefix}"
+    port = sentinels.master_port()
+    assert port is not None
+    master = redis.Redis(port=port)
+    engines = [Failover(fleet=url, metrics=False, store_timeout=2.0) for _ in range(2)]
+    calls: list[str] = []
+    try:
+        for engine in engines:
+            assert engine.fleet is not None
+            assert engine.fleet.bus.subscribed.wait(HANG)
+            engine.fleet.flights.lease = 30.0  # a lease left behind outlives the hang guard
+            engine.fleet.flights.wait = 60.0
+
+        @failover.failover(NAME, engine=engines[0], single_flight="fleet")
+        def first(key: str) -> str:
+            calls.append("first")
+            return "first"
+
+        @failover.failover(NAME, engine=engines[1], single_flight="fleet")
+        async def second(key: str) -> str:
+            calls.append("second")
+            return "second"
+
+        def leased() -> bool:
+            return bool(master.keys(f"{prefix}flight:*"))
+
+        async def cancelled() -> None:
+            task = asyncio.ensure_future(second("k"))
+            await asyncio.to_thread(
+                redis_ha.wait_for,
+                lambda: int(master.info("clients")["blocked_clients"]) >= 1,
+                "the lease's ask to be paused",
+                HANG,
+            )
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+            master.execute_command("CLIENT", "UNPAUSE")  # the ask goes through now
+            await asyncio.to_thread(redis_ha.wait_for, leased, "the lease taken", HANG)
+            others = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+            await asyncio.gather(*others, return_exceptions=True)  # its answer heard here
+
+        master.execute_command("CLIENT", "PAUSE", int(3 * HANG * 1000), "WRITE")
+        try:
+            asyncio.run(cancelled())
+        finally:
+            master.execute_command("CLIENT", "UNPAUSE")
+        out: list[str] = []
+        caller = threading.Thread(target=lambda: out.append(first("k")), daemon=True)
+        caller.start()
+        caller.join(HANG)
+        assert not caller.is_alive()  # not held off by a lease renewed for a cancelled call
+        assert out == ["first"]
+        assert calls == ["first"]  # the cancelled caller never called its upstream
+    finally:
+        master.close()
+        for engine in engines:
             engine.close()

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import hashlib
 import json
 import threading
@@ -167,18 +168,41 @@ class FlightLeases:
             Exception: the fleet's Redis did not answer (the caller flies per process).
         """
         value = self.value(as_of)
-        reply = self.link.client.eval(_TAKE, 1, key, value, int(self.lease * 1000))
-        return self._taken(key, value, reply)
+        return self._taken(key, value, self._ask(key, value))
+
+    def _ask(self, key: str, value: str) -> Any:
+        return self.link.client.eval(_TAKE, 1, key, value, int(self.lease * 1000))
 
     async def atake(self, key: str, as_of: float) -> Taken:
         """`take` on the event loop (``redis.asyncio``), or on a worker thread where the fleet
-        has no async client (a cluster, a Sentinel set)."""
+        has no async client (a cluster, a Sentinel set). A caller cancelled meanwhile does not
+        wait for the answer; its ask goes on, and a lease it took all the same is given back
+        once the answer comes (held, it would be renewed for ever: the key stuck)."""
         client = self.link.async_client()
-        if client is None:
-            return await asyncio.to_thread(self.take, key, as_of)
         value = self.value(as_of)
-        reply = await client.eval(_TAKE, 1, key, value, int(self.lease * 1000))
+        ask: Any = (
+            asyncio.to_thread(self._ask, key, value)
+            if client is None
+            else client.eval(_TAKE, 1, key, value, int(self.lease * 1000))
+        )
+        task = asyncio.ensure_future(ask)
+        try:
+            reply = await asyncio.shield(task)
+        except asyncio.CancelledError:
+            task.add_done_callback(functools.partial(self._abandoned, key, value))
+            raise
         return self._taken(key, value, reply)
+
+    def _abandoned(self, key: str, value: str, task: asyncio.Future[Any]) -> None:
+        """The answer to a cancelled caller's ask: a lease it took is given back (the others
+        told, as after a failed flight)."""
+        if task.cancelled() or task.exception() is not None:
+            return
+        reply = task.result()
+        if isinstance(reply, list | tuple) and reply and int(reply[0]):
+            with self._lock:
+                self._landed.append((key, value, False))
+            self.link.wake()
 
     def _taken(self, key: str, value: str, reply: Any) -> Taken:
         held, holder, ttl = int(reply[0]), reply[1], int(reply[2])
