@@ -209,13 +209,14 @@ class Failover(Guards, Lifecycle):
         watchers: list[Observer] = [StoreLog(owner)]
         if self.publisher is not None:
             watchers.append(self.publisher)
-        fleet = self.fleet
-        self.fleet_health = None if fleet is None else FleetHealth(fleet, FLEET_LABEL)
-        if fleet is not None and self.fleet_health is not None:  # its facts, told to observers
-            watchers += fleet_observers(fleet, self.fleet_health, self.metrics)
+        # The fleet's facts (its state, flights, messages, resyncs, cleanup turns), observed.
+        self.fleet_health: FleetHealth | None = None
+        if self.fleet is not None:
+            self.fleet_health = FleetHealth(self.fleet, FLEET_LABEL)
+            watchers += fleet_observers(self.fleet, self.fleet_health, self.metrics)
         self.events = engine_stream(self.stores, watchers)
-        if fleet is not None:
-            fleet.observe(self.events)
+        if self.fleet is not None:
+            self.fleet.observe(self.events)
         if self.publisher is not None:
             self.maintenance.background.append(self.publisher.start())
 
