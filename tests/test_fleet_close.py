@@ -326,3 +326,53 @@ def test_an_async_caller_cancelled_while_it_asks_for_the_lease_leaves_no_key_stu
         master.close()
         for engine in engines:
             engine.close()
+
+
+def test_a_sync_holder_interrupted_gives_its_lease_back(fleet_server: RedisServer) -> None:
+    """The sync counterpart of a cancellation: the holder's upstream interrupted by a
+    ``BaseException`` (a ``KeyboardInterrupt``, a ``SystemExit`` in its thread). Its lease is
+    given back at once: the other process's waiter takes over, not after the lease's 30 s."""
+    holder, other = _pair(fleet_server)
+    entered, interrupt = threading.Event(), threading.Event()
+    calls: list[str] = []
+    try:
+
+        @failover.failover(NAME, engine=holder, single_flight="fleet")
+        def first(key: str) -> str:
+            calls.append("first")
+            entered.set()
+            assert interrupt.wait(HANG)
+            raise KeyboardInterrupt
+
+        @failover.failover(NAME, engine=other, single_flight="fleet")
+        def second(key: str) -> str:
+            calls.append("second")
+            return "second"
+
+        stopped_by: list[BaseException] = []
+
+        def hold() -> None:
+            try:
+                first("k")
+            except BaseException as exc:  # the interruption, seen by its own thread
+                stopped_by.append(exc)
+
+        holding = threading.Thread(target=hold, daemon=True)
+        holding.start()
+        assert entered.wait(HANG)
+        out: list[str] = []
+        waiting = threading.Thread(target=lambda: out.append(second("k")), daemon=True)
+        waiting.start()
+        assert other.fleet is not None
+        assert other.fleet.flights.waited.wait(HANG)
+        interrupt.set()
+        holding.join(HANG)
+        waiting.join(HANG)
+        assert not waiting.is_alive()
+        assert [type(e) for e in stopped_by] == [KeyboardInterrupt]
+        assert out == ["second"]
+        assert calls == ["first", "second"]
+    finally:
+        interrupt.set()
+        for engine in (holder, other):
+            engine.close()

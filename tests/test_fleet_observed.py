@@ -217,3 +217,19 @@ def test_a_fleet_out_before_its_engine_observes_it_is_told_at_once(clock: FakeCl
         assert engine.health().stores["fleet"].status == "down"
     finally:
         engine.close()
+
+
+def test_fleet_flights_past_max_names_are_folded() -> None:
+    """``failover_fleet_flights_total``'s ``name`` is held to the registry's cardinality guard."""
+    from failover.metrics import PrometheusMetrics
+    from failover.metrics.tally import OTHER
+
+    registry = CollectorRegistry()
+    metrics = PrometheusMetrics(registry, max_names=1)
+    metrics.fleet.active = True
+    metrics.fleet_flight("one", "led")
+    metrics.fleet_flight("two", "led")
+    metrics.fleet_flight("three", "waited")
+    assert value(registry, "failover_fleet_flights_total", name="one", result="led") == 1
+    assert value(registry, "failover_fleet_flights_total", name=OTHER, result="led") == 1
+    assert value(registry, "failover_fleet_flights_total", name=OTHER, result="waited") == 1
