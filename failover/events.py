@@ -10,7 +10,9 @@ that failed, a result the store cannot encode), which the logs tell. The failove
 breaker changed state (`breaker_state`, from
 its pybreaker listener, on whichever thread changed it). A store went out or answers again
 (`store_state`: on the engine's own stream, `failover.engine.Failover.events`, from its deadline
-layers). Observers
+layers). The engine's fleet's Redis went out or answers again (`fleet_state`), its flights,
+messages, resyncs and cleanup turns (`fleet_flight`, `fleet_messages`, `fleet_resync`,
+`cleanup_turn`): on the engine's stream too, from `failover.fleet`. Observers
 subscribe by overriding the `Observer` methods they want: the health statistics
 (`failover.recorder.FailoverStats`), the Prometheus metrics (`failover.metrics_observer`), the
 logs (`failover.log_observer`), OpenTelemetry (`failover.otel`), the stale report of a unit of
@@ -111,6 +113,33 @@ class Observer:
         under that layer's lock: an observer records or wakes, it never waits nor uses the
         store."""
 
+    def fleet_state(
+        self, up: bool, operation: str, cause: BaseException | None, failures: int
+    ) -> None:
+        """The engine's fleet (`failover.fleet`) stopped answering (``up=False``: its
+        ``operation``, ``sync``/``flight``/``bus``/``cleanup``, failed with ``cause``; its
+        parts keep to this process from now on) or answers again (``failures``: its
+        operations that failed meanwhile). A fact of the engine's stream, told once per change,
+        from the thread that saw it (the fleet's, a bus's, a caller's asking for a lease)."""
+
+    def fleet_flight(self, name: str, result: str) -> None:
+        """The leader of a ``single_flight="fleet"`` flight of failover ``name``: ``led`` (it
+        took the key's lease), ``waited`` (it waits for another process's flight), ``local``
+        (the fleet does not answer, or closed: it flies per process), ``alone`` (its wait ran
+        past its budget: it calls the upstream itself). A flight may wait, then lead."""
+
+    def fleet_messages(self, direction: str, count: int) -> None:
+        """``count`` messages of the fleet's bus were ``sent`` (published, on the fleet's
+        thread) or ``received`` (another process's, acted on, on the bus's thread)."""
+
+    def fleet_resync(self) -> None:
+        """The fleet's bus subscribed again after an outage: every near copy of the engine's
+        tiered stores was dropped (what was published meanwhile was missed)."""
+
+    def cleanup_turn(self, ran: bool) -> None:
+        """A scheduled cleanup period under a fleet: this instance ``ran`` it (it took the
+        period's turn, or the fleet did not answer), or skipped it (another instance has it)."""
+
     def method(self, fact: str) -> Callable[..., None]:
         """What `Events` calls for ``fact``: the method itself, or (to spare the call path a
         frame) an equivalent callable."""
@@ -143,6 +172,11 @@ FACTS = (
     "served",
     "breaker_state",
     "store_state",
+    "fleet_state",
+    "fleet_flight",
+    "fleet_messages",
+    "fleet_resync",
+    "cleanup_turn",
 )
 
 
@@ -169,6 +203,11 @@ class Events:
     served: Callable[[ReferentialPayload[Any]], None]
     breaker_state: Callable[[int], None]
     store_state: Callable[[str, bool, object], None]
+    fleet_state: Callable[[bool, str, BaseException | None, int], None]
+    fleet_flight: Callable[[str, str], None]
+    fleet_messages: Callable[[str, int], None]
+    fleet_resync: Callable[[], None]
+    cleanup_turn: Callable[[bool], None]
 
     def __init__(self, observers: Sequence[Observer]) -> None:
         self.observers = tuple(observers)

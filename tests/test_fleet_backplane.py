@@ -147,13 +147,14 @@ def _warm(children: list[Child], versions: Any, tag: str) -> None:
     assert [child.ask("near") for child in children] == [1] * PROCESSES
 
 
-@pytest.mark.parametrize("where", ["server", "cluster"])
+@pytest.mark.parametrize("where", ["server", "cluster", "sentinel"])
 def test_a_write_in_one_process_drops_the_others_near_copies(
     where: str, fleet_server: RedisServer
 ) -> None:
     store = shared_server()
     tag = unique_prefix()
-    fleet = (redis_ha.cluster().url if where == "cluster" else fleet_server.url) + f"?prefix={tag}"
+    urls = {"cluster": redis_ha.cluster, "sentinel": redis_ha.sentinels}
+    fleet = (urls[where]().url if where in urls else fleet_server.url) + f"?prefix={tag}"
     versions = store.client()
     setup = _child(fleet, f"tiered+{store.url}?prefix={tag}", tag)
     with fleet_of(PROCESSES, setup) as children:

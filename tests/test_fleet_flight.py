@@ -40,9 +40,17 @@ def fleet_server() -> Iterator[RedisServer]:
     yield from running(RedisServer())
 
 
+@pytest.fixture(scope="module")
+def fleet_cluster() -> Iterator[redis_ha.RedisCluster]:
+    """A 3+3 Redis Cluster of this module's own: stopping it stalls no other test."""
+    yield from running(redis_ha.RedisCluster())
+
+
 def _fleet_url(where: str, fleet_server: RedisServer) -> str:
     if where == "cluster":
         return f"{redis_ha.cluster().url}?prefix={unique_prefix()}"
+    if where == "sentinel":  # the Sentinel set's master, found through its sentinels
+        return f"{redis_ha.sentinels().url}?prefix={unique_prefix()}"
     return f"{fleet_server.url}?prefix={unique_prefix()}"
 
 
@@ -191,7 +199,7 @@ def _one_called(children: list[Child]) -> dict[str, list[Any]]:
 
 
 @pytest.mark.parametrize("kind", ["sync", "async"])
-@pytest.mark.parametrize("where", ["server", "cluster"])
+@pytest.mark.parametrize("where", ["server", "cluster", "sentinel"])
 def test_processes_times_callers_of_one_cold_key_make_one_upstream_call(
     where: str, kind: str, fleet_server: RedisServer
 ) -> None:
@@ -209,7 +217,7 @@ def test_processes_times_callers_of_one_cold_key_make_one_upstream_call(
 
 
 @pytest.mark.parametrize("kind", ["sync", "async"])
-@pytest.mark.parametrize("where", ["server", "cluster"])
+@pytest.mark.parametrize("where", ["server", "cluster", "sentinel"])
 def test_a_holder_killed_mid_call_is_taken_over_and_every_caller_answered(
     where: str, kind: str, fleet_server: RedisServer
 ) -> None:
@@ -231,13 +239,23 @@ def test_a_holder_killed_mid_call_is_taken_over_and_every_caller_answered(
 
 
 @pytest.mark.parametrize("kind", ["sync", "async"])
+@pytest.mark.parametrize("where", ["server", "cluster"])
 def test_with_the_fleet_stopped_each_process_flies_alone_and_callers_are_answered(
-    kind: str, fleet_server: RedisServer
+    where: str, kind: str, fleet_server: RedisServer, request: pytest.FixtureRequest
 ) -> None:
+    """Every process of the fleet (its one server, or every node of its cluster) stopped."""
     store = shared_server()
     tag = unique_prefix()
+    if where == "cluster":
+        cluster: redis_ha.RedisCluster = request.getfixturevalue("fleet_cluster")
+        url = f"{cluster.url}?prefix={tag}"
+        pids = [n.process.pid for n in cluster.nodes if n.process is not None]
+    else:
+        assert fleet_server.process is not None
+        url = f"{fleet_server.url}?prefix={tag}"
+        pids = [fleet_server.process.pid]
     setup = _child(
-        f"{fleet_server.url}?prefix={tag}",
+        url,
         "memory://",  # each process its own store: the stopped Redis is the fleet's alone
         store.url,
         tag,
@@ -246,8 +264,7 @@ def test_with_the_fleet_stopped_each_process_flies_alone_and_callers_are_answere
         hold="none",
         timeout=0.5,
     )
-    assert fleet_server.process is not None
-    with fleet_of(PROCESSES, setup) as children, stopped([fleet_server.process.pid]):
+    with fleet_of(PROCESSES, setup) as children, stopped(pids):
         for child in children:
             assert child.ask("start") == "started"
         out = [child.ask("answers", timeout=3 * HANG) for child in children]

@@ -347,6 +347,10 @@ CONTRACT = {
     "failover_cleanup_removed_total": "counter",
     "failover_cleanup_seconds": "histogram",
     "failover_cleanup_last_run_timestamp_seconds": "gauge",
+    "failover_cleanups_total": "counter",
+    "failover_fleet_flights_total": "counter",
+    "failover_fleet_messages_total": "counter",
+    "failover_fleet_resyncs_total": "counter",
 }
 
 

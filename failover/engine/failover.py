@@ -16,7 +16,9 @@ from ..entries import EntryControl
 from ..errors import ConfigurationError
 from ..events import Observer
 from ..execution import Pools, Refreshes
+from ..fleet import LABEL as FLEET_LABEL
 from ..fleet import Fleet, make_fleet
+from ..fleet.observers import FleetHealth, fleet_observers
 from ..handlers import Handler
 from ..health import DOWN_MIN, DOWN_RATIO, HealthReport, down_thresholds
 from ..log_observer import StoreLog
@@ -160,8 +162,6 @@ class Failover(Guards, Lifecycle):
         self.stores = StoreStates(self.store)
         if isinstance(self.metrics, PrometheusMetrics):  # the store's health beside them
             StoreMetrics.for_registry(self.metrics.registry).track(self.stores)
-            if self.fleet is not None:
-                StoreMetrics.for_registry(self.metrics.registry).track_source(self.fleet, "fleet")
         if isinstance(self.store, MultiTenantStore):
             self.tenant_resolver = self.store.resolver
         self.handler: Handler = handler_chain(self.store, clock, store_interval=interval)
@@ -209,7 +209,14 @@ class Failover(Guards, Lifecycle):
         watchers: list[Observer] = [StoreLog(owner)]
         if self.publisher is not None:
             watchers.append(self.publisher)
+        # The fleet's facts (its state, flights, messages, resyncs, cleanup turns), observed.
+        self.fleet_health: FleetHealth | None = None
+        if self.fleet is not None:
+            self.fleet_health = FleetHealth(self.fleet, FLEET_LABEL)
+            watchers += fleet_observers(self.fleet, self.fleet_health, self.metrics)
         self.events = engine_stream(self.stores, watchers)
+        if self.fleet is not None:
+            self.fleet.observe(self.events)
         if self.publisher is not None:
             self.maintenance.background.append(self.publisher.start())
 
@@ -257,8 +264,8 @@ class Failover(Guards, Lifecycle):
         """
         thresholds = down_thresholds(down_ratio, down_min, "Failover.health")
         stores = self.stores.health()
-        if self.fleet is not None:
-            stores.append(self.fleet.health())
+        if self.fleet_health is not None:
+            stores.append(self.fleet_health.health())
         return self.registry.health(self.clock(), self.pools.all(), stores, thresholds)
 
     @functools.cached_property

@@ -52,10 +52,9 @@ class Maintenance:
         self._schedulers: list[CleanupScheduler] = []
         self.background: list[Background] = []
         # The engine's fleet, if any: one scheduled cleanup per period for the whole fleet;
-        # stopped by close(), before the store.
+        # stopped by close() after the store, so that the writes its queue lands while it
+        # closes are still announced on the fleet's backplane.
         self.fleet = fleet
-        if fleet is not None:
-            self.background.append(fleet)
 
     def clean(self) -> int:
         """See `Failover.clean`."""
@@ -89,8 +88,12 @@ class Maintenance:
         if not self.refreshes.close(timeout):
             log.warning("Failover.close: background refreshes still running after %ss", timeout)
         # A cleanup run by hand on another thread ends first: its store is not closed under it.
-        with self._clean_lock:
-            self.store.close()
+        try:
+            with self._clean_lock:
+                self.store.close()
+        finally:
+            if self.fleet is not None:
+                self.fleet.stop(timeout)
         self.pools.close()
 
     async def aclose(self, timeout: float = 5.0) -> None:
@@ -101,4 +104,6 @@ class Maintenance:
                 await self.store.aclose()
             except Exception:
                 log.warning("Failover.aclose: closing the async store client failed", exc_info=True)
+        if not self.closed and self.fleet is not None:
+            await self.fleet.aclose()  # the fleet's async client of this loop, on it
         await asyncio.to_thread(self.close, timeout)

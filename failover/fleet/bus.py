@@ -12,7 +12,9 @@ cannot run other commands): it hands each kind's items to that kind's handler. I
 ``PING`` every `HEARTBEAT` seconds; a pong missing for longer than that plus the socket
 timeout twice (a stopped or partitioned Redis says nothing: the subscription alone would
 wait for ever) counts as an outage: it reconnects with backoff, and each (re)subscription runs
-the resync callbacks, since whatever was published meanwhile was missed.
+the resync callbacks, since whatever was published meanwhile was missed. Messages sent and
+received, and each resubscription, are told to the engine's stream
+(`failover.events.Observer.fleet_messages`, `fleet_resync`).
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ class Link(Protocol):
     """What the bus needs of its fleet."""
 
     timeout: float
+    events: Any  # the engine's stream (`failover.events.Events`)
 
     def wake(self) -> None: ...
 
@@ -194,6 +197,8 @@ class Bus:
                     resync()
                 except Exception:
                     log.warning("fleet: a resync failed", exc_info=True)
+            if self.resynced > 1:  # subscribed again after an outage (the first is no resync)
+                self.link.events.fleet_resync()
             self.subscribed.set()
             return
         if kind != "message":
@@ -209,6 +214,7 @@ class Bus:
             log.debug("fleet: a message that is not the bus's", exc_info=True)
             return
         self.received += 1
+        self.link.events.fleet_messages("received", 1)
         for kind_of, items in kinds.items():
             handler = self.handlers.get(kind_of)
             if handler is None or not isinstance(items, list):
@@ -230,6 +236,8 @@ class _Round:
     def replies(self, answers: Sequence[Any]) -> None:
         """Published."""
         self.bus.sent += self.count
+        if self.count:
+            self.bus.link.events.fleet_messages("sent", self.count)
 
     def failed(self) -> None:
         """Not published: queued again."""

@@ -5,7 +5,8 @@ Before each scheduled run, the scheduler asks for the period's turn: a lease (``
 of one key, living one period) in the fleet's Redis. The instance that takes it cleans; the
 others skip that period (counted in `CleanupTurns.counts`). A cleanup is idempotent, so while
 the fleet's Redis does not answer every instance cleans (counted ``local``, the fleet's trouble
-logged once): a missed cleanup costs more than a repeated one.
+logged once): a missed cleanup costs more than a repeated one. Each period's verdict is told
+to the engine's stream (`failover.events.Observer.cleanup_turn`).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ __all__ = ["CleanupTurns"]
 
 class Link(Protocol):
     client: Any
+    events: Any  # the engine's stream (`failover.events.Events`)
 
     def trouble(self, operation: str, exc: BaseException) -> None: ...
 
@@ -46,6 +48,8 @@ class CleanupTurns:
         except Exception as exc:
             self.link.trouble("cleanup", exc)
             self.counts["local"] += 1
+            self.link.events.cleanup_turn(True)
             return True
         self.counts["ran" if taken else "skipped"] += 1
+        self.link.events.cleanup_turn(bool(taken))
         return bool(taken)

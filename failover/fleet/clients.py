@@ -195,6 +195,13 @@ class AsyncClients:
                 found = self._clients[loop] = self._make()
         return found
 
+    async def aclose(self) -> None:
+        """Close the running loop's client (its connections can only be closed on it)."""
+        with self._lock:
+            found = self._clients.pop(asyncio.get_running_loop(), None)
+        if found is not None:
+            await found.aclose()
+
     def forked(self) -> None:
         """In a forked child: the parent's loops and connections are not the child's."""
         self._lock = threading.Lock()

@@ -11,10 +11,13 @@ its own thread, or on its event loop through ``redis.asyncio`` (never a blocking
 loop), within the socket timeout; and the bus's subscriber thread reads the fleet's channel
 (`failover.fleet.backplane` keeps near copies coherent with it). While
 Redis does not answer, every part keeps working in this process alone; the trouble is counted
-as a store's (``failover_store_up{store="fleet"}`` 0, ``failover_store_errors_total{store=
-"fleet",operation="sync",reason=…}``) and logged once, then at most once per `LOG_EVERY` with a
-count; the next round that gets through re-syncs (what this process decided meanwhile is
-published, what the others published is applied, the near copies are dropped). A forked child
+as a store's (``failover_store_errors_total{store="fleet",operation="sync",reason=…}``) and
+the change is told once to the engine's stream (`failover.events.Observer.fleet_state`), whose
+observers show it (``failover_store_up{store="fleet"}`` 0, ``HealthReport.stores``) and log
+it, once per outage (`failover.fleet.observers`); the next round that gets through re-syncs
+(what this process decided meanwhile is published, what the others published is applied, the
+near copies are dropped) and tells that it answers again. The fleet's flights, messages,
+resyncs and cleanup turns are told to that stream too. A forked child
 starts its threads, its connections and its lease token anew.
 """
 
@@ -22,7 +25,6 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 import uuid
 from collections import Counter
 from collections.abc import Sequence
@@ -30,23 +32,22 @@ from typing import Any, Protocol
 
 import pybreaker
 
+from ..events import Events
 from ..execution.fleet_state import FleetStorage, SharedBreakers
 from ..forks import AfterFork
-from ..health import StoreHealth
 from .backplane import Backplane
 from .bus import Bus
 from .cleanup import CleanupTurns
 from .clients import AsyncClients, target_of
 from .leases import FlightLeases
 
-__all__ = ["LABEL", "LEASE_TTL", "LOG_EVERY", "SYNC_EVERY", "Fleet", "make_fleet"]
+__all__ = ["LABEL", "LEASE_TTL", "SYNC_EVERY", "Fleet", "make_fleet"]
 
 log = logging.getLogger("failover.fleet")
 
 LABEL = "fleet"  # the ``store`` label of its health
 SYNC_EVERY = 0.5  # seconds between rounds: another process's trip is seen within about this
 LEASE_TTL = 5.0  # seconds a half-open trial lease lives (a crashed holder frees it then)
-LOG_EVERY = 60.0  # seconds between two log lines about the same outage
 
 
 class Part(Protocol):
@@ -82,7 +83,10 @@ class Fleet:
         )
         self.up = True  # until a round fails: the parts then keep to this process
         self.errors: Counter[tuple[str, str]] = Counter()  # (operation, reason) -> count
-        self.failed_rounds = 0
+        self.failed_rounds = 0  # operations failed since the fleet went out
+        # Where the fleet tells its changes: the engine's stream (`observe`); none until then.
+        self.events: Events = Events(())
+        self._down: tuple[str, BaseException] | None = None  # what took it out, while out
         prefix = self.target.prefix
         self.breakers = SharedBreakers(self, prefix, LEASE_TTL, _notice)
         token = uuid.uuid4().hex
@@ -100,8 +104,6 @@ class Fleet:
         self._wake = threading.Event()
         self._round = threading.Lock()  # one round at a time (the thread's, or `sync`'s)
         self._closed = False
-        self._logged_at = 0.0
-        self._unlogged = 0
         self._thread: threading.Thread | None = None
         self._start()
         self.bus.start()
@@ -109,6 +111,16 @@ class Fleet:
 
     def __repr__(self) -> str:
         return f"Fleet({self.shown!r}, up={self.up})"
+
+    def observe(self, events: Events) -> None:
+        """Tell ``events`` (the engine's stream) the fleet's changes from now on: its state
+        (`failover.events.Observer.fleet_state`; an outage already begun is told at once), its
+        flights, messages, resyncs and cleanup turns."""
+        with self._trouble_lock:
+            self.events = events
+            down = self._down
+            if down is not None:
+                events.fleet_state(False, down[0], down[1], self.failed_rounds)
 
     # -- the breakers' side --------------------------------------------------------------------
 
@@ -138,8 +150,9 @@ class Fleet:
         return self.client.pubsub()
 
     def trouble(self, operation: str, exc: BaseException) -> None:
-        """``operation`` on the fleet's Redis failed (``exc``): counted and logged as a failed
-        round is; the parts keep to this process until a round gets through."""
+        """``operation`` on the fleet's Redis failed (``exc``): counted as a failed round is,
+        and told as one (once per outage); the parts keep to this process until a round gets
+        through."""
         self._trouble(exc, operation)
 
     # -- the thread ----------------------------------------------------------------------------
@@ -203,48 +216,23 @@ class Fleet:
         reason = "timeout" if isinstance(exc, redis.TimeoutError | TimeoutError) else "error"
         self.errors[(operation, reason)] += 1
         self.failed_rounds += 1
-        now = time.monotonic()
-        if self.up:
+        if self.up:  # told once per outage: its observers log it, count it, show it
             self.up = False
-            self._logged_at, self._unlogged = now, 0
-            log.warning(
-                "fleet %s: unreachable (%s, %s); breakers and single flight keep working in "
-                "this process alone until it answers",
-                self.shown,
-                operation,
-                type(exc).__name__,
-                exc_info=True,
-            )
-        elif now - self._logged_at >= LOG_EVERY:
-            log.warning(
-                "fleet %s: still unreachable (%s), %d failed rounds since the last line",
-                self.shown,
-                type(exc).__name__,
-                self._unlogged + 1,
-            )
-            self._logged_at, self._unlogged = now, 0
-        else:
-            self._unlogged += 1
+            self.failed_rounds = 1
+            self._down = (operation, exc)
+            self.events.fleet_state(False, operation, exc, 1)
 
     def _answered(self) -> None:
         if not self.up:
-            log.warning(
-                "fleet %s: answers again after %d failed rounds; breaker states re-synced",
-                self.shown,
-                self.failed_rounds,
-            )
-            self.failed_rounds = 0
-            self.up = True
+            with self._trouble_lock:
+                if not self.up:
+                    self.up = True
+                    self._down = None
+                    self.events.fleet_state(True, "sync", None, self.failed_rounds)
+                    self.failed_rounds = 0
         self.synced.set()
 
-    # -- health, fork, close -------------------------------------------------------------------
-
-    def health(self) -> StoreHealth:
-        """The fleet's health, as a store's (``HealthReport.stores``)."""
-        errors: Counter[str] = Counter()
-        for (_, reason), n in list(self.errors.items()):
-            errors[reason] += n
-        return StoreHealth(LABEL, "up" if self.up else "down", dict(errors))
+    # -- fork, close -------------------------------------------------------------------
 
     def forked(self) -> None:
         """In a forked child: new locks, a new client (the parent's sockets are the parent's),
@@ -269,6 +257,7 @@ class Fleet:
         """Stop the thread and close the client; return whether the thread ended in time (a
         round in progress ends within the socket timeout)."""
         self._closed = True
+        self.flights.close()  # its waiters fly per process: nobody would wake them
         self._wake.set()
         thread = self._thread
         ended = True
@@ -277,7 +266,8 @@ class Fleet:
             ended = not thread.is_alive()
         if ended and timeout != 0 and self.bus.pending():
             # What this process wrote last is told to the others (one round, bounded by the
-            # socket timeout); writes still queued in the store when it closes are not.
+            # socket timeout): the engine stops its fleet after its store, so this includes
+            # the writes the store's queue landed while it closed.
             with self._round:
                 self._sync_once()
         ended = self.bus.stop(timeout) and ended
@@ -289,6 +279,15 @@ class Fleet:
         return ended
 
     close = stop
+
+    async def aclose(self) -> None:
+        """Close the running loop's ``redis.asyncio`` client (`Failover.aclose` calls it on
+        its loop); the thread and the other clients are `stop`'s."""
+        if self._async is not None:
+            try:
+                await self._async.aclose()
+            except Exception:
+                log.debug("fleet %s: closing an async client failed", self.shown, exc_info=True)
 
 
 def _unlock(client: Any) -> None:

@@ -80,8 +80,8 @@ class FleetFlownCall(FlownCall):
     def _plan(self) -> tuple[FlightLeases, str] | None:
         flights = cast(FleetFlights, self.rt.flights)
         leases = flights.leases
-        if not flights.fleet.up:
-            leases.counts["local"] += 1
+        if not flights.fleet.up or leases.closed:
+            leases.count(self.definition.name, "local")
             return None
         key = leases.key(self.definition.name, self.flight_key)
         return None if key is None else (leases, key)
@@ -95,8 +95,8 @@ class FleetFlownCall(FlownCall):
         return time.time() if now is None else now.timestamp()
 
     def _local(self, leases: FlightLeases, exc: BaseException) -> None:
-        leases.counts["local"] += 1
         cast(FleetFlights, self.rt.flights).fleet.trouble("flight", exc)
+        leases.count(self.definition.name, "local")
 
     def lead(self, fn: Callable[..., Any], args: Any, kwargs: Any) -> Any:
         """Take the key's lease and call the upstream, or answer with the entry another
@@ -110,6 +110,8 @@ class FleetFlownCall(FlownCall):
         seen: float | None = None  # the as_of of the latest flight waited for
         try:
             while True:
+                if leases.closed:  # the engine closed while this call waited
+                    return super().lead(fn, args, kwargs)
                 try:
                     taken = leases.take(key, self._as_of())
                 except Exception as exc:
@@ -117,6 +119,7 @@ class FleetFlownCall(FlownCall):
                     return super().lead(fn, args, kwargs)
                 if taken.held:
                     self.lease = key
+                    leases.count(self.definition.name, "led")
                     found = self._again(seen)
                     if found is not None:
                         return self._got(found)
@@ -124,9 +127,9 @@ class FleetFlownCall(FlownCall):
                 seen = taken.as_of
                 left = deadline - time.monotonic()
                 if left <= 0:
-                    leases.counts["alone"] += 1
+                    leases.count(self.definition.name, "alone")
                     return super().lead(fn, args, kwargs)
-                leases.waiting()
+                leases.count(self.definition.name, "waited")
                 waiter.event.wait(min(taken.ttl + _SLACK, left))
                 found = self._landed(waiter, taken, deadline)
                 if found is not None:
@@ -147,6 +150,8 @@ class FleetFlownCall(FlownCall):
         seen: float | None = None
         try:
             while True:
+                if leases.closed:
+                    return await super().alead(fn, args, kwargs)
                 try:
                     taken = await leases.atake(key, self._as_of())
                 except Exception as exc:
@@ -154,6 +159,7 @@ class FleetFlownCall(FlownCall):
                     return await super().alead(fn, args, kwargs)
                 if taken.held:
                     self.lease = key
+                    leases.count(self.definition.name, "led")
                     found = await self._read(self._again, seen)
                     if found is not None:
                         return self._got(found)
@@ -161,9 +167,9 @@ class FleetFlownCall(FlownCall):
                 seen = taken.as_of
                 left = deadline - time.monotonic()
                 if left <= 0:
-                    leases.counts["alone"] += 1
+                    leases.count(self.definition.name, "alone")
                     return await super().alead(fn, args, kwargs)
-                leases.waiting()
+                leases.count(self.definition.name, "waited")
                 future = waiter.future
                 assert future is not None  # an async waiter
                 try:

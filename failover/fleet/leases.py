@@ -11,6 +11,9 @@ lease's time to live (then it asks again: a holder that died left it to lapse), 
 budget. No Redis command is sent while it waits: the message wakes it (pub/sub), and the
 lease's expiry bounds the wait when no message comes.
 
+Each leader's step (it led, waited, flew per process or alone) is told to the engine's stream
+(`failover.events.Observer.fleet_flight`), for the metrics and the logs.
+
 Within a process, the calls of one key share one flight first (`failover.flight`): only its
 leader asks the fleet. While the fleet's Redis does not answer, flights are per process
 (counted in `FlightLeases.counts` and as the fleet's trouble, logged once).
@@ -20,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import hashlib
 import json
 import threading
@@ -52,6 +56,7 @@ class Link(Protocol):
 
     up: bool
     client: Any
+    events: Any  # the engine's stream (`failover.events.Events`)
 
     def wake(self) -> None: ...
 
@@ -123,13 +128,15 @@ class FlightLeases:
         self.lease = FLIGHT_LEASE
         self.wait = FLIGHT_WAIT
         # led: took a lease; waited: waited for another process; local: flew per process
-        # (the fleet did not answer); alone: a waiter's budget ran out and it called itself.
+        # (the fleet did not answer, or closed); alone: a waiter's budget ran out and it
+        # called itself. Each also told to the engine's stream (`count`).
         self.counts: Counter[str] = Counter()
         self.waited = threading.Event()  # set when a call starts waiting (tests and tools)
         self._held: dict[str, str] = {}  # key -> value: renewed each round until landed
         self._landed: list[tuple[str, str, bool]] = []  # (key, value, ok): to give back
         self._waiters: dict[str, set[Waiter]] = {}
         self._lock = threading.Lock()  # held for dict steps only, never around I/O
+        self.closed = False  # the fleet stopped: flights are per process from then on
 
     def key(self, name: str, flight: Any) -> str | None:
         """The lease key of failover ``name``'s flight ``flight`` (``(tenant, key)`` when
@@ -161,25 +168,47 @@ class FlightLeases:
             Exception: the fleet's Redis did not answer (the caller flies per process).
         """
         value = self.value(as_of)
-        reply = self.link.client.eval(_TAKE, 1, key, value, int(self.lease * 1000))
-        return self._taken(key, value, reply)
+        return self._taken(key, value, self._ask(key, value))
+
+    def _ask(self, key: str, value: str) -> Any:
+        return self.link.client.eval(_TAKE, 1, key, value, int(self.lease * 1000))
 
     async def atake(self, key: str, as_of: float) -> Taken:
         """`take` on the event loop (``redis.asyncio``), or on a worker thread where the fleet
-        has no async client (a cluster, a Sentinel set)."""
+        has no async client (a cluster, a Sentinel set). A caller cancelled meanwhile does not
+        wait for the answer; its ask goes on, and a lease it took all the same is given back
+        once the answer comes (held, it would be renewed for ever: the key stuck)."""
         client = self.link.async_client()
-        if client is None:
-            return await asyncio.to_thread(self.take, key, as_of)
         value = self.value(as_of)
-        reply = await client.eval(_TAKE, 1, key, value, int(self.lease * 1000))
+        ask: Any = (
+            asyncio.to_thread(self._ask, key, value)
+            if client is None
+            else client.eval(_TAKE, 1, key, value, int(self.lease * 1000))
+        )
+        task = asyncio.ensure_future(ask)
+        try:
+            reply = await asyncio.shield(task)
+        except asyncio.CancelledError:
+            task.add_done_callback(functools.partial(self._abandoned, key, value))
+            raise
         return self._taken(key, value, reply)
+
+    def _abandoned(self, key: str, value: str, task: asyncio.Future[Any]) -> None:
+        """The answer to a cancelled caller's ask: a lease it took is given back (the others
+        told, as after a failed flight)."""
+        if task.cancelled() or task.exception() is not None:
+            return
+        reply = task.result()
+        if isinstance(reply, list | tuple) and reply and int(reply[0]):
+            with self._lock:
+                self._landed.append((key, value, False))
+            self.link.wake()
 
     def _taken(self, key: str, value: str, reply: Any) -> Taken:
         held, holder, ttl = int(reply[0]), reply[1], int(reply[2])
         if held:
             with self._lock:
                 self._held[key] = value
-            self.counts["led"] += 1
             return Taken(True, 0.0, 0.0)
         if isinstance(holder, bytes):
             holder = holder.decode()
@@ -207,6 +236,15 @@ class FlightLeases:
             self._waiters.setdefault(key, set()).add(waiter)
         return waiter
 
+    def close(self) -> None:
+        """The fleet stops: every call waiting for another process's flight is woken (it then
+        flies per process), and no lease is asked for any more."""
+        self.closed = True
+        with self._lock:
+            waiters = [w for group in self._waiters.values() for w in group]
+        for waiter in waiters:
+            waiter.wake(False)
+
     def unwait(self, waiter: Waiter) -> None:
         with self._lock:
             found = self._waiters.get(waiter.key)
@@ -215,10 +253,13 @@ class FlightLeases:
                 if not found:
                     del self._waiters[waiter.key]
 
-    def waiting(self) -> None:
-        """A call starts waiting for another process's flight."""
-        self.counts["waited"] += 1
-        self.waited.set()
+    def count(self, name: str, result: str) -> None:
+        """A flight of failover ``name`` ``led``, ``waited``, flew ``local`` or ``alone``
+        (`failover.events.Observer.fleet_flight`): counted, and told to the engine's stream."""
+        self.counts[result] += 1
+        self.link.events.fleet_flight(name, result)
+        if result == "waited":
+            self.waited.set()
 
     # -- the bus's side ------------------------------------------------------------------------
 

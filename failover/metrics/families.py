@@ -85,4 +85,21 @@ def declare() -> dict[str, Any]:
             "failover_cleanup_last_run_timestamp_seconds",
             "When the latest cleanup ended (Unix time).",
         ),
+        "cleanups": counter(
+            "failover_cleanups",
+            "Scheduled cleanup periods under a fleet: ran here, or skipped (another ran it).",
+            "result",
+        ),
+        "fleet_flights": counter(
+            "failover_fleet_flights",
+            "Fleet single flights' leaders: led, waited, local (per process), alone.",
+            "name",
+            "result",
+        ),
+        "fleet_messages": counter(
+            "failover_fleet_messages", "Messages on the fleet's bus, sent or received.", "direction"
+        ),
+        "fleet_resyncs": counter(
+            "failover_fleet_resyncs", "Near copies all dropped after a backplane outage."
+        ),
     }

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from .base import failed, safe
 from .families import declare
+from .fleet import FleetTally
 from .samples import histogram, pool_samples, tally_samples, tracked_samples
 from .tally import OTHER, RECOVERY_OUTCOMES, SECONDS_BUCKETS, WRITE_RESULTS, Histogram, Tally
 
@@ -56,6 +57,7 @@ class PrometheusMetrics:
         self._cleanup_removed = 0
         self._cleanup_seconds = Histogram(SECONDS_BUCKETS)
         self._cleanup_last: float | None = None
+        self.fleet = FleetTally()  # told by the engines' fleets (`failover.fleet.observers`)
         registry.register(_Collector(self))
 
     def __repr__(self) -> str:
@@ -187,6 +189,12 @@ class PrometheusMetrics:
         self._cleanup_last = time.time()
 
     @safe
+    def fleet_flight(self, name: str, result: str) -> None:
+        """A fleet flight's leader of failover ``name``: ``led``, ``waited``, ``local`` or
+        ``alone`` (``failover_fleet_flights_total``)."""
+        self.fleet.flight(self._label(name), result)
+
+    @safe
     def track(self, stats: FailoverStats) -> None:
         """Export ``stats`` (calls, upstream time and errors, info) while it lives."""
         self._tracked[stats] = self._label(stats.name)
@@ -226,4 +234,5 @@ def _families(m: PrometheusMetrics | None) -> Iterator[Any]:
         histogram(f["cleanup_seconds"], (), m._cleanup_seconds, always=True)
         if m._cleanup_last is not None:
             f["cleanup_last"].add_metric((), m._cleanup_last)
+        m.fleet.samples(f)
     return iter(f.values())

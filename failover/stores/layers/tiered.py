@@ -6,7 +6,7 @@ import asyncio
 import dataclasses
 import logging
 import threading
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
@@ -20,7 +20,6 @@ from ..base import (
     Payload,
     delete_many,
     does_io,
-    native_async,
     writes_async,
 )
 from ..browsing import BrowsingLayer
@@ -28,6 +27,7 @@ from ..health_rows import HealthRowsLayer
 from .async_write import AsyncWriteStore
 from .coherent import Coherence, CoherentNear, by_name
 from .hedging import HedgingDeadline
+from .tiered_async import TieredAsync
 from .tiered_control import TieredControl
 
 __all__ = ["TieredStore"]
@@ -46,7 +46,9 @@ def _fresher(a: Payload | None, b: Payload | None) -> Payload | None:
     return a
 
 
-class TieredStore(CoherentNear, TieredControl, HealthRowsLayer, BrowsingLayer, Capabilities):
+class TieredStore(
+    CoherentNear, TieredControl, TieredAsync, HealthRowsLayer, BrowsingLayer, Capabilities
+):
     """A process-local store (``near``) in front of a shared one (``far``, e.g. Redis or
     PostgreSQL).
 
@@ -291,96 +293,6 @@ class TieredStore(CoherentNear, TieredControl, HealthRowsLayer, BrowsingLayer, C
         if kept:
             self._keep(kept, deletes)
         return found
-
-    # -- async: the far store's own reads, awaited (the near one is process memory) -----------
-
-    @property
-    def native_async(self) -> bool:
-        """Whether the far store has async methods (and the near one does no I/O)."""
-        return native_async(self.far) and not does_io(self.near)
-
-    async def _afrom_far(self, read: Awaitable[T], answered: bool, operation: str) -> T | None:
-        """`_from_far`, awaited."""
-        try:
-            return await read
-        except Exception:
-            if not answered:
-                raise
-            log.debug(
-                "failover: %s: the far store failed; answering from the near one",
-                operation,
-                exc_info=True,
-            )
-            return None
-
-    async def afind(self, name: str, key: str) -> Payload | None:
-        """`find`, the far store's read awaited."""
-        found = await self.afind_many(name, [key])
-        return found.get(key)
-
-    async def afind_many(self, name: str, keys: Iterable[str]) -> dict[str, Payload]:
-        """`find_many`, the far store's read awaited."""
-        keys = list(keys)
-        deletes = self._deletes
-        near = self.near.find_many(name, keys)
-        far_store: Any = self.far
-        if near and self._guard is not None:
-            # An earlier far read still out: the far store is slow, near answers at once.
-            far = (
-                None
-                if self._tasks and self._far_out()
-                else await self._ahedged(far_store.afind_many(name, keys), near, deletes)
-            )
-        else:
-            far = await self._afrom_far(far_store.afind_many(name, keys), bool(near), "find_many")
-        return self._merged(near, far, deletes)
-
-    def _far_out(self) -> bool:
-        """Whether an earlier hedged far read is still running (the task of a loop closed
-        meanwhile never ends: it is dropped, not waited for)."""
-        for task in list(self._tasks):
-            if not task.get_loop().is_closed():
-                return True
-            self._tasks.discard(task)
-        return False
-
-    async def _ahedged(
-        self, read: Awaitable[dict[str, Payload]], near: dict[str, Payload], deletes: int
-    ) -> dict[str, Payload] | None:
-        """`_hedged`, awaited: the far read goes on as a task past ``hedge_after``, or when the
-        caller is cancelled (under its deadline, which cancels it and opens the breaker), its
-        answer kept in ``near``. The task is held while it runs, and never once it ended,
-        however its caller left: a task kept would keep every later read off ``far``."""
-        task = asyncio.ensure_future(read)
-        self._tasks.add(task)  # held until done: a running task must not be collected
-        task.add_done_callback(self._tasks.discard)
-        done: set[asyncio.Future[dict[str, Payload]]] = set()
-
-        def landed(t: asyncio.Future[dict[str, Payload]]) -> None:
-            if not t.cancelled() and t.exception() is None:
-                self._merged(near, t.result(), deletes)
-
-        try:
-            done, _ = await asyncio.wait((task,), timeout=self.hedge_after)
-        finally:
-            if not done:  # past hedge_after, or the caller was cancelled: kept for later
-                task.add_done_callback(landed)
-        if not done:
-            return None
-        try:
-            return task.result()
-        except Exception:
-            log.debug("failover: the far store failed; answering from the near one", exc_info=True)
-            return None
-
-    async def astore_many(self, payloads: Sequence[Payload]) -> int | None:
-        """`store_many`: the near store at once, the far one queued: no waiting on I/O."""
-        return self.store_many(payloads)
-
-    async def aclose(self) -> None:
-        """Close the far store's async clients of this loop."""
-        if native_async(self.far):
-            await self.far.aclose()
 
     def find_all(self, name: str) -> list[Payload]:
         """Every entry of ``name`` in either tier, the fresher of each key, by key."""
