@@ -74,6 +74,20 @@ def compare(label: str, sides: dict[str, tuple[Any, Any]], rounds: int) -> list[
     ]
 
 
+def _backends(package: Any) -> tuple[Any, Any]:
+    """The SQL and Redis store modules of a checkout: under ``stores.backends`` since the
+    stores were laid out by kind, directly under ``stores`` before."""
+    for where in ("stores.backends", "stores"):
+        try:
+            return (
+                importlib.import_module(f"{package.__name__}.{where}.sql"),
+                importlib.import_module(f"{package.__name__}.{where}.redis"),
+            )
+        except ModuleNotFoundError:
+            continue
+    raise SystemExit(f"{package.__name__}: no SQL and Redis stores found")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--before", required=True, help="a checkout holding the other failover")
@@ -85,20 +99,18 @@ def main() -> int:
         before = importlib.import_module("failover_before")
         import failover as after
 
-        for package in (before, after):
-            importlib.import_module(f"{package.__name__}.stores.sql")
-            importlib.import_module(f"{package.__name__}.stores.redis")
+        backends = {package: _backends(package) for package in (before, after)}
         from tests import postgres, redis_ha, redis_server
 
         def stores(make: Callable[[Any, str], Any]) -> dict[str, tuple[Any, Any]]:
             return {side: (p, make(p, side)) for side, p in (("before", before), ("after", after))}
 
         rows: list[str] = []
-        sql = stores(lambda p, side: p.stores.sql.SqlStore(f"sqlite:///{tmp}/{side}.db"))
+        sql = stores(lambda p, side: backends[p][0].SqlStore(f"sqlite:///{tmp}/{side}.db"))
         rows += compare("SQLite (WAL file)", sql, args.rounds)
         pg = postgres.server()
         try:
-            sql = stores(lambda p, side: p.stores.sql.SqlStore(pg.url, table_prefix=f"{side}_"))
+            sql = stores(lambda p, side: backends[p][0].SqlStore(pg.url, table_prefix=f"{side}_"))
             rows += compare("PostgreSQL (local)", sql, args.rounds)
             for _, store in sql.values():
                 store.close()
@@ -108,7 +120,7 @@ def main() -> int:
             ("Redis (local)", redis_server.server().url),
             ("Redis Cluster (3 masters)", redis_ha.cluster().url),
         ):
-            kv = stores(lambda p, side, url=url: p.stores.redis.RedisStore(url, prefix=f"{side}:"))
+            kv = stores(lambda p, side, url=url: backends[p][1].RedisStore(url, prefix=f"{side}:"))
             rows += compare(label, kv, args.rounds)
             for _, store in kv.values():
                 store.close()
