@@ -407,3 +407,45 @@ async def test_an_async_refresh_ahead_older_than_the_stored_entry_is_refused(
         answer.set()
         ahead.close()
         other.close()
+
+
+# -- the compare script after the server forgot it ------------------------------------------------
+
+
+@pytest.mark.parametrize("kind", ["sync", "async"])
+def test_redis_writes_still_compare_after_the_server_forgets_the_script(
+    kind: str, clock: FakeClock
+) -> None:
+    """A restarted server (or ``SCRIPT FLUSH``) no longer holds the compare-and-set script the
+    store calls by its digest: the store loads it again, and entries still only move forward."""
+    import redis as redis_py
+
+    url = redis_server.server().url
+    store: Any = redis_store(clock, url=url, prefix=redis_server.unique_prefix())
+    admin = redis_py.Redis.from_url(url)
+    batches = [
+        [entry(clock, "k", "newer", 10)],  # the script is loaded
+        [entry(clock, "k", "older"), entry(clock, "j", "j")],
+        [entry(clock, "j", "j2", 1)],
+    ]
+
+    async def awrite() -> None:
+        try:
+            for batch in batches:
+                await store.astore_many(batch)
+                admin.script_flush()
+        finally:
+            await store.aclose()
+
+    try:
+        if kind == "sync":
+            for batch in batches:
+                store.store_many(batch)
+                admin.script_flush()
+        else:
+            asyncio.run(awrite())
+        found = store.find_many("n", ["k", "j"])
+        assert {k: p.payload for k, p in found.items()} == {"k": "newer", "j": "j2"}
+    finally:
+        admin.close()
+        store.close()
