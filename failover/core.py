@@ -20,7 +20,7 @@ from time import perf_counter
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from . import switches
-from .context import CallContext, Miss, RecoverContext
+from .context import Miss, RecoverContext
 from .definition import FailoverDefinition
 from .errors import ConfigurationError, SerializationError, StoreError
 from .events import Events
@@ -312,23 +312,6 @@ class Runtime:
             name,
             exc,
         )
-
-    def timed_store(self, ctx: CallContext, result: Any) -> None:
-        """Store ``result``, telling the observers how long it took and whether it worked,
-        and which of its entries a newer stored one kept out (a write none of whose entries
-        was written is not `stored`)."""
-        start = perf_counter()
-        try:
-            kept = self.handler.store(ctx, result)
-        except Exception:
-            self.events.stored(False, perf_counter() - start)
-            raise
-        if kept is None:
-            self.events.stored(True, perf_counter() - start)
-            return
-        self.events.superseded(kept.kept)
-        if kept.kept < kept.entries:
-            self.events.stored(True, perf_counter() - start)
 
     def looked_up(self, lookup: Lookup, found: ReferentialPayload[Any] | Miss) -> None:
         """A recovery's read is done: timed for the observers; a failed one is logged (once a
