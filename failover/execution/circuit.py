@@ -21,6 +21,7 @@ from .fleet_state import FleetStorage
 __all__ = ["Circuit"]
 
 _CLOSED = pybreaker.STATE_CLOSED
+_CLOSED_STATE = pybreaker.CircuitClosedState  # pybreaker's closed state: ``name`` "closed"
 _QUIET = pybreaker.CircuitBreakerListener.success  # the base listener's: does nothing
 
 
@@ -51,7 +52,8 @@ class Circuit:
         own ``call`` would)."""
         storage = self.storage
         state = storage._state if self.memory else storage.state
-        return bool(state == _CLOSED and self.breaker._state.name == _CLOSED)
+        # The noticed state's class, not its ``name``: a property, so a frame on every call.
+        return bool(state == _CLOSED and type(self.breaker._state) is _CLOSED_STATE)
 
     def succeeded(self) -> None:
         """A success outside a trial: the count of consecutive failures back to zero (a
