@@ -220,7 +220,8 @@ class Call(CallContext):
         Nothing here may break the call: a failing clock, ``store_if``, key function, store or
         metrics object is store trouble, logged and counted, and the live result returns.
         """
-        seconds = perf_counter() - self.start
+        end = perf_counter()  # the upstream's end: the metered store's start, too
+        seconds = end - self.start
         rt = self.rt
         try:
             store_if = self.definition.store_if
@@ -228,7 +229,7 @@ class Call(CallContext):
             if (store_if is None or store_if(result)) and not (refused and type(result) in refused):
                 events = rt.events
                 if events.timed:  # `Runtime.timed_store`, inlined: the metered success path
-                    start = perf_counter()
+                    start = end
                     try:
                         kept = rt.handler.store(self, result)
                     except Exception:
