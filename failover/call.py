@@ -29,7 +29,7 @@ from time import perf_counter
 from typing import TYPE_CHECKING, Any
 
 from .adaptive import AdaptiveTtl, FreshSince
-from .call_io import looked_up, note_unrecovered, timed_store, unencodable
+from .call_io import looked_up, note_unrecovered, unencodable
 from .context import CallContext, Miss, RecoverContext
 from .errors import SerializationError, Throttled, refused_by
 from .execution import Wait
@@ -221,16 +221,29 @@ class Call(CallContext):
         Nothing here may break the call: a failing clock, ``store_if``, key function, store or
         metrics object is store trouble, logged and counted, and the live result returns.
         """
-        seconds = perf_counter() - self.start
+        end = perf_counter()  # the upstream's end: the metered store's start, too
+        seconds = end - self.start
         rt = self.rt
         try:
             store_if = self.definition.store_if
             refused = rt.refused_types
             if (store_if is None or store_if(result)) and not (refused and type(result) in refused):
-                if rt.events.timed:
-                    timed_store(rt, self, result)
+                events = rt.events
+                if events.timed:  # timed here, inlined: the metered success path
+                    start = end
+                    try:
+                        kept = rt.handler.store(self, result)
+                    except Exception:
+                        events.stored(False, perf_counter() - start)
+                        raise
+                    if kept is None:
+                        events.stored(True, perf_counter() - start)
+                    else:
+                        events.superseded(kept.kept)
+                        if kept.kept < kept.entries:
+                            events.stored(True, perf_counter() - start)
                 elif (kept := rt.handler.store(self, result)) is not None:  # sets self.now
-                    rt.events.superseded(kept.kept)
+                    events.superseded(kept.kept)
             else:
                 self.now = rt.clock()
         except SerializationError as exc:

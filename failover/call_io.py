@@ -1,7 +1,8 @@
-"""What a call tells off its usual path: to its failover's stream, a live result's write and a
-recovery's read timed (when an observer wants timings), their failures, and a result the store
-cannot encode, which the observers (`failover.events`) count and log (a new one needs nothing
-of the runtime); to its caller, why nothing was recovered (a note on the exception re-raised).
+"""What a call tells off its usual path: to its failover's stream, a recovery's read timed
+(when an observer wants timings), the failures, and a result the store cannot encode, which the
+observers (`failover.events`) count and log (a new one needs nothing of the runtime); to its
+caller, why nothing was recovered (a note on the exception re-raised). A live result's timed
+write stays in `Call.live`, on the metered success path.
 """
 
 from __future__ import annotations
@@ -9,7 +10,7 @@ from __future__ import annotations
 from time import perf_counter
 from typing import TYPE_CHECKING, Any
 
-from .context import CallContext, Miss
+from .context import Miss
 from .errors import SerializationError
 
 if TYPE_CHECKING:
@@ -17,26 +18,7 @@ if TYPE_CHECKING:
     from .handlers.lookup import Lookup
     from .payload import ReferentialPayload
 
-__all__ = ["looked_up", "note_unrecovered", "timed_store", "unencodable"]
-
-
-def timed_store(rt: Runtime, ctx: CallContext, result: Any) -> None:
-    """Store ``result``, telling the observers how long it took and whether it worked, and
-    which of its entries a newer stored one kept out (a write none of whose entries was
-    written is not `stored`)."""
-    events = rt.events
-    start = perf_counter()
-    try:
-        kept = rt.handler.store(ctx, result)
-    except Exception:
-        events.stored(False, perf_counter() - start)
-        raise
-    if kept is None:
-        events.stored(True, perf_counter() - start)
-        return
-    events.superseded(kept.kept)
-    if kept.kept < kept.entries:
-        events.stored(True, perf_counter() - start)
+__all__ = ["looked_up", "note_unrecovered", "unencodable"]
 
 
 def looked_up(rt: Runtime, lookup: Lookup, found: ReferentialPayload[Any] | Miss) -> None:

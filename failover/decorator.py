@@ -190,7 +190,12 @@ def _sync_shell(state: State, envelope: bool) -> Callable[..., Any]:  # noqa: PL
             out = call.recover(exc)  # recovered from the store, or None: re-raise
             if out is None:
                 raise
-            return out if envelope else out.payload
+            if envelope:
+                return out
+            # No local of this frame, which the cause's traceback holds, keeps the envelope
+            # (it holds the cause): no cycle left for the garbage collector to find.
+            out = out.payload
+            return out
         value = call.live(result)
         if part is not None:  # the fresh slices and the upstream's answer for the others
             merged = part.merge(result)
@@ -268,9 +273,13 @@ def _async_shell(state: State, envelope: bool) -> Callable[..., Any]:  # noqa: P
         except Exception as exc:
             lookup = call.failed(exc)  # the store read that recovers the call, if any
             out = None if lookup is None else call.settle(lookup, await lookup.aread())
+            lookup = None  # it holds the cause: no cycle through this frame (as the sync shell)
             if out is None:
                 raise
-            return out if envelope else out.payload
+            if envelope:
+                return out
+            out = out.payload
+            return out
         value = await rt.off_loop(call.live, result) if rt.may_offload else call.live(result)
         if part is not None:  # the fresh slices and the upstream's answer for the others
             merged = part.merge(result)

@@ -749,3 +749,26 @@ async def test_the_guard_is_an_async_context_manager() -> None:
     async with guard.attempt():
         assert cb.current_state == HALF_OPEN
     assert cb.current_state == CLOSED
+
+
+def test_a_breaker_closed_by_another_process_is_noticed_on_the_next_admission() -> None:
+    # Stored closed, noticed open: the closed path does not admit it on its own, so that the
+    # listeners hear the close (`admit_open`), and the call after it takes the closed path.
+    heard: list[str] = []
+
+    class Hears(pybreaker.CircuitBreakerListener):
+        def state_change(self, cb: pybreaker.CircuitBreaker, old: Any, new: Any) -> None:
+            heard.append(new.name)
+
+    storage = pybreaker.CircuitMemoryStorage(CLOSED)
+    cb = pybreaker.CircuitBreaker(fail_max=1, reset_timeout=60, state_storage=storage)
+    guard = BreakerGuard(cb, lambda exc: True)
+    cb.open()
+    cb.add_listener(Hears())
+    storage.state = CLOSED  # closed by another process sharing the storage
+    assert guard.admit() is None
+    guard.exit(None, None)
+    assert heard == [CLOSED]
+    assert cb.current_state == CLOSED
+    assert guard.admit() is None
+    assert heard == [CLOSED]

@@ -81,6 +81,20 @@ def test_closed_reads_the_stored_and_the_noticed_state() -> None:
     assert not circuit.closed()
 
 
+def test_closed_is_not_while_this_process_noticed_another_state() -> None:
+    storage = pybreaker.CircuitMemoryStorage(pybreaker.STATE_CLOSED)
+    cb = pybreaker.CircuitBreaker(state_storage=storage)
+    circuit = Circuit(cb)
+    cb.open()
+    storage.state = pybreaker.STATE_CLOSED  # closed by another process: not noticed yet
+    assert not circuit.closed()
+    cb.half_open()
+    storage.state = pybreaker.STATE_CLOSED
+    assert not circuit.closed()
+    cb.close()
+    assert circuit.closed()
+
+
 def test_closed_reads_a_custom_storage_through_its_public_state() -> None:
     class Storage(pybreaker.CircuitMemoryStorage):
         pass

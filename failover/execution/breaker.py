@@ -40,7 +40,7 @@ import pybreaker
 from ..errors import SoftTimeoutError
 from ..forks import AfterFork
 from .base import Guard, Kind
-from .circuit import Circuit
+from .circuit import Circuit, ClosedPath
 from .error_rate import shown_error_rate
 
 __all__ = ["BREAKER", "BreakerGuard", "StateListener", "state_code"]
@@ -81,7 +81,7 @@ def _gate(breaker: pybreaker.CircuitBreaker) -> _Gate:
     return gate
 
 
-class BreakerGuard(Guard):
+class BreakerGuard(ClosedPath, Guard):
     """Refuses calls with `pybreaker.CircuitBreakerError` while ``breaker`` is open.
 
     Args:
@@ -102,12 +102,10 @@ class BreakerGuard(Guard):
     def __repr__(self) -> str:
         return f"BreakerGuard({self.breaker.name!r}, state={self.breaker.current_state})"
 
-    def admit(self) -> Any:
+    def admit_open(self) -> Any:
         """Admit the call, or refuse it while open (or while another trial is in flight); it
-        never waits."""
+        never waits. While closed, `ClosedPath.admit` admits it without coming here."""
         circuit = self._circuit
-        if circuit.closed():  # the common case, in one step and without a lock
-            return None
         cb = self.breaker
         state = circuit.stored_state()
         if state == _CLOSED:
@@ -137,14 +135,9 @@ class BreakerGuard(Guard):
             gate.trial = True
             return _TRIAL
 
-    def exit(self, token: Any, exc: BaseException | None) -> None:
-        """Count the call's end: a success, or a failure that may open the breaker."""
-        if exc is None and token is None:  # a success, closed: the common case
-            try:
-                self._circuit.succeeded()
-            except Exception:  # a listener or the storage: never the call's outcome
-                log.warning("circuit breaker %r failed", self.breaker.name, exc_info=True)
-            return
+    def exit_counted(self, token: Any, exc: BaseException | None) -> None:
+        """Count the call's end: a success of a trial, or a failure that may open the
+        breaker. A closed success is `ClosedPath.exit`'s."""
         trial = token is _TRIAL
         try:
             if exc is None:

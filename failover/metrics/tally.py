@@ -30,6 +30,7 @@ so it was not written); one made on the caller's thread is ``written`` or ``fail
 entries a newer one kept out are ``superseded`` (a write all of whose entries were is not
 ``written`` too)."""
 RECOVERY_OUTCOMES = ("recovered", "not_recovered", "error")
+_FIRST = SECONDS_BUCKETS[0]
 
 
 class Histogram:
@@ -88,7 +89,9 @@ class Tally:
         try:
             self.writes[1 if ok else 2] += 1
             h = self.write_seconds  # `Histogram.observe`, inlined
-            h.counts[bisect_left(h.bounds, seconds)] += 1
+            # A store within the first bucket (5 ms: a process-memory one) is the common case:
+            # one float comparison instead of a bisection.
+            h.counts[0 if seconds <= _FIRST else bisect_left(h.bounds, seconds)] += 1
             h.total += seconds
         except Exception:  # metrics never raise into a call
             failed()
