@@ -306,15 +306,26 @@ def test_an_async_caller_cancelled_while_it_asks_for_the_lease_leaves_no_key_stu
             with pytest.raises(asyncio.CancelledError):
                 await task
             master.execute_command("CLIENT", "UNPAUSE")  # the ask goes through now
-            await asyncio.to_thread(redis_ha.wait_for, leased, "the lease taken", HANG)
+            # It takes the lease; given back as soon as its answer is heard, the lease may be
+            # gone before anyone looks, so wait for the ask to be answered instead.
+            await asyncio.to_thread(
+                redis_ha.wait_for,
+                lambda: int(master.info("clients")["blocked_clients"]) == 0,
+                "the paused ask to be answered",
+                HANG,
+            )
             others = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
             await asyncio.gather(*others, return_exceptions=True)  # its answer heard here
+            fleet = engines[1].fleet
+            assert fleet is not None
+            await fleet.aclose()  # this loop's connections, before the loop ends
 
         master.execute_command("CLIENT", "PAUSE", int(3 * HANG * 1000), "WRITE")
         try:
             asyncio.run(cancelled())
         finally:
             master.execute_command("CLIENT", "UNPAUSE")
+        assert not leased()  # given back once its answer was heard
         out: list[str] = []
         caller = threading.Thread(target=lambda: out.append(first("k")), daemon=True)
         caller.start()

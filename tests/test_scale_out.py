@@ -8,10 +8,12 @@ unaccounted."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import socket
 import threading
 from collections.abc import Callable, Iterator, Sequence
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -383,3 +385,40 @@ def test_the_engine_opens_cluster_and_sentinel_urls(clock: FakeClock) -> None:
             assert double(21) == 42
             assert engine.flush(timeout=10)
             assert [e.payload for e in engine.raw_store.find_all("via.url")] == [42]
+
+
+def _sockets_to(ports: set[int]) -> int:
+    """This process's open TCP connections to ``ports`` on loopback (Linux: /proc)."""
+    import os
+    from pathlib import Path
+
+    mine = set()
+    for fd in Path("/proc/self/fd").iterdir():
+        with contextlib.suppress(OSError):
+            target = os.readlink(fd)
+            if target.startswith("socket:["):
+                mine.add(target[8:-1])
+    count = 0
+    for line in Path("/proc/self/net/tcp").read_text().splitlines()[1:]:
+        fields = line.split()
+        remote_port = int(fields[2].rsplit(":", 1)[1], 16)
+        if remote_port in ports and fields[3] == "01" and fields[9] in mine:  # ESTABLISHED
+            count += 1
+    return count
+
+
+@pytest.mark.skipif(not Path("/proc/self/net/tcp").exists(), reason="reads Linux's /proc")
+def test_a_sentinel_store_closed_leaves_no_connection_to_the_sentinels() -> None:
+    """Closing a store (or a fleet) on a ``redis+sentinel://`` URL closes the connections its
+    client made to the sentinels to find the master, not only those to the master: a service
+    that opens and closes engines (tests, reloads) kept one socket per sentinel asked."""
+    sentinels = redis_ha.sentinels()
+    ports = {s.port for s in sentinels.sentinels}
+    before = _sockets_to(ports)
+    store = RedisStore(sentinels.url, prefix=redis_server.unique_prefix())
+    now = datetime.now(UTC)  # the server's clock decides when a Redis entry expires
+    store.store(ReferentialPayload("n", "k", 1, now, now + timedelta(hours=1), True))
+    assert store.find("n", "k") is not None
+    assert _sockets_to(ports) > before  # the master was asked of a sentinel
+    store.close()
+    assert _sockets_to(ports) == before

@@ -100,6 +100,17 @@ def _cluster_client(url: str, shown: str, timeout: float) -> LazyCluster:
     )
 
 
+class _SentinelMaster(redis.Redis):
+    """A Sentinel set's master client whose `close` also closes its connections to the
+    sentinels (redis-py's own leaves them open: a socket per sentinel asked, per client)."""
+
+    def close(self) -> None:
+        super().close()
+        manager = getattr(self.connection_pool, "sentinel_manager", None)
+        for sentinel in getattr(manager, "sentinels", ()):
+            sentinel.close()
+
+
 def _sentinel_client(url: str, shown: str, timeout: float) -> redis.Redis:
     """A client on the master the sentinels of a ``redis+sentinel://`` URL name."""
     hosts, path = _hosts(url, shown)
@@ -118,6 +129,7 @@ def _sentinel_client(url: str, shown: str, timeout: float) -> redis.Redis:
     )
     client: redis.Redis = sentinel.master_for(  # type: ignore[no-untyped-call]
         path[0],
+        redis_class=_SentinelMaster,
         db=int(path[1]) if len(path) == 2 else 0,
         username=parts.username or None,
         password=parts.password or None,
