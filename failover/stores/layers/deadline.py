@@ -20,11 +20,16 @@ from ..base import (
     FailoverStore,
     Payload,
     as_async,
+    delete_all,
     delete_many,
+    delete_tagged,
+    expire,
+    keeps_tags,
     native_async,
     writes_async,
 )
 from ..browsing import BrowsingLayer
+from ..control import no_tags
 from ..health_rows import HealthRowsLayer, ProcessHealth, below
 from ..layer import Layer
 from .async_write import AsyncWriteStore
@@ -37,8 +42,9 @@ __all__ = ["DeadlineStore", "StoreTimeout", "StoreUnavailable", "abandoned"]
 class DeadlineStore(BoundedRunner, HealthRowsLayer, BrowsingLayer, Layer):
     """Bounds the caller's wait on a store that does I/O, and skips a store that timed out.
 
-    Reads (``find``, ``find_many``) always run under the deadline; writes only when they would
-    otherwise block the caller: with no async-writes queue below, and the queue's own writes on
+    Reads (``find``, ``find_many``) and the control over entries (``delete_all``,
+    ``delete_tagged``, ``expire``) always run under the deadline; writes and deletes only when
+    they would otherwise block the caller: with no async-writes queue below, and the queue's own writes on
     a caller's thread (``rejection="caller_runs"`` at a full queue, or after its close). A
     queued write is already off the caller's thread and passes straight through, without a
     thread hop; the queue's worker writes under the deadline too, never refused by the breaker
@@ -150,12 +156,41 @@ class DeadlineStore(BoundedRunner, HealthRowsLayer, BrowsingLayer, Layer):
         return self.inner.find_all(name)
 
     def delete(self, name: str, key: str) -> None:
-        """Remove the entry."""
-        self.inner.delete(name, key)
+        """Remove the entry, within the deadline unless the delete is queued below."""
+        if self._queued:
+            self.inner.delete(name, key)
+        else:
+            self._run("delete", self.inner.delete, name, key)
 
     def delete_many(self, name: str, keys: Iterable[str]) -> None:
-        """Remove the entries."""
-        delete_many(self.inner, name, keys)
+        """Remove the entries, within the deadline unless the deletes are queued below."""
+        if self._queued:
+            delete_many(self.inner, name, keys)
+        else:
+            self._run("delete_many", delete_many, self.inner, name, list(keys))
+
+    # The control over entries (``.invalidate_all()``, ``invalidate_tag``, ``.expire()``): always
+    # within the deadline, a queue below or not (it orders them with its writes, then the store
+    # takes them at once, on the caller's thread).
+
+    def delete_all(self, name: str) -> int:
+        """Remove every entry of ``name``, within the deadline; how many there were."""
+        return self._run("delete_all", delete_all, self.inner, name)
+
+    def delete_tagged(self, tag: str) -> int:
+        """Remove every entry carrying ``tag``, within the deadline; how many there were.
+
+        Raises:
+            ConfigurationError: the store keeps no tags (the caller's, not the store's
+                failure: neither counted nor seen by the breaker).
+        """
+        if not keeps_tags(self.inner):
+            raise no_tags(self.inner)
+        return self._run("delete_tagged", delete_tagged, self.inner, tag)
+
+    def expire(self, name: str, key: str) -> bool:
+        """End the fresh window of the entry, within the deadline; whether there was one."""
+        return self._run("expire", expire, self.inner, name, key)
 
     def clean_by_expiry(self, now: datetime) -> int:
         """Remove expired entries."""
