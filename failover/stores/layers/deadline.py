@@ -44,12 +44,12 @@ class DeadlineStore(BoundedRunner, HealthRowsLayer, BrowsingLayer, Layer):
 
     Reads (``find``, ``find_many``) and the control over entries (``delete_all``,
     ``delete_tagged``, ``expire``) always run under the deadline; writes and deletes only when
-    they would otherwise block the caller: with no async-writes queue below, and the queue's own writes on
-    a caller's thread (``rejection="caller_runs"`` at a full queue, or after its close). A
-    queued write is already off the caller's thread and passes straight through, without a
-    thread hop; the queue's worker writes under the deadline too, never refused by the breaker
-    (a write it cannot make stays queued and is retried), its verdicts counted like a
-    caller's.
+    they would otherwise block the caller: with no async-writes queue below, and the queue's
+    own writes on a caller's thread (``rejection="caller_runs"`` at a full queue, or after its
+    close). A queued write is already off the caller's thread and passes straight through,
+    without a thread hop; the queue's worker writes under the deadline too, never refused by
+    the breaker (a write it cannot make stays queued and is retried), its verdicts counted
+    like a caller's.
 
     Args:
         inner: the store (or the async-writes queue over it).
