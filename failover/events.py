@@ -8,7 +8,8 @@ for a recovery; the ``on_recovered`` hook failed; a value
 that is not live was served. The failover's circuit breaker changed state (`breaker_state`, from
 its pybreaker listener, on whichever thread changed it). A store went out or answers again
 (`store_state`: on the engine's own stream, `failover.engine.Failover.events`, from its deadline
-layers). Observers
+layers). Entries were invalidated or expired on a caller's request (`invalidated`: on the
+engine's stream too, from `failover.entries.EntryControl`). Observers
 subscribe by overriding the `Observer` methods they want: the health statistics
 (`failover.recorder.FailoverStats`), the Prometheus metrics (`failover.metrics_observer`), the
 logs (`failover.log_observer`), OpenTelemetry (`failover.otel`), the stale report of a unit of
@@ -101,6 +102,13 @@ class Observer:
         under that layer's lock: an observer records or wakes, it never waits nor uses the
         store."""
 
+    def invalidated(self, kind: str, name: str | None, tag: str | None, count: int | None) -> None:
+        """Entries were removed or expired on a caller's request (a fact of the engine's
+        stream): ``kind`` ``invalidate`` (one entry: ``.invalidate()``), ``invalidate_all``,
+        ``expire`` (of the failover whose effective name is ``name``) or ``tag``
+        (``engine.invalidate_tag(tag)``, ``name`` ``None``: of every failover); ``count``: the
+        entries the store removed or expired (``None`` where the store does not say)."""
+
     def method(self, fact: str) -> Callable[..., None]:
         """What `Events` calls for ``fact``: the method itself, or (to spare the call path a
         frame) an equivalent callable."""
@@ -132,6 +140,7 @@ FACTS = (
     "served",
     "breaker_state",
     "store_state",
+    "invalidated",
 )
 
 
@@ -157,6 +166,7 @@ class Events:
     served: Callable[[ReferentialPayload[Any]], None]
     breaker_state: Callable[[int], None]
     store_state: Callable[[str, bool, object], None]
+    invalidated: Callable[[str, str | None, str | None, int | None], None]
 
     def __init__(self, observers: Sequence[Observer]) -> None:
         self.observers = tuple(observers)
