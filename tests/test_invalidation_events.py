@@ -17,6 +17,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 import failover
 from failover import ConfigurationError, Failover, InMemoryStore
+from failover.metrics import PrometheusMetrics
 
 from .conftest import FakeClock
 
@@ -160,5 +161,33 @@ def test_no_metrics_no_family_and_the_log_still_tells(
         assert lines(caplog) == [
             (logging.INFO, "failover 'svc.quiet': invalidate_all removed 1 entries")
         ]
+    finally:
+        engine.close()
+
+
+def test_names_past_max_names_fold_and_a_tag_is_never_a_label(
+    clock: FakeClock, registry: CollectorRegistry
+) -> None:
+    engine = Failover(clock=clock, metrics=PrometheusMetrics(registry, max_names=1))
+    try:
+
+        @failover.failover("svc.first", engine=engine, tags=lambda: ["secret-customer-42"])
+        def first() -> int:
+            return 1
+
+        @failover.failover("svc.second", engine=engine)
+        def second() -> int:
+            return 2
+
+        first(), second()
+        first.invalidate_all()
+        second.invalidate_all()
+        engine.invalidate_tag("secret-customer-42")
+        assert invalidations(registry) == {
+            ("svc.first", "invalidate_all"): 1,
+            ("__other__", "invalidate_all"): 1,
+            ("__other__", "tag"): 1,
+        }
+        assert "secret-customer-42" not in generate_latest(registry).decode()
     finally:
         engine.close()
