@@ -99,11 +99,13 @@ class State:
 
     def invalidate(self, *args: Any, **kwargs: Any) -> None:
         """Delete the stored entry for the call (and its throttle: nothing is left to serve)."""
-        rt = self.runtime()
+        rt, bound = self.runtime(), self._bound  # `runtime` binds the engine in force
         if rt is not None:
             call = call_of(rt, args, kwargs)
             rt.handler.invalidate(call)
             unthrottle(rt, call)
+            if bound is not None:
+                bound[0].entries.invalidated(self.definition.effective_name)
 
     def expire(self, *args: Any, **kwargs: Any) -> bool:
         """End the fresh window of the call's stored entry (see `FailoverFunction.expire`)."""

@@ -12,7 +12,9 @@ its pybreaker listener, on whichever thread changed it). A store went out or ans
 (`store_state`: on the engine's own stream, `failover.engine.Failover.events`, from its deadline
 layers). The engine's fleet's Redis went out or answers again (`fleet_state`), its flights,
 messages, resyncs and cleanup turns (`fleet_flight`, `fleet_messages`, `fleet_resync`,
-`cleanup_turn`): on the engine's stream too, from `failover.fleet`. Observers
+`cleanup_turn`): on the engine's stream too, from `failover.fleet`. Entries were invalidated
+or expired on a caller's request (`invalidated`: on the engine's stream too, from
+`failover.entries.EntryControl`). Observers
 subscribe by overriding the `Observer` methods they want: the health statistics
 (`failover.recorder.FailoverStats`), the Prometheus metrics (`failover.metrics_observer`), the
 logs (`failover.log_observer`), OpenTelemetry (`failover.otel`), the stale report of a unit of
@@ -140,6 +142,13 @@ class Observer:
         """A scheduled cleanup period under a fleet: this instance ``ran`` it (it took the
         period's turn, or the fleet did not answer), or skipped it (another instance has it)."""
 
+    def invalidated(self, kind: str, name: str | None, tag: str | None, count: int | None) -> None:
+        """Entries were removed or expired on a caller's request (a fact of the engine's
+        stream): ``kind`` ``invalidate`` (one entry: ``.invalidate()``), ``invalidate_all``,
+        ``expire`` (of the failover whose effective name is ``name``) or ``tag``
+        (``engine.invalidate_tag(tag)``, ``name`` ``None``: of every failover); ``count``: the
+        entries the store removed or expired (``None`` where the store does not say)."""
+
     def method(self, fact: str) -> Callable[..., None]:
         """What `Events` calls for ``fact``: the method itself, or (to spare the call path a
         frame) an equivalent callable."""
@@ -177,6 +186,7 @@ FACTS = (
     "fleet_messages",
     "fleet_resync",
     "cleanup_turn",
+    "invalidated",
 )
 
 
@@ -208,6 +218,7 @@ class Events:
     fleet_messages: Callable[[str, int], None]
     fleet_resync: Callable[[], None]
     cleanup_turn: Callable[[bool], None]
+    invalidated: Callable[[str, str | None, str | None, int | None], None]
 
     def __init__(self, observers: Sequence[Observer]) -> None:
         self.observers = tuple(observers)

@@ -34,7 +34,7 @@ from .errors import refused_by
 from .events import Events, Observer
 from .logs import INTERVAL, LogLimiter
 
-__all__ = ["LogObserver", "StoreLog"]
+__all__ = ["EntryLog", "LogObserver", "StoreLog"]
 
 log = logging.getLogger("failover.health")
 # The calls' own trouble keeps the logger it had when the runtime logged it: filters name it.
@@ -336,5 +336,32 @@ class StoreLog(Observer):
                     store,
                     getattr(source, "meanwhile", _SKIPPED),
                 )
+        except Exception:  # a log line never breaks an operation
+            pass
+
+
+entries_log = logging.getLogger("failover")
+
+
+class EntryLog(Observer):
+    """Logs the control over entries (`Observer.invalidated`, the engine's stream): a clear
+    of a failover and an invalidation by tag at info, with what they removed; an entry
+    invalidated or expired at debug (a service may do that on every request)."""
+
+    __slots__ = ()
+
+    safe: ClassVar[bool] = True
+
+    def invalidated(self, kind: str, name: str | None, tag: str | None, count: int | None) -> None:
+        """One line for the operation."""
+        try:
+            if kind == "invalidate_all":
+                entries_log.info("failover %r: invalidate_all removed %d entries", name, count)
+            elif kind == "tag":
+                entries_log.info("failover: invalidate_tag(%r) removed %d entries", tag, count)
+            elif kind == "expire":
+                entries_log.debug("failover %r: expire found %d entries", name, count)
+            else:
+                entries_log.debug("failover %r: an entry invalidated", name)
         except Exception:  # a log line never breaks an operation
             pass

@@ -1,7 +1,7 @@
 """Engines on the real stores for the tests of issue 31 (throttle, adaptive durations, switches,
-conditional refresh): process memory, cachetools, a SQLite file, the session's PostgreSQL and
-redis-server, a tiered store (memory over SQLite) and a store per tenant, each on the fake clock,
-with synchronous writes (what a test reads back was written)."""
+conditional refresh): process memory, cachetools, a SQLite file, the session's PostgreSQL,
+redis-server and Redis Cluster, a tiered store (memory over SQLite) and a store per tenant, each
+on the fake clock, with synchronous writes (what a test reads back was written)."""
 
 from __future__ import annotations
 
@@ -19,9 +19,18 @@ from failover.stores import (
 )
 from failover.stores.backends.sql import SqlStore
 
-from . import postgres, stores
+from . import postgres, redis_ha, stores
 
-STORES = ["memory", "cachetools", "sqlite", "postgresql", "redis", "tiered", "tenant"]
+STORES = [
+    "memory",
+    "cachetools",
+    "sqlite",
+    "postgresql",
+    "redis",
+    "redis-cluster",
+    "tiered",
+    "tenant",
+]
 """The stores `real` (a fixture of conftest.py) runs on."""
 
 
@@ -42,6 +51,8 @@ def make_engine(kind: str, clock: Any, tmp_path: Path, **settings: Any) -> Failo
         store = f"sqlite:///{tmp_path / 'entries.db'}"
     elif kind == "postgresql":
         store = postgres.pg_store()
+    elif kind == "redis-cluster":  # the session's cluster: 3 masters, 3 replicas
+        store = stores.redis_store(clock, url=redis_ha.cluster().url)
     else:
         store = stores.redis_store(clock)
     settings.setdefault("metrics", False)

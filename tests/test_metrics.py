@@ -354,11 +354,31 @@ CONTRACT = {
 }
 
 
+# The families an engine adds to its registry: its stores' and its control over entries'.
+ENGINE_CONTRACT = {
+    "failover_store_up": "gauge",
+    "failover_store_errors_total": "counter",
+    "failover_invalidations_total": "counter",
+}
+
+
 def test_every_family_of_the_table_is_exported(registry: CollectorRegistry) -> None:
     PrometheusMetrics.for_registry(registry)
     text = generate_latest(registry).decode()
     types = dict(line.split()[2:4] for line in text.splitlines() if line.startswith("# TYPE "))
     assert types == CONTRACT
+
+
+def test_an_engine_adds_the_families_of_its_stores_and_entries(
+    registry: CollectorRegistry, clock: FakeClock
+) -> None:
+    engine = Failover(clock=clock, metrics=registry)
+    try:
+        text = generate_latest(registry).decode()
+    finally:
+        engine.close()
+    types = dict(line.split()[2:4] for line in text.splitlines() if line.startswith("# TYPE "))
+    assert types == CONTRACT | ENGINE_CONTRACT
 
 
 def test_an_idle_open_breaker_past_its_reset_timeout_reads_half_open(

@@ -28,7 +28,7 @@ from failover.serialization.pickle_codec import PickleCodec
 from failover.stores import MultiTenantStore, make_store
 from failover.stores.backends.redis import RedisStore
 
-from . import redis_server
+from . import redis_ha, redis_server
 from .conftest import FakeClock, Upstream
 from .redis_server import RedisServer
 from .test_sql_store import (
@@ -134,6 +134,32 @@ def test_without_a_clock_an_entry_expires_at_its_expire_on(
     found = store.find("n", "k")
     assert found is not None
     assert (found.as_of, found.expire_on) == (now, expire_on)
+
+
+@pytest.mark.parametrize("where", ["server", "cluster"])
+def test_delete_all_leaves_no_key_of_the_name(where: str, clock: FakeClock) -> None:
+    url = redis_server.server().url if where == "server" else redis_ha.cluster().url
+    store = RedisStore(url, prefix=redis_server.unique_prefix(), clock=clock)
+    try:
+        store.store_many(
+            [entry(clock, "k1", 1, "a"), entry(clock, "k2", 2, "a"), entry(clock, "k1", 3, "b")]
+        )
+        assert store.delete_all("a") == 2
+        raw: Any = store.client
+        p = store.prefix
+        # The name leaves the names index with its entries (a cluster too, where the index
+        # is read first and its entries deleted per node), and its indexes go.
+        assert raw.smembers(f"{p}names") == {b"b"}
+        for key in (f"{p}e:a:k1", f"{p}e:a:k2", f"{p}i:a", f"{p}k:a"):
+            assert not raw.exists(key), key
+        assert store.names() == ["b"]
+        assert [e.key for e in store.find_all("b")] == ["k1"]
+        assert store.delete_all("a") == 0  # nothing left: still no name
+        assert raw.smembers(f"{p}names") == {b"b"}
+        store.store(entry(clock, "k3", 4, "a"))  # written again: listed again
+        assert raw.smembers(f"{p}names") == {b"a", b"b"}
+    finally:
+        store.close()
 
 
 def test_redis_expires_entries_and_the_index_forgets_them(

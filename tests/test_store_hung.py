@@ -78,8 +78,8 @@ def redis_srv() -> Iterator[Any]:
 Hang = Callable[[], Any]
 
 
-@pytest.fixture(params=["sqlite", "postgresql", "redis"])
-def hung_store(request: pytest.FixtureRequest, tmp_path: Path) -> tuple[str, Any, Hang]:
+@pytest.fixture(params=["sqlite", "postgresql", "redis"], name="hung_store")
+def hung_store_fixture(request: pytest.FixtureRequest, tmp_path: Path) -> tuple[str, Any, Hang]:
     """(kind, the store or its URL, a context manager factory that hangs the store)."""
     kind = request.param
     if kind == "sqlite":

@@ -13,6 +13,7 @@ from ..context import PolicyLike
 from ..core import Decorated, Runtime
 from ..definition import FailoverDefinition
 from ..entries import EntryControl
+from ..entry_metrics import EntryMetrics
 from ..errors import ConfigurationError
 from ..events import Observer
 from ..execution import Pools, Refreshes
@@ -21,7 +22,7 @@ from ..fleet import Fleet, make_fleet
 from ..fleet.observers import FleetHealth, fleet_observers
 from ..handlers import Handler
 from ..health import DOWN_MIN, DOWN_RATIO, HealthReport, down_thresholds
-from ..log_observer import StoreLog
+from ..log_observer import EntryLog, StoreLog
 from ..metrics import Metrics, PrometheusMetrics, resolve_metrics
 from ..otel import resolve_opentelemetry
 from ..policy import resolve_policy
@@ -206,7 +207,10 @@ class Failover(Guards, Lifecycle):
             except Exception:
                 self.store.close()
                 raise
-        watchers: list[Observer] = [StoreLog(owner)]
+        watchers: list[Observer] = [StoreLog(owner), EntryLog()]
+        if isinstance(self.metrics, PrometheusMetrics):  # failover_invalidations_total
+            metrics = self.metrics
+            watchers.append(EntryMetrics.for_registry(metrics.registry, metrics.max_names))
         if self.publisher is not None:
             watchers.append(self.publisher)
         # The fleet's facts (its state, flights, messages, resyncs, cleanup turns), observed.
@@ -272,7 +276,7 @@ class Failover(Guards, Lifecycle):
     def entries(self) -> EntryControl:
         """The control over the entries of this engine's store chain: the one place that
         ``.invalidate_all()``, ``.expire()`` and `invalidate_tag` go through."""
-        return EntryControl(self.store)
+        return EntryControl(self.store, self.events)
 
     def invalidate_tag(self, tag: str) -> int:
         """Delete every stored entry carrying ``tag`` (a failover's ``tags=``), whatever its

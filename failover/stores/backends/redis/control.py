@@ -11,7 +11,8 @@ On one server each operation is one script, one round trip: the name's entries r
 expiry index (``{prefix}i:{N}``) and deleted with it; a tag's members deleted with the set.
 On a cluster, where a script names the keys of one slot only, the index or the set is read
 first (one round trip), then its entries are deleted in one pipeline per node, sent to every
-node at once. ``expire`` is one script on the entry's key (its slot), which puts
+node at once (with the name taken out of the names set, and put back should a write of it
+have landed meanwhile). ``expire`` is one script on the entry's key (its slot), which puts
 `failover.serialization.rows.ENDED` in front of the payload text, keeping the header (its
 ``as_of``) and the key's expiry (``KEEPTTL``): an entry deleted meanwhile stays deleted.
 """
@@ -88,16 +89,20 @@ class RedisControl:
             )
             return int(found)
         stored = [_text(k) for k in redis.one("delete_all", "ZRANGE", index, 0, -1)]
-        if not stored:
-            return 0
-        replies = redis.pipelined(
-            "delete_all",
-            [
+        commands: list[tuple[Any, ...]] = []
+        if stored:
+            commands += (
                 *(("DEL", entries + k) for k in stored),
                 ("ZREM", index, *stored),
                 ("ZREM", lex, *stored),
-            ],
-        )
+            )
+        # The keys read, not the indexes: one written meanwhile stays. The name leaves the
+        # names index too, and comes back at once if its index is still there after the
+        # deletes (a write landed meanwhile): the index and the names set are on two slots.
+        commands += (("SREM", keys.names, name), ("EXISTS", index))
+        replies = redis.pipelined("delete_all", commands)
+        if int(replies[-1]):
+            redis.one("delete_all", "SADD", keys.names, name)
         return sum(int(r) for r in replies[: len(stored)])
 
     def delete_tagged(self, tag: str) -> int:
