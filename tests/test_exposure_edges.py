@@ -43,6 +43,7 @@ from .conftest import FakeClock
 from .own_servers import running
 from .servers import fetch, serve_wsgi
 from .test_cli import free_port
+from .test_lifecycle_edges import _in_child
 
 SECRETS = ("hunter2", "s3cr3t", "t0k3n", "k3y", "4cc355")
 
@@ -439,6 +440,43 @@ def test_a_store_in_use_is_never_closed_and_a_new_tenant_is_refused_meanwhile(
     assert held.closes == 1
     assert router.closed_tenants == 1
     assert sorted(router.stores) == ["b"]
+    router.close()
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="POSIX only")
+def test_a_child_forked_while_every_tenant_store_is_in_use_serves_a_new_tenant(
+    tmp_path: Path,
+) -> None:
+    """max_tenants=1 and a's store held by a read at the fork: the child inherits no in-use
+    count (the reading thread is the parent's and never releases it there), so a new tenant
+    evicts a instead of being refused for the child's whole life."""
+    factory = _Factory(tmp_path / "forked.db", 1)
+    router = MultiTenantStore(factory)
+    with failover.tenant("a"):
+        router.store(_payload())
+    held = factory.made["a"]
+
+    def read_as_a() -> None:
+        with failover.tenant("a"):
+            router.find("n", "k")
+
+    def child() -> Any:
+        with failover.tenant("b"):
+            router.store(_payload())
+            factory.made["b"].release.set()  # b's reads are not held
+            found = router.find("n", "k")
+        return [sorted(router.stores), found is not None, router.refused_tenants]
+
+    reader = threading.Thread(target=read_as_a)
+    reader.start()
+    try:
+        assert held.entered.wait(10)  # a's store is in use at the fork
+        assert _in_child(child) == ["ok", [["b"], True, 0]]
+    finally:
+        held.release.set()
+        reader.join(10)
+    assert not reader.is_alive()
+    assert sorted(router.stores) == ["a"]  # the parent's pool is its own
     router.close()
 
 
