@@ -33,12 +33,14 @@ from failover.errors import StoreError
 from failover.keys import make_key
 from failover.payload import envelope
 from failover.scatter import ListSplitter
+from failover.stores import per_tenant_tables
 from failover.stores.backends.redis import RedisStore
 from failover.stores.backends.sql import SqlStore
+from failover.stores.factory import per_tenant
 from failover.stores.health_rows import FailoverSummary, ProcessHealth
-from failover.stores.layers.routing import MultiTenantStore
+from failover.stores.layers.routing import MultiTenantStore, TenantStoreFactory
 
-from . import redis_server
+from . import postgres, redis_server
 from .conftest import FakeClock
 from .own_servers import running
 from .servers import fetch, serve_wsgi
@@ -285,10 +287,12 @@ def _hostile_rows(clock: FakeClock) -> list[ProcessHealth]:
     ]
 
 
-@pytest.fixture(params=["sqlite", "redis"])
+@pytest.fixture(params=["sqlite", "postgresql", "redis"])
 def health_store(request: pytest.FixtureRequest, tmp_path: Path, clock: FakeClock) -> Iterator[Any]:
     if request.param == "sqlite":
         store: Any = SqlStore(f"sqlite:///{tmp_path / 'health.db'}")
+    elif request.param == "postgresql":
+        store = postgres.pg_store()  # tables of its own
     else:
         server = redis_server.server()
         store = RedisStore(f"{server.url}?prefix={redis_server.unique_prefix()}", clock=clock)
@@ -326,20 +330,36 @@ def test_a_row_with_a_huge_count_never_breaks_the_store_dashboard(
 # -- 4. tenants without end: max_tenants ----------------------------------------------------------
 
 
-def _tenant_engine(tmp_path: Path, clock: FakeClock, most: int) -> Failover:
-    return Failover(
-        f"sqlite:///{tmp_path / 'tenants.db'}?max_tenants={most}",
-        tenant_resolver=failover.current_tenant,
-        metrics=False,
-        clock=clock,
-    )
+TENANT_BACKENDS = ["sqlite", "postgresql", "redis"]
 
 
+def _tenant_engine(
+    tmp_path: Path, clock: FakeClock, most: int, backend: str = "sqlite"
+) -> tuple[Failover, TenantStoreFactory]:
+    """An engine routed by tenant over ``backend`` keeping ``most`` tenants' stores open, and
+    its tenants' store factory (a fresh store of a tenant reads what the engine wrote)."""
+    factory: TenantStoreFactory
+    if backend == "sqlite":
+        factory = per_tenant(f"sqlite:///{tmp_path / 'tenants.db'}?max_tenants={most}")
+    elif backend == "postgresql":
+        prefix = postgres.unique_prefix()  # the session's database: tables of this test's own
+        tables = per_tenant_tables(postgres.server().url, {t: f"{prefix}{t}_" for t in "abcd"})
+        tables.max_tenants = most
+        factory = tables
+    else:
+        url = f"{redis_server.server().url}?prefix={redis_server.unique_prefix()}"
+        factory = per_tenant(f"{url}&max_tenants={most}", clock=clock)
+    engine = Failover(factory, tenant_resolver=failover.current_tenant, metrics=False, clock=clock)
+    return engine, factory
+
+
+@pytest.mark.parametrize("backend", TENANT_BACKENDS)
 def test_past_max_tenants_the_least_recently_used_tenant_store_is_closed_after_its_writes(
-    tmp_path: Path, clock: FakeClock, caplog: pytest.LogCaptureFixture
+    backend: str, tmp_path: Path, clock: FakeClock, caplog: pytest.LogCaptureFixture
 ) -> None:
     down: list[bool] = []
-    with _tenant_engine(tmp_path, clock, 2) as eng:
+    eng, factory = _tenant_engine(tmp_path, clock, 2, backend)
+    with eng:
         router = eng.store
         assert isinstance(router, MultiTenantStore)
         assert router.max_tenants == 2
@@ -360,7 +380,7 @@ def test_past_max_tenants_the_least_recently_used_tenant_store_is_closed_after_i
         assert len(closing) == 1  # logged once
         # Their queued writes were flushed before they closed: in the file, under their tables.
         for tenant in ("a", "b"):
-            seen = SqlStore(f"sqlite:///{tmp_path / 'tenants.db'}", table_prefix=f"{tenant}_")
+            seen = factory(tenant)
             try:
                 assert len(seen.find_all("quote")) == 1
             finally:
@@ -580,15 +600,18 @@ def test_keys_are_made_from_lone_surrogates_unambiguously_and_in_every_process()
         assert out == [make_key("k", ("\ud800",)), make_key("k", (("\udfff", 1),))]
 
 
-@pytest.fixture(params=["sqlite", "redis"])
-def durable_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+@pytest.fixture(params=["sqlite", "postgresql", "redis"])
+def durable_url(request: pytest.FixtureRequest, tmp_path: Path) -> Any:
+    """A durable store's URL, or the store (PostgreSQL: the session's, in tables of its own)."""
     if request.param == "sqlite":
         return f"sqlite:///{tmp_path / 'keys.db'}"
+    if request.param == "postgresql":
+        return postgres.pg_store()
     return f"{redis_server.server().url}?prefix={redis_server.unique_prefix()}"
 
 
 def test_a_surrogate_argument_is_stored_and_recovered(
-    durable_url: str, clock: FakeClock, caplog: pytest.LogCaptureFixture
+    durable_url: Any, clock: FakeClock, caplog: pytest.LogCaptureFixture
 ) -> None:
     down: list[bool] = []
     with Failover(durable_url, metrics=False, async_writes=False, clock=clock) as eng:
@@ -612,7 +635,7 @@ def test_a_surrogate_argument_is_stored_and_recovered(
 
 
 async def test_an_async_surrogate_argument_is_stored_and_recovered(
-    durable_url: str, clock: FakeClock
+    durable_url: Any, clock: FakeClock
 ) -> None:
     down: list[bool] = []
     with Failover(durable_url, metrics=False, async_writes=False, clock=clock) as eng:
