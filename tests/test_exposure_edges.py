@@ -30,7 +30,7 @@ from failover.cli import main
 from failover.dashboard import make_store_app, make_wsgi_app
 from failover.engine import utcnow
 from failover.errors import StoreError
-from failover.keys import make_key
+from failover.keys import key_tag, make_key
 from failover.payload import envelope
 from failover.scatter import ListSplitter
 from failover.stores import per_tenant_tables
@@ -724,3 +724,47 @@ def test_a_failed_sql_write_is_logged_without_the_statement_parameters(
     for record in loud:
         text = logging.Formatter().format(record)
         assert SECRET_ARGUMENT not in text, text
+
+
+def test_a_corrupt_row_is_logged_by_its_keys_tag_never_its_key(
+    tmp_path: Path, clock: FakeClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A row that cannot be decoded is logged (on the recovering read, and skipped by
+    ``find_all``) naming its key by its tag (`failover.keys.key_tag`, computable from the key
+    the dashboard lists), never the key: neither the digest the decorator stores nor a raw key
+    written through the store's own API."""
+    path = tmp_path / "corrupt.db"
+    down: list[bool] = []
+    with Failover(f"sqlite:///{path}", metrics=False, async_writes=False, clock=clock) as eng:
+
+        @failover.failover("who", engine=eng)
+        def who(email: str) -> str:
+            if down:
+                raise ConnectionError("down")
+            return "ok"
+
+        assert who(SECRET_ARGUMENT) == "ok"
+        stored = SqlStore(f"sqlite:///{path}")
+        [entry] = stored.find_all("who")
+        digest = entry.key
+        now = clock()
+        stored.store(envelope("raw", SECRET_ARGUMENT, 1, now, now + timedelta(days=1), True))
+        corrupting = sqlite3.connect(path)
+        corrupting.execute("UPDATE failover_store SET payload = 'json:{not json'")
+        corrupting.commit()
+        corrupting.close()
+        down.append(True)
+        with caplog.at_level(logging.INFO, "failover"):
+            with pytest.raises(ConnectionError):
+                who(SECRET_ARGUMENT)  # the row is a miss
+            assert stored.find_all("raw") == []
+            with pytest.raises(failover.errors.SerializationError) as raised:
+                stored.find("raw", SECRET_ARGUMENT)
+        stored.close()
+    assert SECRET_ARGUMENT not in str(raised.value)
+    loud = [r for r in caplog.records if r.levelno >= logging.INFO]
+    texts = [logging.Formatter().format(r) for r in loud]
+    for key in (digest, SECRET_ARGUMENT):
+        assert [t for t in texts if key_tag(key) in t and "cannot be decoded" in t], texts
+        for text in texts:
+            assert key not in text, text
