@@ -24,7 +24,7 @@ from typing import Any
 
 from . import kinds
 
-__all__ = ["canonical", "digest", "make_key"]
+__all__ = ["canonical", "digest", "key_tag", "make_key"]
 
 _IDENTITY_REPR = re.compile(r" at 0x[0-9a-fA-F]+>$")
 _warned_types: set[type] = set()
@@ -132,6 +132,15 @@ def digest(name: str, raw: str) -> str:
     """The stored key: a 128-bit blake2b digest of ``f"{name}:{raw}"`` (UTF-8, lone surrogates
     passed through), as 32 hex characters."""
     return _blake2b(_utf8(f"{name}:{raw}"), digest_size=16).hexdigest()
+
+
+def key_tag(key: object) -> str:
+    """How a log line names a stored key without showing it: ``key#`` and 12 hex digits of a
+    blake2b digest of the key. The decorator's keys are digests already, but a store used
+    directly keeps whatever key it is given. ``key_tag(k)`` of a key the dashboard lists gives
+    the tag its log lines show."""
+    text = key if isinstance(key, str) else repr(key)
+    return "key#" + _blake2b(_utf8(text), digest_size=6).hexdigest()
 
 
 _MEMO_MAX = 4_096  # per name: a catalogue of reference data fits; a huge key space just misses

@@ -30,19 +30,22 @@ from failover.cli import main
 from failover.dashboard import make_store_app, make_wsgi_app
 from failover.engine import utcnow
 from failover.errors import StoreError
-from failover.keys import make_key
+from failover.keys import key_tag, make_key
 from failover.payload import envelope
 from failover.scatter import ListSplitter
+from failover.stores import per_tenant_tables
 from failover.stores.backends.redis import RedisStore
 from failover.stores.backends.sql import SqlStore
+from failover.stores.factory import per_tenant
 from failover.stores.health_rows import FailoverSummary, ProcessHealth
-from failover.stores.layers.routing import MultiTenantStore
+from failover.stores.layers.routing import MultiTenantStore, TenantStoreFactory
 
-from . import redis_server
+from . import postgres, redis_server
 from .conftest import FakeClock
 from .own_servers import running
 from .servers import fetch, serve_wsgi
 from .test_cli import free_port
+from .test_lifecycle_edges import _in_child
 
 SECRETS = ("hunter2", "s3cr3t", "t0k3n", "k3y", "4cc355")
 
@@ -284,10 +287,12 @@ def _hostile_rows(clock: FakeClock) -> list[ProcessHealth]:
     ]
 
 
-@pytest.fixture(params=["sqlite", "redis"])
+@pytest.fixture(params=["sqlite", "postgresql", "redis"])
 def health_store(request: pytest.FixtureRequest, tmp_path: Path, clock: FakeClock) -> Iterator[Any]:
     if request.param == "sqlite":
         store: Any = SqlStore(f"sqlite:///{tmp_path / 'health.db'}")
+    elif request.param == "postgresql":
+        store = postgres.pg_store()  # tables of its own
     else:
         server = redis_server.server()
         store = RedisStore(f"{server.url}?prefix={redis_server.unique_prefix()}", clock=clock)
@@ -325,20 +330,36 @@ def test_a_row_with_a_huge_count_never_breaks_the_store_dashboard(
 # -- 4. tenants without end: max_tenants ----------------------------------------------------------
 
 
-def _tenant_engine(tmp_path: Path, clock: FakeClock, most: int) -> Failover:
-    return Failover(
-        f"sqlite:///{tmp_path / 'tenants.db'}?max_tenants={most}",
-        tenant_resolver=failover.current_tenant,
-        metrics=False,
-        clock=clock,
-    )
+TENANT_BACKENDS = ["sqlite", "postgresql", "redis"]
 
 
+def _tenant_engine(
+    tmp_path: Path, clock: FakeClock, most: int, backend: str = "sqlite"
+) -> tuple[Failover, TenantStoreFactory]:
+    """An engine routed by tenant over ``backend`` keeping ``most`` tenants' stores open, and
+    its tenants' store factory (a fresh store of a tenant reads what the engine wrote)."""
+    factory: TenantStoreFactory
+    if backend == "sqlite":
+        factory = per_tenant(f"sqlite:///{tmp_path / 'tenants.db'}?max_tenants={most}")
+    elif backend == "postgresql":
+        prefix = postgres.unique_prefix()  # the session's database: tables of this test's own
+        tables = per_tenant_tables(postgres.server().url, {t: f"{prefix}{t}_" for t in "abcd"})
+        tables.max_tenants = most
+        factory = tables
+    else:
+        url = f"{redis_server.server().url}?prefix={redis_server.unique_prefix()}"
+        factory = per_tenant(f"{url}&max_tenants={most}", clock=clock)
+    engine = Failover(factory, tenant_resolver=failover.current_tenant, metrics=False, clock=clock)
+    return engine, factory
+
+
+@pytest.mark.parametrize("backend", TENANT_BACKENDS)
 def test_past_max_tenants_the_least_recently_used_tenant_store_is_closed_after_its_writes(
-    tmp_path: Path, clock: FakeClock, caplog: pytest.LogCaptureFixture
+    backend: str, tmp_path: Path, clock: FakeClock, caplog: pytest.LogCaptureFixture
 ) -> None:
     down: list[bool] = []
-    with _tenant_engine(tmp_path, clock, 2) as eng:
+    eng, factory = _tenant_engine(tmp_path, clock, 2, backend)
+    with eng:
         router = eng.store
         assert isinstance(router, MultiTenantStore)
         assert router.max_tenants == 2
@@ -359,7 +380,7 @@ def test_past_max_tenants_the_least_recently_used_tenant_store_is_closed_after_i
         assert len(closing) == 1  # logged once
         # Their queued writes were flushed before they closed: in the file, under their tables.
         for tenant in ("a", "b"):
-            seen = SqlStore(f"sqlite:///{tmp_path / 'tenants.db'}", table_prefix=f"{tenant}_")
+            seen = factory(tenant)
             try:
                 assert len(seen.find_all("quote")) == 1
             finally:
@@ -439,6 +460,43 @@ def test_a_store_in_use_is_never_closed_and_a_new_tenant_is_refused_meanwhile(
     assert held.closes == 1
     assert router.closed_tenants == 1
     assert sorted(router.stores) == ["b"]
+    router.close()
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="POSIX only")
+def test_a_child_forked_while_every_tenant_store_is_in_use_serves_a_new_tenant(
+    tmp_path: Path,
+) -> None:
+    """max_tenants=1 and a's store held by a read at the fork: the child inherits no in-use
+    count (the reading thread is the parent's and never releases it there), so a new tenant
+    evicts a instead of being refused for the child's whole life."""
+    factory = _Factory(tmp_path / "forked.db", 1)
+    router = MultiTenantStore(factory)
+    with failover.tenant("a"):
+        router.store(_payload())
+    held = factory.made["a"]
+
+    def read_as_a() -> None:
+        with failover.tenant("a"):
+            router.find("n", "k")
+
+    def child() -> Any:
+        with failover.tenant("b"):
+            router.store(_payload())
+            factory.made["b"].release.set()  # b's reads are not held
+            found = router.find("n", "k")
+        return [sorted(router.stores), found is not None, router.refused_tenants]
+
+    reader = threading.Thread(target=read_as_a)
+    reader.start()
+    try:
+        assert held.entered.wait(10)  # a's store is in use at the fork
+        assert _in_child(child) == ["ok", [["b"], True, 0]]
+    finally:
+        held.release.set()
+        reader.join(10)
+    assert not reader.is_alive()
+    assert sorted(router.stores) == ["a"]  # the parent's pool is its own
     router.close()
 
 
@@ -542,15 +600,18 @@ def test_keys_are_made_from_lone_surrogates_unambiguously_and_in_every_process()
         assert out == [make_key("k", ("\ud800",)), make_key("k", (("\udfff", 1),))]
 
 
-@pytest.fixture(params=["sqlite", "redis"])
-def durable_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+@pytest.fixture(params=["sqlite", "postgresql", "redis"])
+def durable_url(request: pytest.FixtureRequest, tmp_path: Path) -> Any:
+    """A durable store's URL, or the store (PostgreSQL: the session's, in tables of its own)."""
     if request.param == "sqlite":
         return f"sqlite:///{tmp_path / 'keys.db'}"
+    if request.param == "postgresql":
+        return postgres.pg_store()
     return f"{redis_server.server().url}?prefix={redis_server.unique_prefix()}"
 
 
 def test_a_surrogate_argument_is_stored_and_recovered(
-    durable_url: str, clock: FakeClock, caplog: pytest.LogCaptureFixture
+    durable_url: Any, clock: FakeClock, caplog: pytest.LogCaptureFixture
 ) -> None:
     down: list[bool] = []
     with Failover(durable_url, metrics=False, async_writes=False, clock=clock) as eng:
@@ -574,7 +635,7 @@ def test_a_surrogate_argument_is_stored_and_recovered(
 
 
 async def test_an_async_surrogate_argument_is_stored_and_recovered(
-    durable_url: str, clock: FakeClock
+    durable_url: Any, clock: FakeClock
 ) -> None:
     down: list[bool] = []
     with Failover(durable_url, metrics=False, async_writes=False, clock=clock) as eng:
@@ -663,3 +724,47 @@ def test_a_failed_sql_write_is_logged_without_the_statement_parameters(
     for record in loud:
         text = logging.Formatter().format(record)
         assert SECRET_ARGUMENT not in text, text
+
+
+def test_a_corrupt_row_is_logged_by_its_keys_tag_never_its_key(
+    tmp_path: Path, clock: FakeClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A row that cannot be decoded is logged (on the recovering read, and skipped by
+    ``find_all``) naming its key by its tag (`failover.keys.key_tag`, computable from the key
+    the dashboard lists), never the key: neither the digest the decorator stores nor a raw key
+    written through the store's own API."""
+    path = tmp_path / "corrupt.db"
+    down: list[bool] = []
+    with Failover(f"sqlite:///{path}", metrics=False, async_writes=False, clock=clock) as eng:
+
+        @failover.failover("who", engine=eng)
+        def who(email: str) -> str:
+            if down:
+                raise ConnectionError("down")
+            return "ok"
+
+        assert who(SECRET_ARGUMENT) == "ok"
+        stored = SqlStore(f"sqlite:///{path}")
+        [entry] = stored.find_all("who")
+        digest = entry.key
+        now = clock()
+        stored.store(envelope("raw", SECRET_ARGUMENT, 1, now, now + timedelta(days=1), True))
+        corrupting = sqlite3.connect(path)
+        corrupting.execute("UPDATE failover_store SET payload = 'json:{not json'")
+        corrupting.commit()
+        corrupting.close()
+        down.append(True)
+        with caplog.at_level(logging.INFO, "failover"):
+            with pytest.raises(ConnectionError):
+                who(SECRET_ARGUMENT)  # the row is a miss
+            assert stored.find_all("raw") == []
+            with pytest.raises(failover.errors.SerializationError) as raised:
+                stored.find("raw", SECRET_ARGUMENT)
+        stored.close()
+    assert SECRET_ARGUMENT not in str(raised.value)
+    loud = [r for r in caplog.records if r.levelno >= logging.INFO]
+    texts = [logging.Formatter().format(r) for r in loud]
+    for key in (digest, SECRET_ARGUMENT):
+        assert [t for t in texts if key_tag(key) in t and "cannot be decoded" in t], texts
+        for text in texts:
+            assert key not in text, text

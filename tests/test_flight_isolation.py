@@ -3,7 +3,7 @@ scatter/gather calls included), the soft timeout's shared calls and refresh ahea
 flight by tenant and key on an engine routed by tenant. Acme's call is held in flight until
 globex's identical call has reached the upstream itself: a globex call that joined acme's
 flight instead (and got, and stored, acme's answer) fails the test. Real SQLite files, one per
-tenant; sync and async."""
+tenant, PostgreSQL tables and redis-server key prefixes; sync and async."""
 
 from __future__ import annotations
 
@@ -18,7 +18,10 @@ import pytest
 import failover
 from failover import Failover
 from failover.scatter import ListSplitter
+from failover.stores import per_tenant_tables
+from failover.stores.backends.redis import RedisStore
 
+from . import postgres, redis_server
 from .conftest import FakeClock
 from .execution_support import WAIT, watch
 
@@ -26,14 +29,31 @@ KINDS = ["sync", "async"]
 TENANTS = ("acme", "globex")
 
 
-def routed(tmp_path: Path, clock: FakeClock) -> Failover:
-    """An engine with a SQLite file per tenant (``{tenant}.db``), routed by `current_tenant`."""
-    return Failover(
-        f"sqlite:///{tmp_path}/{{tenant}}.db",
-        tenant_resolver=failover.current_tenant,
-        clock=clock,
-        metrics=False,
-    )
+BACKENDS = ["sqlite", "postgresql", "redis"]
+
+
+@pytest.fixture(params=BACKENDS)
+def backend(request: pytest.FixtureRequest) -> str:
+    """Where the tenants' stores are: PostgreSQL and redis-server are the session's (the test
+    is skipped, saying why, where their binaries are missing)."""
+    name: str = request.param
+    return name
+
+
+def routed(tmp_path: Path, clock: FakeClock, backend: str = "sqlite") -> Failover:
+    """An engine with a store per tenant, routed by `current_tenant`: a SQLite file per tenant
+    (``{tenant}.db``), a table per tenant on the session's PostgreSQL, or a key prefix per
+    tenant on its redis-server (each under a prefix of this test's own)."""
+    store: Any
+    if backend == "sqlite":
+        store = f"sqlite:///{tmp_path}/{{tenant}}.db"
+    elif backend == "postgresql":
+        prefix = postgres.unique_prefix()
+        store = per_tenant_tables(postgres.server().url, {t: f"{prefix}{t}_" for t in TENANTS})
+    else:
+        url = redis_server.server().url
+        store = RedisStore.per_tenant(url, prefix=redis_server.unique_prefix(), clock=clock)
+    return Failover(store, tenant_resolver=failover.current_tenant, clock=clock, metrics=False)
 
 
 class Held:
@@ -146,9 +166,9 @@ SHARING = {
 
 @pytest.mark.parametrize("sharing", list(SHARING))
 def test_sync_calls_of_two_tenants_never_share_one_upstream_call(
-    sharing: str, tmp_path: Path, clock: FakeClock
+    sharing: str, backend: str, tmp_path: Path, clock: FakeClock
 ) -> None:
-    engine = routed(tmp_path, clock)
+    engine = routed(tmp_path, clock, backend)
     upstream = Held()
     profile = decorate("sync", engine, upstream, **SHARING[sharing])
     upstream.holding = True
@@ -162,9 +182,9 @@ def test_sync_calls_of_two_tenants_never_share_one_upstream_call(
 
 @pytest.mark.parametrize("sharing", list(SHARING))
 async def test_async_calls_of_two_tenants_never_share_one_upstream_call(
-    sharing: str, tmp_path: Path, clock: FakeClock
+    sharing: str, backend: str, tmp_path: Path, clock: FakeClock
 ) -> None:
-    engine = routed(tmp_path, clock)
+    engine = routed(tmp_path, clock, backend)
     upstream = Held()
     profile = decorate("async", engine, upstream, **SHARING[sharing])
     upstream.holding = True
@@ -178,10 +198,10 @@ async def test_async_calls_of_two_tenants_never_share_one_upstream_call(
 
 @pytest.mark.parametrize("kind", KINDS)
 async def test_one_tenants_calls_still_share_one_upstream_call(
-    kind: str, tmp_path: Path, clock: FakeClock
+    kind: str, backend: str, tmp_path: Path, clock: FakeClock
 ) -> None:
     """Per tenant, single flight still shares: two acme calls, one upstream call."""
-    engine = routed(tmp_path, clock)
+    engine = routed(tmp_path, clock, backend)
     release = threading.Event()
     entered = threading.Event()
     calls: list[str | None] = []
@@ -231,11 +251,11 @@ async def test_one_tenants_calls_still_share_one_upstream_call(
 
 @pytest.mark.parametrize("kind", KINDS)
 async def test_narrowed_calls_of_two_tenants_never_share_one_upstream_call(
-    kind: str, tmp_path: Path, clock: FakeClock
+    kind: str, backend: str, tmp_path: Path, clock: FakeClock
 ) -> None:
     """A scatter/gather failover with ``fresh_for``: each tenant's call narrowed to the ids not
     fresh flies under its own tenant's key."""
-    engine = routed(tmp_path, clock)
+    engine = routed(tmp_path, clock, backend)
     entered = {t: threading.Event() for t in TENANTS}
     holding = False
 
@@ -320,11 +340,11 @@ async def settled(engine: Failover) -> None:
 
 @pytest.mark.parametrize("kind", KINDS)
 async def test_a_tenants_refresh_ahead_never_stands_in_for_anothers(
-    kind: str, tmp_path: Path, clock: FakeClock
+    kind: str, backend: str, tmp_path: Path, clock: FakeClock
 ) -> None:
     """Acme's refresh of ``settings`` is in flight when globex's call of the same key is answered
     from its store past ``refresh_ahead``: globex's entry is refreshed by a call of its own."""
-    engine = routed(tmp_path, clock)
+    engine = routed(tmp_path, clock, backend)
     upstream = Held()
     profile = decorate(kind, engine, upstream, fresh_for="10m", refresh_ahead=0.5)
     for tenant in TENANTS:

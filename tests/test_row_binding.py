@@ -514,7 +514,7 @@ def test_a_row_over_max_row_bytes_is_a_miss_and_never_decoded(
         writer.close()
 
 
-@pytest.mark.parametrize("backend", ["sqlite", "redis"])
+@pytest.mark.parametrize("backend", ["sqlite", "postgresql", "redis"])
 def test_a_value_over_max_row_bytes_is_returned_live_and_not_written(
     backend: str, tmp_path: Path, clock: FakeClock
 ) -> None:

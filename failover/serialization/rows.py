@@ -36,6 +36,7 @@ from datetime import datetime
 from typing import Any, Final
 
 from ..errors import ConfigurationError, SerializationError
+from ..keys import key_tag
 from ..payload import ReferentialPayload, envelope
 from .base import Codec, type_name
 from .binding import entry_binding, store_identity
@@ -150,7 +151,7 @@ class Serializer:
         except Exception as exc:  # a codec of the user's may raise its own errors
             detail = exc if isinstance(exc, SerializationError) else repr(exc)
             raise SerializationError(
-                f"{self.where}: cannot store ({name!r}, {key!r}): {detail}"
+                f"{self.where}: cannot store ({name!r}, {key_tag(key)}): {detail}"
             ) from exc
         text = f"{self.codec.marker}:{text}"
         if self.cipher is not None:
@@ -158,7 +159,7 @@ class Serializer:
         if over_limit(text, self.max_row_bytes):
             # Never read back: refused now rather than written, fetched and refused each time.
             raise SerializationError(
-                f"{self.where}: cannot store ({name!r}, {key!r}): the value encodes to "
+                f"{self.where}: cannot store ({name!r}, {key_tag(key)}): the value encodes to "
                 f"{utf8_size(text)} bytes, over max_row_bytes={self.max_row_bytes}"
             )
         return text, payload_type[:_TYPE_MAX]
@@ -174,8 +175,8 @@ class Serializer:
         as_of, expire_on = payload.as_of, payload.expire_on
         if as_of is None or expire_on is None:
             raise SerializationError(
-                f"{self.where}: cannot store ({payload.name!r}, {payload.key!r}): a stored entry "
-                "needs as_of and expire_on"
+                f"{self.where}: cannot store ({payload.name!r}, {key_tag(payload.key)}): a "
+                "stored entry needs as_of and expire_on"
             )
         text, payload_type = self.dump(payload.name, payload.key, payload.payload)
         if payload.fresh_ended:  # written again as it was (a queued write overtaken by .expire)
@@ -224,7 +225,7 @@ class Serializer:
             return value
         except Exception as exc:
             raise SerializationError(
-                f"{self.where}: entry ({name!r}, {key!r}) cannot be decoded: {exc}"
+                f"{self.where}: entry ({name!r}, {key_tag(key)}) cannot be decoded: {exc}"
             ) from exc
 
     def check_size(self, raw: object) -> None:
@@ -272,7 +273,7 @@ class Serializer:
                 # Times written by hand (NULL, out of range, or text where a number belongs)
                 # make the entry as corrupt as a bad payload.
                 raise SerializationError(
-                    f"{self.where}: entry ({name!r}, {key!r}) has corrupt times: {exc}"
+                    f"{self.where}: entry ({name!r}, {key_tag(key)}) has corrupt times: {exc}"
                 ) from exc
             self._last_times = (as_of, expire_on, when, until)  # one tuple: safe across threads
         ended = isinstance(raw, str) and raw[:1] == ENDED
@@ -349,7 +350,7 @@ class Serializer:
     def corrupt(self, name: str, key: str, why: object) -> SerializationError:
         """The error of an entry that is not one (a store's own layout around the parts)."""
         return SerializationError(
-            f"{self.where}: entry ({name!r}, {key!r}) cannot be decoded: {why}"
+            f"{self.where}: entry ({name!r}, {key_tag(key)}) cannot be decoded: {why}"
         )
 
 

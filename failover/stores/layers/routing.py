@@ -41,7 +41,7 @@ from ..base import (
 from ..browsing import BrowsingLayer
 from ..layer import PassingDown
 from .tenant_ids import DEFAULT_MAX_TENANTS, SHOWN, TENANT_ID, check_max_tenants, safe_tenant_id
-from .tenant_pool import OpenTenant, TenantPool, assign_tenant
+from .tenant_pool import POOL_FORKS, OpenTenant, TenantPool, assign_tenant
 
 __all__ = [
     "DEFAULT_MAX_TENANTS",
@@ -129,6 +129,7 @@ class MultiTenantStore(TenantPool, BrowsingLayer, PassingDown):
         self.refused_tenants = 0
         """New tenants refused because every store open was in use."""
         self._said: set[str] = set()  # what was logged once already
+        POOL_FORKS.add(self)
 
     def __repr__(self) -> str:
         return (

@@ -11,11 +11,12 @@ from collections.abc import Callable
 from types import TracebackType
 
 from ...errors import ConfigurationError, StoreError
+from ...forks import AfterFork
 from ...tenant import pinned
 from ..base import FailoverStore, walk
 from .tenant_ids import SHOWN
 
-__all__ = ["OpenTenant", "TenantPool", "assign_tenant"]
+__all__ = ["POOL_FORKS", "OpenTenant", "TenantPool", "assign_tenant"]
 
 log = logging.getLogger(
     "failover.stores.layers.routing"
@@ -256,6 +257,19 @@ class TenantPool:
         if what not in self._said:
             self._said.add(what)
             log.warning(message, *args)
+
+    def forked(self) -> None:
+        """In a forked child: no store is in use (the calls that held them were the parent's
+        threads, which did not come along and would never release them), and new locks
+        (another thread may have held one at the fork)."""
+        self._lock = threading.Lock()
+        for entry in list(self._stores.values()):
+            entry.lock = threading.Lock()
+            entry.busy = 0
+
+
+POOL_FORKS = AfterFork(TenantPool.forked)
+"""The pools to reset in a forked child: `MultiTenantStore.__init__` adds itself."""
 
 
 def assign_tenant(store: object, tenant: str) -> None:
