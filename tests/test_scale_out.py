@@ -217,7 +217,9 @@ def run_load(store: Any, disrupt: Callable[[], object]) -> None:
         assert engine.flush(timeout=30)
         failed = registry.get_sample_value("failover_async_writes_failed_total") or 0
         dropped = registry.get_sample_value("failover_async_writes_dropped_total") or 0
-        assert counted.written + failed + dropped == calls[0]
+        # Nothing lost: each write was written or counted failed. A batch given up at its
+        # deadline may still land after its retry failed: then it is both (never neither).
+        assert counted.written <= calls[0] <= counted.written + failed + dropped
         assert counted.written_after  # writes resumed
         names = {p.key: p for p in counted.written_after}
         found = store.find_many("load", list(names))
