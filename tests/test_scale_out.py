@@ -83,7 +83,12 @@ def test_scatter_gather_of_1000_slices_is_one_round_trip_per_node(
 ) -> None:
     cluster = redis_ha.cluster()
     store = RedisStore(cluster.url, prefix=redis_server.unique_prefix(), clock=clock)
-    engine = failover.Failover(store, async_writes=False, metrics=False, clock=clock)
+    # No deadline to speak of: a write given up at it (the first one loads the script on every
+    # master; on a loaded host it may take longer than 0.5 s) would still be running in the
+    # background while the round trips are counted.
+    engine = failover.Failover(
+        store, async_writes=False, metrics=False, clock=clock, store_timeout=30
+    )
     down = threading.Event()
 
     @failover.failover("quotes", splitter=DictSplitter(item_key="id"), engine=engine)
