@@ -56,6 +56,9 @@ def make_engine(kind: str, clock: Any, tmp_path: Path, **settings: Any) -> Failo
     else:
         store = stores.redis_store(clock)
     settings.setdefault("metrics", False)
+    # The entries are tested, not the deadline: a loaded host's write (a cluster's first, which
+    # loads its script on every master) may take longer than the default 0.5 s.
+    settings.setdefault("store_timeout", 10)
     return Failover(store, clock=clock, async_writes=False, **settings)
 
 

@@ -45,7 +45,9 @@ STORES = [
 @pytest.fixture(params=STORES)
 def engine(request: pytest.FixtureRequest, clock: FakeClock, tmp_path: Path) -> Iterator[Failover]:
     store = FACTORIES[request.param](clock, tmp_path)
-    engine = Failover(store=store, clock=clock, metrics=False)
+    # What is tested is the entries, not the deadline: a loaded host's cluster write may take
+    # longer than the default 0.5 s, and a write given up at it is only retried later.
+    engine = Failover(store=store, clock=clock, metrics=False, store_timeout=10)
     yield engine
     engine.close()
 
