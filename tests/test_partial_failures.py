@@ -31,6 +31,7 @@ from failover.dashboard import make_asgi_app, make_store_app
 from failover.engine.clock import utcnow
 from failover.execution.redis_permits import RedisPermits
 from failover.stores.backends.redis import RedisStore
+from failover.stores.backends.redis.cluster_reads import BACKOFF
 from failover.stores.backends.sql import SqlStore
 from failover.stores.base import Payload
 from failover.stores.layers.batching import ReadBatcher
@@ -206,6 +207,45 @@ def test_the_read_batcher_answers_every_caller_whose_key_it_could_read(
             else:
                 assert isinstance(found, failover.ReferentialPayload), (key, found)
                 assert found.payload == key
+
+
+def _slot_map_reads(cluster: redis_ha.RedisCluster, ports: list[int]) -> int:
+    """How many times the nodes on ``ports`` were asked for the slot map (``CLUSTER SLOTS``)."""
+    total = 0
+    for port in ports:
+        stats = redis.Redis(port=port).info("commandstats")
+        total += stats.get("cmdstat_cluster|slots", {}).get("calls", 0)
+    return total
+
+
+def test_a_node_out_is_asked_once_per_backoff_and_the_slot_map_read_once(
+    partial_cluster: redis_ha.RedisCluster, clock: FakeClock
+) -> None:
+    # Before, each read with a node out went through redis-py's 10 cluster retries, each
+    # reading the slot map again: enough to pass a loaded host's store_timeout.
+    store = RedisStore(partial_cluster.url, prefix=redis_server.unique_prefix(), clock=clock)
+    now = clock()
+    keys = [f"k{i}" for i in range(40)]
+    store.store_many(
+        [failover.ReferentialPayload("n", k, k, now, now + timedelta(hours=1), True) for k in keys]
+    )
+    client: Any = store.client
+    nodes = {k: client.get_node_from_key(store._keys.entries("n") + k).port for k in keys}
+    try:
+        master = _out(partial_cluster)
+        alive = [n.port for n in partial_cluster.nodes if n.process is not None]
+        out_keys = [k for k in keys if nodes[k] == master]
+        before = _slot_map_reads(partial_cluster, alive)
+        for _ in range(3):
+            found = store.find_many("n", keys)
+            assert sorted(found) == sorted(k for k in keys if nodes[k] != master)
+            assert store.find("n", out_keys[0]) is None
+        assert _slot_map_reads(partial_cluster, alive) - before == 1  # when it went out
+        clock.advance(seconds=BACKOFF + 1)  # the back-off passed: asked again, refused again
+        assert len(store.find_many("n", keys)) == len(keys) - len(out_keys)
+        assert _slot_map_reads(partial_cluster, alive) - before == 2
+    finally:
+        store.close()
 
 
 # -- one tenant's store out ----------------------------------------------------------------------
