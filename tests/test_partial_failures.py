@@ -35,6 +35,7 @@ from failover.stores.backends.redis.cluster_reads import BACKOFF
 from failover.stores.backends.sql import SqlStore
 from failover.stores.base import Payload
 from failover.stores.layers.batching import ReadBatcher
+from failover.stores.outages import out
 
 from . import postgres, redis_ha, redis_server
 from .conftest import FakeClock
@@ -246,6 +247,77 @@ def test_a_node_out_is_asked_once_per_backoff_and_the_slot_map_read_once(
         assert _slot_map_reads(partial_cluster, alive) - before == 2
     finally:
         store.close()
+
+
+def test_a_write_with_a_cluster_node_out_writes_the_others_and_leaves_the_store_up(
+    partial_cluster: redis_ha.RedisCluster, clock: FakeClock
+) -> None:
+    # Before, a write naming a key of the node out failed as the store being out (refused at
+    # the connection): the store breaker opened, and every read of every node was skipped.
+    store = RedisStore(partial_cluster.url, prefix=redis_server.unique_prefix(), clock=clock)
+    engine = failover.Failover(
+        store, async_writes=False, metrics=False, clock=clock, store_breaker_after=1
+    )
+    failing = threading.Event()
+    quote, aquote = _quotes(engine, failing)
+    keys = [f"k{i}" for i in range(20)]
+    try:
+        for key in keys:
+            assert quote(key) == f"v-{key}"
+            assert asyncio.run(aquote(key)) == f"v-{key}"
+        nodes = {k: _node_of(store, quote, k) for k in keys}
+        anodes = {k: _node_of(store, aquote, k) for k in keys}
+        master = _out(partial_cluster)
+        for key in keys:  # live: each stored again, the out node's writes failing
+            assert quote(key) == f"v-{key}"
+            assert asyncio.run(aquote(key)) == f"v-{key}"
+        assert [s.status for s in engine.health().stores.values()] == ["up"]
+        failing.set()
+        answers: dict[str, object] = {}
+        for key in keys:
+            try:
+                answers[key] = quote.referential(key).payload
+            except Down as exc:
+                answers[key] = exc
+            try:
+                answers["a" + key] = asyncio.run(aquote.referential(key)).payload
+            except Down as exc:
+                answers["a" + key] = exc
+    finally:
+        engine.close()
+        store.close()
+    assert 0 < sum(nodes[k] == master for k in keys) < len(keys)
+    for key in keys:
+        for name, node in ((key, nodes[key]), ("a" + key, anodes[key])):
+            got = answers[name]
+            assert got == f"v-{key}" if node != master else isinstance(got, Down), (name, got)
+
+
+def test_a_store_write_with_a_cluster_node_out_fails_as_an_error_not_an_outage(
+    partial_cluster: redis_ha.RedisCluster, clock: FakeClock
+) -> None:
+    store = RedisStore(partial_cluster.url, prefix=redis_server.unique_prefix(), clock=clock)
+    now = clock()
+    keys = [f"k{i}" for i in range(30)]
+
+    def payloads() -> list[Payload]:
+        return [
+            failover.ReferentialPayload("n", k, k, now, now + timedelta(hours=1), True)
+            for k in keys
+        ]
+
+    store.store_many(payloads())
+    client: Any = store.client
+    nodes = {k: client.get_node_from_key(store._keys.entries("n") + k).port for k in keys}
+    try:
+        master = _out(partial_cluster)
+        with pytest.raises(failover.StoreError, match=r"unsent \(their cluster node is out") as e:
+            store.store_many(payloads())
+        assert not out(e.value)  # the store answers: its breaker does not count it
+        found = store.find_many("n", keys)
+    finally:
+        store.close()
+    assert sorted(found) == sorted(k for k in keys if nodes[k] != master)
 
 
 # -- one tenant's store out ----------------------------------------------------------------------

@@ -13,19 +13,33 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Any, NamedTuple
 
 import redis
-from redis.exceptions import RedisClusterException
+from redis.exceptions import (
+    AskError,
+    ClusterDownError,
+    MovedError,
+    RedisClusterException,
+    TryAgainError,
+)
 
-__all__ = ["BACKOFF", "ClusterReads", "Read"]
+__all__ = ["BACKOFF", "UNSENT", "ClusterReads", "Read", "Sent"]
 
 BACKOFF = 1.0
 """Seconds a node that refused is not asked again (its keys miss meanwhile)."""
 
 _NODE_ERRORS = (redis.RedisError, RedisClusterException)
+_SCRIPT_CALLS = ("EVALSHA", "EVAL")
+# Replies saying another node serves the slot now, or the cluster is settling: followed by
+# redis-py's cluster client (which reads the slot map again).
+_REDIRECTS = (MovedError, AskError, TryAgainError, ClusterDownError)
+
+UNSENT: Any = object()
+"""`ClusterReads.send`'s reply of a command whose node is out."""
+_UNSENT = UNSENT
 
 
 class Read(NamedTuple):
@@ -39,6 +53,17 @@ class Read(NamedTuple):
     """Whether any node answered."""
     error: Exception | None
     """Why the unread keys were not read."""
+
+
+class Sent(NamedTuple):
+    """What `ClusterReads.send` got."""
+
+    replies: list[Any]
+    """Each command's reply (its error if refused), `UNSENT` where its node is out."""
+    answered: bool
+    """Whether any node answered."""
+    error: Exception | None
+    """Why some commands were not sent (``None`` when all were)."""
 
 
 class ClusterReads:
@@ -70,54 +95,81 @@ class ClusterReads:
         """The values of ``keys``: one pipeline per node, one ``MGET`` per slot in it."""
         client = self._client
         values: list[Any] = [None] * len(keys)
-        nodes: dict[str, tuple[Any, dict[int, list[int]]]] = {}
+        slots: dict[int, list[int]] = {}
         unread = 0
         error: Exception | None = None
         for place, key in enumerate(keys):
             try:
                 slot = client.keyslot(key)
-                node = client.nodes_manager.get_node_from_slot(slot)
-            except _NODE_ERRORS as exc:  # its slot has no owner in the map just now
+            except _NODE_ERRORS as exc:
                 unread, error = unread + 1, exc
                 continue
-            nodes.setdefault(node.name, (node, {}))[1].setdefault(slot, []).append(place)
+            slots.setdefault(slot, []).append(place)
+        groups = list(slots.values())
+        sent = self.send([("MGET", *[keys[p] for p in places]) for places in groups])
+        for places, reply in zip(groups, sent.replies, strict=True):
+            if reply is _UNSENT:
+                unread += len(places)
+                continue
+            for place, value in zip(places, reply, strict=True):
+                values[place] = value
+        return Read(values, unread, sent.answered, sent.error or error)
+
+    def send(self, commands: Sequence[tuple[Any, ...]]) -> Sent:
+        """The replies of ``commands`` (each naming the keys of one slot: the first, or a
+        script call's first key), one pipeline per node; a command refused its reply is its
+        error, as redis-py's ``execute(raise_on_error=False)``; one whose node is out is not
+        sent (`UNSENT`)."""
+        client = self._client
+        replies: list[Any] = [_UNSENT] * len(commands)
+        nodes: dict[str, tuple[Any, list[int]]] = {}
+        error: Exception | None = None
+        for place, command in enumerate(commands):
+            key = command[3] if command[0] in _SCRIPT_CALLS else command[1]
+            try:
+                node = client.nodes_manager.get_node_from_slot(client.keyslot(key))
+            except _NODE_ERRORS as exc:  # its slot has no owner in the map just now
+                error = exc
+                continue
+            nodes.setdefault(node.name, (node, []))[1].append(place)
         answered = False
         moved: list[int] = []
         now = self._now()
-        for name, (node, slots) in nodes.items():
-            count = sum(len(places) for places in slots.values())
+        for name, (node, places) in nodes.items():
             out = self._out.get(name)
             if out is not None and 0 <= out[0] - now <= self._backoff:
-                unread, error = unread + count, out[1]
+                error = out[1]
                 continue
             try:
                 pipe = client.get_redis_connection(node).pipeline(transaction=False)
-                for places in slots.values():
-                    pipe.execute_command("MGET", *[keys[p] for p in places])
-                replies: list[Any] = pipe.execute(raise_on_error=False)
+                for place in places:
+                    pipe.execute_command(*commands[place])
+                got: list[Any] = pipe.execute(raise_on_error=False)
             except _NODE_ERRORS as exc:
                 self._went_out(name, now, exc)
-                unread, error = unread + count, exc
+                error = exc
                 continue
             answered = True
             if out is not None:
                 self._out.pop(name, None)
-            for places, reply in zip(slots.values(), replies, strict=True):
-                if isinstance(reply, Exception):  # MOVED, ASK, CLUSTERDOWN: redis-py follows
-                    moved.extend(places)
-                    continue
-                for place, value in zip(places, reply, strict=True):
-                    values[place] = value
+            for place, reply in zip(places, got, strict=True):
+                if isinstance(reply, _REDIRECTS):  # redis-py's cluster client follows those
+                    moved.append(place)
+                else:
+                    replies[place] = reply
         if moved:
             try:
-                again = client.mget_nonatomic([keys[p] for p in moved])
+                pipe = client.pipeline(transaction=False)
+                for place in moved:
+                    pipe.execute_command(*commands[place])
+                again: list[Any] = pipe.execute(raise_on_error=False)
             except _NODE_ERRORS as exc:
-                unread, error = unread + len(moved), exc
+                error = exc
             else:
                 answered = True
-                for place, value in zip(moved, again, strict=True):
-                    values[place] = value
-        return Read(values, unread, answered, error)
+                for place, reply in zip(moved, again, strict=True):
+                    replies[place] = reply
+        return Sent(replies, answered, error)
 
     def _went_out(self, name: str, now: float, error: Exception) -> None:
         """Remember node ``name`` out; the first to see it read the slot map again (a replica

@@ -11,9 +11,10 @@ from typing import Any
 import redis
 from redis.exceptions import RedisClusterException
 
+from ....errors import StoreError
 from ....logs import LogLimiter
 from .client import Errors
-from .cluster_reads import ClusterReads
+from .cluster_reads import UNSENT, ClusterReads
 from .topology import Client
 from .writes import forward_fallback
 
@@ -69,9 +70,22 @@ class Commands:
 
     def scripted(self, operation: str, commands: Sequence[tuple[Any, ...]]) -> list[Any]:
         """`pipelined`, for a write whose script calls (``EVALSHA``) a server may not know
-        yet: those are sent again by the script's text (`forward_fallback`)."""
+        yet: those are sent again by the script's text (`forward_fallback`).
+
+        On a cluster the commands go in one pipeline per node (`ClusterReads.send`): a node
+        out leaves its own commands unsent, the others are written, and the write fails as a
+        store error that says so, not as the store being out (the store breaker stays
+        closed; a queued write is tried again). Only when no node answers is it the store
+        out."""
         with Errors(self.where, operation):
-            replies = self._execute(commands)
+            if self._reads is not None:
+                sent = self._reads.send(commands)
+                replies = sent.replies
+                unsent = sum(reply is UNSENT for reply in replies)
+                if unsent and not sent.answered and sent.error is not None:
+                    raise sent.error
+            else:
+                replies, unsent = self._execute(commands), 0
             places, again = forward_fallback(commands, replies)
             if again:
                 for place, reply in zip(places, self._execute(again), strict=True):
@@ -79,6 +93,11 @@ class Commands:
             for reply in replies:
                 if isinstance(reply, Exception):
                     raise reply
+            if unsent:
+                raise StoreError(
+                    f"{self.where}: {operation}: {unsent} of {len(commands)} commands unsent "
+                    f"(their cluster node is out: {sent.error}); the other nodes' were written"
+                )
             return replies
 
     def _execute(self, commands: Iterable[tuple[Any, ...]]) -> list[Any]:
