@@ -31,7 +31,7 @@ from failover.dashboard import make_asgi_app, make_store_app
 from failover.engine.clock import utcnow
 from failover.execution.redis_permits import RedisPermits
 from failover.stores.backends.redis import RedisStore
-from failover.stores.backends.redis.cluster_reads import BACKOFF
+from failover.stores.backends.redis.cluster_nodes import BACKOFF
 from failover.stores.backends.sql import SqlStore
 from failover.stores.base import Payload
 from failover.stores.layers.batching import ReadBatcher

@@ -14,7 +14,7 @@ from redis.exceptions import RedisClusterException
 from ....errors import StoreError
 from ....logs import LogLimiter
 from .client import Errors
-from .cluster_reads import UNSENT, ClusterReads
+from .cluster_nodes import UNSENT, ClusterNodes
 from .topology import Client
 from .writes import forward_fallback
 
@@ -34,7 +34,7 @@ class Commands:
         where: the store, as error messages name it.
         cluster: ``client`` is a Redis Cluster's.
         clock: the store's clock, which measures the back-off of a cluster node out
-            (`ClusterReads`); default: the monotonic clock.
+            (`ClusterNodes`); default: the monotonic clock.
     """
 
     def __init__(
@@ -50,7 +50,7 @@ class Commands:
         """Whether the keys spread over a Redis Cluster's slots: a command may name the keys
         of one slot only."""
         self._said = LogLimiter(log)  # a node out: one line, then one per interval
-        self._reads = ClusterReads(client, clock) if cluster else None
+        self._reads = ClusterNodes(client, clock) if cluster else None
 
     def one(self, operation: str, *command: Any) -> Any:
         """One command's reply."""
@@ -72,7 +72,7 @@ class Commands:
         """`pipelined`, for a write whose script calls (``EVALSHA``) a server may not know
         yet: those are sent again by the script's text (`forward_fallback`).
 
-        On a cluster the commands go in one pipeline per node (`ClusterReads.send`): a node
+        On a cluster the commands go in one pipeline per node (`ClusterNodes.send`): a node
         out leaves its own commands unsent, the others are written, and the write fails as a
         store error that says so, not as the store being out (the store breaker stays
         closed; a queued write is tried again). Only when no node answers is it the store
@@ -118,7 +118,7 @@ class Commands:
 
     def mget(self, operation: str, keys: list[str]) -> list[Any]:
         """The values of ``keys`` (``None`` where missing): one ``MGET``; on a cluster one per
-        slot, sent in one pipeline per node (`ClusterReads`).
+        slot, sent in one pipeline per node (`ClusterNodes`).
 
         On a cluster, a node out (killed, before its replica takes over) fails only its own
         keys: they read ``None`` (a miss), the other nodes' are answered. Only when no node

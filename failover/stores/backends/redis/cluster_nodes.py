@@ -1,11 +1,12 @@
-"""A Redis Cluster's batched reads, each node asked once on its own connection.
+"""A Redis Cluster's batched reads and writes, each node asked once on its own connection.
 
 redis-py's cluster client meets a node out (killed, before a replica takes over) with its
 retries (10 by default), each re-reading the slot map: with one master out a 40-key read took
 0.08-0.3 s, enough to pass a loaded host's ``store_timeout`` and miss the other nodes' keys too.
-Here each node gets one pipeline of its slots' ``MGET``s; a node that refuses is remembered
-as out, and its keys miss without asking it again until a short back-off passes or the slot
-map (read again once when a node goes out) gives its slots to another node.
+Here each node gets one pipeline (of its slots' ``MGET``s, or of a write's commands); a node
+that refuses is remembered as out, and its keys miss (its commands are not sent) without
+asking it again until a short back-off passes or the slot map (read again once when a node
+goes out) gives its slots to another node.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from redis.exceptions import (
     TryAgainError,
 )
 
-__all__ = ["BACKOFF", "UNSENT", "ClusterReads", "Read", "Sent"]
+__all__ = ["BACKOFF", "UNSENT", "ClusterNodes", "Read", "Sent"]
 
 BACKOFF = 1.0
 """Seconds a node that refused is not asked again (its keys miss meanwhile)."""
@@ -38,7 +39,7 @@ _SCRIPT_CALLS = ("EVALSHA", "EVAL")
 _REDIRECTS = (MovedError, AskError, TryAgainError, ClusterDownError)
 
 UNSENT: Any = object()
-"""`ClusterReads.send`'s reply of a command whose node is out."""
+"""`ClusterNodes.send`'s reply of a command whose node is out."""
 _UNSENT = UNSENT
 
 
@@ -56,7 +57,7 @@ class Read(NamedTuple):
 
 
 class Sent(NamedTuple):
-    """What `ClusterReads.send` got."""
+    """What `ClusterNodes.send` got."""
 
     replies: list[Any]
     """Each command's reply (its error if refused), `UNSENT` where its node is out."""
@@ -66,9 +67,9 @@ class Sent(NamedTuple):
     """Why some commands were not sent (``None`` when all were)."""
 
 
-class ClusterReads:
-    """Batched reads on a Redis Cluster, a node out failing only its own keys, at the cost of
-    one refused connection per back-off.
+class ClusterNodes:
+    """Batched reads and writes on a Redis Cluster, a node out failing only its own keys, at
+    the cost of one refused connection per back-off.
 
     Args:
         client: the cluster's redis-py client (or a `LazyCluster`).
