@@ -119,6 +119,11 @@ def _cause(fn: Any) -> str:
     return type(fn.referential("EUR").cause).__name__
 
 
+def _acause(fn: Any) -> str:
+    """`_cause`, of a sync or an async failover."""
+    return type(_run(fn.referential("EUR")).cause).__name__
+
+
 def _resync(engine: Failover) -> None:
     """A round that gets through (a Redis just resumed, on a loaded machine, may miss one)."""
     assert engine.fleet is not None
@@ -201,13 +206,16 @@ def test_a_trip_in_one_engine_keeps_the_other_off_the_upstream(url: str, clock: 
 
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="POSIX only")
-def test_a_trip_in_a_forked_process_reaches_the_parent(url: str, clock: FakeClock) -> None:
+@pytest.mark.parametrize("make", ["sync", "async"])
+def test_a_trip_in_a_forked_process_reaches_the_parent(
+    url: str, clock: FakeClock, make: str
+) -> None:
     """A preforking server's worker: the child's fleet starts anew (its own thread, client and
     lease token) and its trip reaches the parent, another process."""
     engine = _engine(url, clock)
     upstream = Upstream()
-    rates = _rates(engine, upstream)
-    assert rates.referential("EUR").up_to_date
+    rates = (_rates if make == "sync" else _arates)(engine, upstream)
+    assert _run(rates.referential("EUR")).up_to_date
     heard = _listen(engine, rates)
     assert engine.fleet is not None
     parent_token = engine.fleet.breakers.token
@@ -216,7 +224,7 @@ def test_a_trip_in_a_forked_process_reaches_the_parent(url: str, clock: FakeCloc
     if pid == 0:  # the child: report through the pipe, never return into pytest
         try:
             upstream.down = True
-            causes = [_cause(rates) for _ in range(3)]
+            causes = [_acause(rates) for _ in range(3)]
             fleet = engine.fleet
             published = fleet.sync()
             said = [causes, published, fleet.breakers.token, fleet._thread.is_alive()]  # type: ignore[union-attr]
@@ -234,21 +242,37 @@ def test_a_trip_in_a_forked_process_reaches_the_parent(url: str, clock: FakeCloc
         assert token != parent_token
         assert heard.states[pybreaker.STATE_OPEN].wait(HANG)
         calls = upstream.calls
-        assert _cause(rates) == "CircuitBreakerError"
+        assert _acause(rates) == "CircuitBreakerError"
         assert upstream.calls == calls
     finally:
         engine.close()
 
 
-def test_half_open_lets_one_trial_through_for_the_whole_fleet(url: str, clock: FakeClock) -> None:
+def _arates(engine: Failover, upstream: Upstream) -> Any:
+    @failover.failover(NAME, engine=engine, breaker=True, policy="never_throw")
+    async def rates(base: str) -> dict[str, float]:
+        return upstream(base)  # held on a thread's event: each call runs in its own loop
+
+    return rates
+
+
+def _run(result: Any) -> Any:
+    """A sync call's result, or an async call's, run to its end in a loop of its own."""
+    return asyncio.run(result) if asyncio.iscoroutine(result) else result
+
+
+@pytest.mark.parametrize("make", [_rates, _arates], ids=["sync", "async"])
+def test_half_open_lets_one_trial_through_for_the_whole_fleet(
+    url: str, clock: FakeClock, make: Any
+) -> None:
     engines = [_engine(url, clock), _engine(url, clock)]
     try:
         upstreams = [Upstream(), Upstream()]
-        fns = [_rates(e, u) for e, u in zip(engines, upstreams, strict=True)]
+        fns = [make(e, u) for e, u in zip(engines, upstreams, strict=True)]
         heard = _listen(engines[1], fns[1])
         upstreams[0].down = True
         for _ in range(2):
-            fns[0]("EUR")
+            _run(fns[0]("EUR"))
         assert heard.states[pybreaker.STATE_OPEN].wait(HANG)
         _age(*engines)
         upstreams[0].down = False
@@ -259,7 +283,7 @@ def test_half_open_lets_one_trial_through_for_the_whole_fleet(url: str, clock: F
         def knock() -> None:  # both engines, in turn, until one lets its trial in
             for _ in range(1000):
                 for fn in fns:
-                    fn("EUR")
+                    _run(fn("EUR"))
                     if trial.is_set():
                         return
                 if any(u.entered.wait(0.005) for u in upstreams):
@@ -278,7 +302,7 @@ def test_half_open_lets_one_trial_through_for_the_whole_fleet(url: str, clock: F
         # Listening before the trial ends: the other engine may notice the verdict at once.
         closed = _listen(engines[other], fns[other])
         # The trial is in flight in one engine: every other call, in either engine, is refused.
-        assert [_cause(fn) for fn in fns for _ in range(3)] == ["CircuitBreakerError"] * 6
+        assert [_acause(fn) for fn in fns for _ in range(3)] == ["CircuitBreakerError"] * 6
         assert sum(u.calls for u in upstreams) == 1
         for u in upstreams:
             u.held = False
@@ -287,7 +311,7 @@ def test_half_open_lets_one_trial_through_for_the_whole_fleet(url: str, clock: F
         assert not knocker.is_alive()
         assert sum(u.calls for u in upstreams) == 1  # one trial for the fleet, not one each
         assert closed.states[pybreaker.STATE_CLOSED].wait(HANG)  # the verdict, published
-        assert fns[other].referential("EUR").up_to_date
+        assert _run(fns[other].referential("EUR")).up_to_date
     finally:
         for u in upstreams:
             u.gate.set()

@@ -31,9 +31,11 @@ from failover.dashboard import make_asgi_app, make_store_app
 from failover.engine.clock import utcnow
 from failover.execution.redis_permits import RedisPermits
 from failover.stores.backends.redis import RedisStore
+from failover.stores.backends.redis.cluster_nodes import BACKOFF
 from failover.stores.backends.sql import SqlStore
 from failover.stores.base import Payload
 from failover.stores.layers.batching import ReadBatcher
+from failover.stores.outages import out
 
 from . import postgres, redis_ha, redis_server
 from .conftest import FakeClock
@@ -206,6 +208,116 @@ def test_the_read_batcher_answers_every_caller_whose_key_it_could_read(
             else:
                 assert isinstance(found, failover.ReferentialPayload), (key, found)
                 assert found.payload == key
+
+
+def _slot_map_reads(cluster: redis_ha.RedisCluster, ports: list[int]) -> int:
+    """How many times the nodes on ``ports`` were asked for the slot map (``CLUSTER SLOTS``)."""
+    total = 0
+    for port in ports:
+        stats = redis.Redis(port=port).info("commandstats")
+        total += stats.get("cmdstat_cluster|slots", {}).get("calls", 0)
+    return total
+
+
+def test_a_node_out_is_asked_once_per_backoff_and_the_slot_map_read_once(
+    partial_cluster: redis_ha.RedisCluster, clock: FakeClock
+) -> None:
+    # Before, each read with a node out went through redis-py's 10 cluster retries, each
+    # reading the slot map again: enough to pass a loaded host's store_timeout.
+    store = RedisStore(partial_cluster.url, prefix=redis_server.unique_prefix(), clock=clock)
+    now = clock()
+    keys = [f"k{i}" for i in range(40)]
+    store.store_many(
+        [failover.ReferentialPayload("n", k, k, now, now + timedelta(hours=1), True) for k in keys]
+    )
+    client: Any = store.client
+    nodes = {k: client.get_node_from_key(store._keys.entries("n") + k).port for k in keys}
+    try:
+        master = _out(partial_cluster)
+        alive = [n.port for n in partial_cluster.nodes if n.process is not None]
+        out_keys = [k for k in keys if nodes[k] == master]
+        before = _slot_map_reads(partial_cluster, alive)
+        for _ in range(3):
+            found = store.find_many("n", keys)
+            assert sorted(found) == sorted(k for k in keys if nodes[k] != master)
+            assert store.find("n", out_keys[0]) is None
+        assert _slot_map_reads(partial_cluster, alive) - before == 1  # when it went out
+        clock.advance(seconds=BACKOFF + 1)  # the back-off passed: asked again, refused again
+        assert len(store.find_many("n", keys)) == len(keys) - len(out_keys)
+        assert _slot_map_reads(partial_cluster, alive) - before == 2
+    finally:
+        store.close()
+
+
+def test_a_write_with_a_cluster_node_out_writes_the_others_and_leaves_the_store_up(
+    partial_cluster: redis_ha.RedisCluster, clock: FakeClock
+) -> None:
+    # Before, a write naming a key of the node out failed as the store being out (refused at
+    # the connection): the store breaker opened, and every read of every node was skipped.
+    store = RedisStore(partial_cluster.url, prefix=redis_server.unique_prefix(), clock=clock)
+    engine = failover.Failover(
+        store, async_writes=False, metrics=False, clock=clock, store_breaker_after=1
+    )
+    failing = threading.Event()
+    quote, aquote = _quotes(engine, failing)
+    keys = [f"k{i}" for i in range(20)]
+    try:
+        for key in keys:
+            assert quote(key) == f"v-{key}"
+            assert asyncio.run(aquote(key)) == f"v-{key}"
+        nodes = {k: _node_of(store, quote, k) for k in keys}
+        anodes = {k: _node_of(store, aquote, k) for k in keys}
+        master = _out(partial_cluster)
+        for key in keys:  # live: each stored again, the out node's writes failing
+            assert quote(key) == f"v-{key}"
+            assert asyncio.run(aquote(key)) == f"v-{key}"
+        assert [s.status for s in engine.health().stores.values()] == ["up"]
+        failing.set()
+        answers: dict[str, object] = {}
+        for key in keys:
+            try:
+                answers[key] = quote.referential(key).payload
+            except Down as exc:
+                answers[key] = exc
+            try:
+                answers["a" + key] = asyncio.run(aquote.referential(key)).payload
+            except Down as exc:
+                answers["a" + key] = exc
+    finally:
+        engine.close()
+        store.close()
+    assert 0 < sum(nodes[k] == master for k in keys) < len(keys)
+    for key in keys:
+        for name, node in ((key, nodes[key]), ("a" + key, anodes[key])):
+            got = answers[name]
+            assert got == f"v-{key}" if node != master else isinstance(got, Down), (name, got)
+
+
+def test_a_store_write_with_a_cluster_node_out_fails_as_an_error_not_an_outage(
+    partial_cluster: redis_ha.RedisCluster, clock: FakeClock
+) -> None:
+    store = RedisStore(partial_cluster.url, prefix=redis_server.unique_prefix(), clock=clock)
+    now = clock()
+    keys = [f"k{i}" for i in range(30)]
+
+    def payloads() -> list[Payload]:
+        return [
+            failover.ReferentialPayload("n", k, k, now, now + timedelta(hours=1), True)
+            for k in keys
+        ]
+
+    store.store_many(payloads())
+    client: Any = store.client
+    nodes = {k: client.get_node_from_key(store._keys.entries("n") + k).port for k in keys}
+    try:
+        master = _out(partial_cluster)
+        with pytest.raises(failover.StoreError, match=r"unsent \(their cluster node is out") as e:
+            store.store_many(payloads())
+        assert not out(e.value)  # the store answers: its breaker does not count it
+        found = store.find_many("n", keys)
+    finally:
+        store.close()
+    assert sorted(found) == sorted(k for k in keys if nodes[k] != master)
 
 
 # -- one tenant's store out ----------------------------------------------------------------------

@@ -354,6 +354,37 @@ def test_a_callers_encoding_error_never_opens_the_store_breaker(pg: Any, clock: 
 # -- a killed redis-server: expiry while queued, close with the store dead -------------------
 
 
+def test_a_killed_redis_reads_down_in_health_and_metrics_and_up_again(
+    rds: RedisServer, clock: FakeClock
+) -> None:
+    registry, engine, upstream, get, _ = _rig(
+        _redis_url(rds), clock, store_timeout=2.0, async_writes=False
+    )
+    try:
+        assert get(1) == 1
+        assert store_up(registry, "redisstore") == 1
+        assert engine.health().stores["redisstore"].status == "up"
+        upstream.fail()
+        rds.kill()
+        try:
+            for _ in range(3):  # each read refused at the connection: a miss, the error raised
+                with pytest.raises(ConnectionError):
+                    get(1)
+            assert store_up(registry, "redisstore") == 0
+            report = engine.health()
+            assert report.stores["redisstore"].status == "down"
+            assert report.status != "up"
+        finally:
+            rds.start()
+        clock.advance(60)  # past store_breaker_reset: the next read is the trial
+        with pytest.raises(ConnectionError):  # answered (a miss: the restart lost the entry)
+            get(1)
+        assert store_up(registry, "redisstore") == 1
+        assert engine.health().stores["redisstore"].status == "up"
+    finally:
+        engine.close()
+
+
 def test_a_queued_write_whose_entry_expires_is_counted_failed_once(
     rds: RedisServer, clock: FakeClock
 ) -> None:

@@ -5,13 +5,16 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable, Sequence
+from datetime import datetime
 from typing import Any
 
 import redis
 from redis.exceptions import RedisClusterException
 
+from ....errors import StoreError
 from ....logs import LogLimiter
 from .client import Errors
+from .cluster_nodes import UNSENT, ClusterNodes
 from .topology import Client
 from .writes import forward_fallback
 
@@ -30,15 +33,24 @@ class Commands:
         client: the redis-py client.
         where: the store, as error messages name it.
         cluster: ``client`` is a Redis Cluster's.
+        clock: the store's clock, which measures the back-off of a cluster node out
+            (`ClusterNodes`); default: the monotonic clock.
     """
 
-    def __init__(self, client: Client, where: str, cluster: bool = False) -> None:
+    def __init__(
+        self,
+        client: Client,
+        where: str,
+        cluster: bool = False,
+        clock: Callable[[], datetime] | None = None,
+    ) -> None:
         self.client = client
         self.where = where
         self.cluster = cluster
         """Whether the keys spread over a Redis Cluster's slots: a command may name the keys
         of one slot only."""
         self._said = LogLimiter(log)  # a node out: one line, then one per interval
+        self._reads = ClusterNodes(client, clock) if cluster else None
 
     def one(self, operation: str, *command: Any) -> Any:
         """One command's reply."""
@@ -58,9 +70,22 @@ class Commands:
 
     def scripted(self, operation: str, commands: Sequence[tuple[Any, ...]]) -> list[Any]:
         """`pipelined`, for a write whose script calls (``EVALSHA``) a server may not know
-        yet: those are sent again by the script's text (`forward_fallback`)."""
+        yet: those are sent again by the script's text (`forward_fallback`).
+
+        On a cluster the commands go in one pipeline per node (`ClusterNodes.send`): a node
+        out leaves its own commands unsent, the others are written, and the write fails as a
+        store error that says so, not as the store being out (the store breaker stays
+        closed; a queued write is tried again). Only when no node answers is it the store
+        out."""
         with Errors(self.where, operation):
-            replies = self._execute(commands)
+            if self._reads is not None:
+                sent = self._reads.send(commands)
+                replies = sent.replies
+                unsent = sum(reply is UNSENT for reply in replies)
+                if unsent and not sent.answered and sent.error is not None:
+                    raise sent.error
+            else:
+                replies, unsent = self._execute(commands), 0
             places, again = forward_fallback(commands, replies)
             if again:
                 for place, reply in zip(places, self._execute(again), strict=True):
@@ -68,6 +93,11 @@ class Commands:
             for reply in replies:
                 if isinstance(reply, Exception):
                     raise reply
+            if unsent:
+                raise StoreError(
+                    f"{self.where}: {operation}: {unsent} of {len(commands)} commands unsent "
+                    f"(their cluster node is out: {sent.error}); the other nodes' were written"
+                )
             return replies
 
     def _execute(self, commands: Iterable[tuple[Any, ...]]) -> list[Any]:
@@ -88,17 +118,19 @@ class Commands:
 
     def mget(self, operation: str, keys: list[str]) -> list[Any]:
         """The values of ``keys`` (``None`` where missing): one ``MGET``; on a cluster one per
-        slot, sent in one pipeline per node, to every node at once.
+        slot, sent in one pipeline per node (`ClusterNodes`).
 
         On a cluster, a node out (killed, before its replica takes over) fails only its own
-        keys: they read ``None`` (a miss), the other nodes' are answered (`_by_node`). Only
-        when no node answers does the read fail."""
+        keys: they read ``None`` (a miss), the other nodes' are answered. Only when no node
+        answers does the read fail."""
         with Errors(self.where, operation):
-            if self.cluster:
-                try:
-                    return list(self.client.mget_nonatomic(keys))  # type: ignore[union-attr]
-                except _NODE_ERRORS as exc:
-                    return self._by_node(operation, keys, exc)
+            if self._reads is not None:
+                read = self._reads.mget(keys)
+                if read.unread and read.error is not None:
+                    if not read.answered:
+                        raise read.error
+                    self._partial(operation, read.unread, len(keys), read.error)
+                return read.values
             execute: Callable[..., Any] = self.client.execute_command
             found: list[Any] = execute("MGET", *keys)
             return found
@@ -108,16 +140,15 @@ class Commands:
         miss (``None``), as in `mget`: a point read and a batched one tell the same, and one
         node out does not read as the whole store failing."""
         with Errors(self.where, operation):
-            execute: Callable[..., Any] = self.client.execute_command  # untyped in redis-py
-            if not self.cluster:
+            if self._reads is None:
+                execute: Callable[..., Any] = self.client.execute_command  # untyped in redis-py
                 return execute("GET", key)
-            try:
-                return execute("GET", key)
-            except _NODE_ERRORS as exc:
+            read = self._reads.mget([key])
+            if read.unread and read.error is not None:
                 if not self._others_answer(key):
-                    raise
-                self._partial(operation, 1, 1, exc)
-                return None
+                    raise read.error
+                self._partial(operation, 1, 1, read.error)
+            return read.values[0]
 
     def _others_answer(self, key: str) -> bool:
         """Whether a master other than ``key``'s answers (one ``PING`` each, until one does)."""
@@ -151,41 +182,6 @@ class Commands:
             asked,
             error,
         )
-
-    def _by_node(self, operation: str, keys: list[str], error: Exception) -> list[Any]:
-        """``keys`` read again node by node after ``error`` (the one pipeline failed): each
-        node's part on its own, so that one node out misses its own keys only.
-
-        Raises:
-            Exception: ``error``, when no node answered.
-        """
-        client: Any = self.client
-        parts: dict[Any, list[int]] = {}
-        unplaced: list[int] = []
-        for place, key in enumerate(keys):
-            try:
-                node = client.get_node_from_key(key)
-            except _NODE_ERRORS:  # its slot has no owner in the map just now
-                unplaced.append(place)
-                continue
-            parts.setdefault(node.name, []).append(place)
-        found: list[Any] = [None] * len(keys)
-        failed = len(unplaced)
-        answered = False
-        for places in parts.values():
-            try:
-                values = client.mget_nonatomic([keys[p] for p in places])
-            except _NODE_ERRORS:
-                failed += len(places)
-                continue
-            answered = True
-            for place, value in zip(places, values, strict=True):
-                found[place] = value
-        if not answered:
-            raise error
-        if failed:
-            self._partial(operation, failed, len(keys), error)
-        return found
 
     def spread(
         self, command: str, first: Iterable[Any], keys: Iterable[str]

@@ -171,7 +171,7 @@ class RedisStore(
         self._values = EntryText(self.serializer, clock)
         self._keys = Keys(prefix)
         cluster = isinstance(self.client, RedisCluster | LazyCluster)
-        self._redis = Commands(self.client, self._where, cluster)
+        self._redis = Commands(self.client, self._where, cluster, clock)
         self._owns_aio = aio_url is not None  # per_tenant's stores share the factory's
         self._aio = None if aio_url is None else AsyncClients(aio_url, socket_timeout, self._where)
         self.browsing = RedisBrowsing(self._redis, self._keys)
