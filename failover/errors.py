@@ -30,6 +30,7 @@ __all__ = [
     "ConfigurationError",
     "FailoverError",
     "NothingToRenew",
+    "PartialWrite",
     "RateLimited",
     "SerializationError",
     "SoftTimeoutError",
@@ -50,6 +51,13 @@ class ConfigurationError(FailoverError, ValueError):
 
 class StoreError(FailoverError):
     """A store refused or failed an operation."""
+
+
+class PartialWrite(StoreError):
+    """A write the store made in part: some of its entries were written, the others not sent
+    (one Redis Cluster node out). Not an outage (the store breaker stays closed, the other
+    nodes serve their keys); the async-writes queue tries the batch again, whole (an entry
+    written twice stays as it is: entries only move forward)."""
 
 
 class SerializationError(FailoverError):

@@ -13,7 +13,9 @@ from __future__ import annotations
 import errno
 import socket
 
-__all__ = ["out"]
+from ..errors import PartialWrite
+
+__all__ = ["out", "worth_retrying"]
 
 # An OSError that is not a ConnectionError but still says the network is in the way (a full
 # disk, a permission error are not: they are the store's own trouble, not an outage).
@@ -60,3 +62,9 @@ def out(exc: BaseException) -> bool:
                 return True
         current = current.__cause__ or current.__context__
     return False
+
+
+def worth_retrying(exc: BaseException) -> bool:
+    """Whether a write that failed with ``exc`` is tried again later (the async-writes queue
+    parks it): the store was out, or it made the write in part (`PartialWrite`)."""
+    return isinstance(exc, PartialWrite) or out(exc)

@@ -19,7 +19,7 @@ from ...errors import SerializationError
 from ...logs import LogLimiter
 from ...metrics import NULL_METRICS, Metrics
 from ..base import FailoverStore, Payload, delete_many, older
-from ..outages import out
+from ..outages import worth_retrying
 
 __all__ = ["DELETED", "RETRY_FIRST", "RETRY_MOST", "BatchWriter", "Tombstone", "Write"]
 
@@ -129,7 +129,7 @@ class BatchWriter:
                     # store refused before writing, and encoding again one by one is cheap.
                     lost, later = self._store_each(stores, superseded)
                 except Exception as exc:
-                    if out(exc):
+                    if worth_retrying(exc):
                         later = stores
                     else:
                         lost = stores
@@ -180,7 +180,7 @@ class BatchWriter:
             try:
                 self._call("delete_many", delete_many, self.inner, name, keys)
             except Exception as exc:
-                if out(exc):
+                if worth_retrying(exc):
                     again.extend(some)
                 else:
                     failed += len(keys)
@@ -313,7 +313,7 @@ class BatchWriter:
                 failed.append(payload)
                 self._refuse(payload, exc)
             except Exception as exc:
-                (later if out(exc) else failed).append(payload)
+                (later if worth_retrying(exc) else failed).append(payload)
                 self.logs.report(
                     "store",
                     "failover: writing the queued entry (%r, %r) failed",

@@ -11,7 +11,7 @@ from typing import Any
 import redis
 from redis.exceptions import RedisClusterException
 
-from ....errors import StoreError
+from ....errors import PartialWrite
 from ....logs import LogLimiter
 from .client import Errors
 from .cluster_nodes import UNSENT, ClusterNodes
@@ -94,7 +94,7 @@ class Commands:
                 if isinstance(reply, Exception):
                     raise reply
             if unsent:
-                raise StoreError(
+                raise PartialWrite(
                     f"{self.where}: {operation}: {unsent} of {len(commands)} commands unsent "
                     f"(their cluster node is out: {sent.error}); the other nodes' were written"
                 )
