@@ -297,6 +297,27 @@ async def test_a_nested_async_call_does_not_take_a_second_permit(engine: Failove
     assert bulkhead_of(engine, f).free == 1
 
 
+def test_a_loop_started_inside_a_sync_call_is_nested(engine: Failover) -> None:
+    """A sync call that runs ``asyncio.run`` hands its tasks (and the threads they start with
+    the context, ``asyncio.to_thread``) the permits it holds: they take none of the pool's."""
+    engine.bulkhead_pool("one", permits=1)
+
+    @failover.failover("bh-loop-inner", engine=engine, bulkhead="one")
+    async def inner() -> str:
+        return await asyncio.to_thread(deepest)
+
+    @failover.failover("bh-loop-deepest", engine=engine, bulkhead="one")
+    def deepest() -> str:
+        return "deepest"
+
+    @failover.failover("bh-loop-outer", engine=engine, bulkhead="one")
+    def outer() -> str:
+        return asyncio.run(inner())
+
+    assert outer() == "deepest"  # a pool of one would refuse the inner calls otherwise
+    assert bulkhead_of(engine, outer).free == 1
+
+
 def test_another_thread_is_not_nested(engine: Failover) -> None:
     """The permit belongs to the context: a thread started inside the call takes its own."""
 

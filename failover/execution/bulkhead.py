@@ -38,6 +38,11 @@ _held: contextvars.ContextVar[tuple[Pool, ...]] = contextvars.ContextVar(
 )
 
 
+_Token = contextvars.Token
+# What `Bulkhead._ahead` holds when the lock-free take is never the way (weights, other sources).
+_NEVER = (None,)
+
+
 def _nothing() -> None:
     pass
 
@@ -136,6 +141,9 @@ class Bulkhead(Guard):
             self._free, self._waiters = local.lock_free()
             self._fair = local.fair
             self._hand_over = local.hand_over
+        # What a lock-free take must not jump (one attribute read on the hot path): a fair
+        # pool's waiters; nothing for an unfair pool; `_NEVER` when the take is not inline.
+        self._ahead: Any = (self._waiters if self._fair else ()) if self._inline else _NEVER
         self.limit = self.pool.permits
         self.acquire_timeout = acquire_timeout
         self.fail_fast = acquire_timeout == 0
@@ -168,10 +176,9 @@ class Bulkhead(Guard):
         """Take the permits if they are free now, or ask to wait for them up to
         ``acquire_timeout`` (a `Wait` whose end raises `BulkheadFull` if none came)."""
         held = _held.get()
-        pool = self.pool
-        if pool in held:
+        if held and self.pool in held:
             return None  # nested call: the outer one holds the permits
-        if self._inline and not (self._fair and self._waiters):
+        if not self._ahead:
             # `LocalPermits.take(1)`, inlined, without a lock: `list.pop` is one atomic step
             # under the GIL, so two threads never get the same permit, and a thread that finds
             # the list empty goes the slow way (a `Wait`). A waiter that queued just after the
@@ -182,7 +189,8 @@ class Bulkhead(Guard):
                 pass
             else:
                 # The context variable's token is the lease: one permit, nothing to allocate.
-                return _held.set((*held, pool) if held else self._alone)
+                return _held.set((*held, self.pool) if held else self._alone)
+        pool = self.pool
         lease = None if self._take is None else self._take(self.weight)
         if lease is None:  # a fail-fast call reads no clock (deadline 0.0: already past)
             deadline = 0.0 if self.fail_fast else self._deadline()
@@ -204,7 +212,7 @@ class Bulkhead(Guard):
         """Give the permits back (to the first waiters, if any)."""
         if token is None:
             return
-        if type(token) is contextvars.Token:  # one permit of an in-process pool (`admit`)
+        if type(token) is _Token:  # one permit of an in-process pool (`admit`)
             try:  # noqa: SIM105  (as below)
                 _held.reset(token)
             except ValueError:

@@ -12,6 +12,7 @@ from .control import delete_all_listed, expire_rewritten, no_tags
 from .declaring import (
     DeclaresAsyncWrites,
     DeclaresBrowsing,
+    DeclaresFreshReads,
     DeclaresHealthRows,
     DeclaresIO,
     DeclaresIsolation,
@@ -43,6 +44,7 @@ __all__ = [
     "keeps_tags",
     "native_async",
     "older",
+    "reads_fresh",
     "walk",
     "writes_async",
 ]
@@ -65,6 +67,9 @@ class Capabilities:
         isolating: what a caller holds is never what is stored (values are encoded as they
             are stored and decoded anew on every read, or copied both ways), so no copying
             layer is needed in front (unless writes are queued).
+        reads_fresh: every read hands back objects no one else holds (decoded anew, or
+            copied), so a copying layer in front copies writes only (the default: what
+            ``isolating`` says).
         browsable: the store implements `failover.stores.browsing.Browsable` (``names``,
             ``page``, ``summary``): the command line and the dashboard can list its entries.
         native_async: the store has the `AsyncFailoverStore` methods, doing its I/O on the
@@ -90,6 +95,12 @@ class Capabilities:
     def isolating(self) -> bool:
         """What a caller holds is never what is stored (the default: ``False``)."""
         return False
+
+    @property
+    def reads_fresh(self) -> bool:
+        """Every read hands back objects no one else holds (the default: ``isolating``: a
+        store that isolates decodes or copies on every read)."""
+        return self.isolating
 
     def delete_many(self, name: str, keys: Iterable[str]) -> None:
         """Remove the entries of ``name`` under ``keys`` that are present: one ``delete`` each
@@ -173,9 +184,10 @@ def declared(store: object) -> Capabilities:
     A store deriving from `Capabilities` answers itself. One of your own that does not (any
     object with the `FailoverStore` methods is a store) may still declare with plain members,
     each recognised by its Protocol of `failover.stores.declaring` (`DeclaresIO`,
-    `DeclaresAsyncWrites`, `DeclaresIsolation`, `DeclaresBrowsing`, `DeclaresNativeAsync`,
-    `DeclaresHealthRows`, `DeclaresSharing`, `SupportsDeleteMany`, `Flushable`): this is the one
-    place that reads them; what it does not declare takes the defaults of `Capabilities`.
+    `DeclaresAsyncWrites`, `DeclaresIsolation`, `DeclaresFreshReads`, `DeclaresBrowsing`,
+    `DeclaresNativeAsync`, `DeclaresHealthRows`, `DeclaresSharing`, `SupportsDeleteMany`,
+    `Flushable`): this is the one place that reads them; what it does not declare takes the
+    defaults of `Capabilities`.
     """
     return store if isinstance(store, Capabilities) else _Members(store)
 
@@ -207,6 +219,13 @@ class _Members(Capabilities):
         if isinstance(self.store, DeclaresIsolation):
             return bool(self.store.isolating)
         return super().isolating
+
+    @property
+    def reads_fresh(self) -> bool:
+        """The store's ``reads_fresh`` (`DeclaresFreshReads`), else its ``isolating``."""
+        if isinstance(self.store, DeclaresFreshReads):
+            return bool(self.store.reads_fresh)
+        return super().reads_fresh
 
     @property
     def browsable(self) -> bool:
@@ -296,6 +315,12 @@ def writes_async(store: object) -> bool:
 def isolating(store: object) -> bool:
     """Whether ``store`` declares that it isolates by encoding; ``False`` when it says nothing."""
     return declared(store).isolating
+
+
+def reads_fresh(store: object) -> bool:
+    """Whether ``store``'s reads hand back objects no one else holds; what it says of
+    ``isolating`` when it says nothing of this."""
+    return declared(store).reads_fresh
 
 
 def delete_many(store: FailoverStore, name: str, keys: Iterable[str]) -> None:

@@ -11,6 +11,7 @@ from typing import Protocol, runtime_checkable
 __all__ = [
     "DeclaresAsyncWrites",
     "DeclaresBrowsing",
+    "DeclaresFreshReads",
     "DeclaresHealthRows",
     "DeclaresIO",
     "DeclaresIsolation",
@@ -43,6 +44,14 @@ class DeclaresIsolation(Protocol):
     """A store that says whether it isolates what it keeps (`Capabilities.isolating`)."""
 
     isolating: bool
+
+
+@runtime_checkable
+class DeclaresFreshReads(Protocol):
+    """A store that says whether its reads hand back objects no one else holds
+    (`Capabilities.reads_fresh`)."""
+
+    reads_fresh: bool
 
 
 @runtime_checkable

@@ -18,6 +18,7 @@ from .base import (
     expire,
     keeps_tags,
     native_async,
+    reads_fresh,
     writes_async,
 )
 
@@ -91,6 +92,12 @@ class Layer(PassingDown):
 
     def _below(self) -> AbstractContextManager[FailoverStore]:
         return nullcontext(self.inner)
+
+    @property
+    def reads_fresh(self) -> bool:
+        """Whether the inner store's reads are fresh: a layer hands back what it read, unless
+        it says otherwise."""
+        return reads_fresh(self.inner)
 
     def layers_below(self) -> tuple[FailoverStore]:
         """The inner store."""

@@ -45,10 +45,12 @@ from ..base import (
     Payload,
     as_async,
     native_async,
+    reads_fresh,
 )
 from ..browsing import BrowsingLayer, Page, Summary, overlaid
 from ..health_rows import HealthRowsLayer
 from ..layer import Layer
+from .copying import copied
 from .queued_control import QueuedControl
 from .write_queue import DELETED, REJECTIONS, RETRY_FIRST, RETRY_MOST, Tombstone, Write, WriteQueue
 
@@ -103,6 +105,10 @@ class AsyncWriteStore(QueuedControl, HealthRowsLayer, BrowsingLayer, Layer):
                 f"got {rejection!r}"
             )
         self.inner = inner
+        # Over a store whose reads are fresh, the queued writes are the only objects a read
+        # could share with another: copied here, so that the whole layer reads fresh and a
+        # copying layer in front copies writes only.
+        self._fresh = reads_fresh(inner)
         self._q = WriteQueue(
             inner, queue_size, batch_size, rejection, NULL_METRICS if metrics is None else metrics
         )
@@ -116,6 +122,12 @@ class AsyncWriteStore(QueuedControl, HealthRowsLayer, BrowsingLayer, Layer):
             f"AsyncWriteStore({self.inner!r}, queue_size={q.queue_size}, "
             f"batch_size={q.batch_size}, rejection={q.rejection!r})"
         )
+
+    @property
+    def reads_fresh(self) -> bool:
+        """Whether its reads hand back objects no one else holds: the inner store's do, and a
+        queued write found is copied."""
+        return self._fresh
 
     @property
     def queue_size(self) -> int:
@@ -225,13 +237,19 @@ class AsyncWriteStore(QueuedControl, HealthRowsLayer, BrowsingLayer, Layer):
         write = self._q.pending.get((name, key))  # one dict read: atomic, no lock needed
         if write is None:
             return self.inner.find(name, key)
-        value = write[2]
-        return None if isinstance(value, Tombstone) else value
+        return self._hit(write[2])
+
+    def _hit(self, value: Any) -> Payload | None:
+        """What a read hands back of a queued write: ``None`` for a delete; a copy when the
+        layer reads fresh (every reader gets its own)."""
+        if isinstance(value, Tombstone):
+            return None
+        return copied(value) if self._fresh else value
 
     def find_many(self, name: str, keys: Iterable[str]) -> dict[str, Payload]:
         """The entries found among ``keys``, writes still queued included."""
         queued, rest = self._pending(name, keys)
-        return _laid_over(self.inner.find_many(name, rest), queued)
+        return _laid_over(self.inner.find_many(name, rest), queued, self._fresh)
 
     def _pending(self, name: str, keys: Iterable[str]) -> tuple[dict[str, Any], list[str]]:
         """The queued writes of ``keys``, and the keys to read from the inner store."""
@@ -249,14 +267,13 @@ class AsyncWriteStore(QueuedControl, HealthRowsLayer, BrowsingLayer, Layer):
         if write is None:
             found = await as_async(self.inner).afind(name, key)
             return found
-        value = write[2]
-        return None if isinstance(value, Tombstone) else value
+        return self._hit(write[2])
 
     async def afind_many(self, name: str, keys: Iterable[str]) -> dict[str, Payload]:
         """`find_many`, the inner store's read awaited."""
         queued, rest = self._pending(name, keys)
         found = await as_async(self.inner).afind_many(name, rest) if rest else {}
-        return _laid_over(found, queued)
+        return _laid_over(found, queued, self._fresh)
 
     async def astore_many(self, payloads: Sequence[Payload]) -> int:
         """`store_many`: queued, never waiting on I/O."""
@@ -275,12 +292,7 @@ class AsyncWriteStore(QueuedControl, HealthRowsLayer, BrowsingLayer, Layer):
         with q.lock:
             queued = {k: w[2] for (n, k), w in q.pending.items() if n == name}
         found = {p.key: p for p in self.inner.find_all(name)}
-        for key, value in queued.items():
-            if isinstance(value, Tombstone):
-                found.pop(key, None)
-            else:
-                found[key] = value
-        return list(found.values())
+        return list(_laid_over(found, queued, self._fresh).values())
 
     # -- browsing (read-your-writes) ---------------------------------------------------------------
 
@@ -355,11 +367,12 @@ class AsyncWriteStore(QueuedControl, HealthRowsLayer, BrowsingLayer, Layer):
         self.inner.close()
 
 
-def _laid_over(found: dict[str, Payload], queued: dict[str, Any]) -> dict[str, Payload]:
-    """``found`` with the queued writes laid over it (a queued delete hides an entry)."""
+def _laid_over(found: dict[str, Payload], queued: dict[str, Any], copy: bool) -> dict[str, Payload]:
+    """``found`` with the queued writes laid over it (a queued delete hides an entry), each
+    copied when ``copy``."""
     for key, value in queued.items():
         if isinstance(value, Tombstone):
             found.pop(key, None)
         else:
-            found[key] = value
+            found[key] = copied(value) if copy else value
     return found

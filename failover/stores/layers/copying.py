@@ -15,6 +15,7 @@ from ..base import (
     as_async,
     delete_many,
     native_async,
+    reads_fresh,
 )
 from ..browsing import BrowsingLayer
 from ..health_rows import HealthRowsLayer
@@ -160,12 +161,21 @@ def copied(payload: Payload) -> Payload:
 
 class CopyingStore(HealthRowsLayer, BrowsingLayer, Layer):
     """Stores and returns deep copies, so that what a caller does to a returned object never
-    changes what is stored, and the reverse."""
+    changes what is stored, and the reverse.
+
+    A read is copied only when the inner store's reads may hand back an object someone else
+    holds (an in-process store's entry, a near tier's copy): over a store whose reads are
+    fresh (`failover.stores.base.reads_fresh`: rows decoded anew, queued writes copied by their
+    queue) it hands the read on as it is.
+    """
 
     isolating = True  # by copying: no other copying layer is needed in front
+    reads_fresh = True  # copied, or fresh already
 
     def __init__(self, inner: FailoverStore) -> None:
         self.inner = inner
+        # Decided once: the chain below is fixed when the layer is made.
+        self._copies_reads = not reads_fresh(inner)
 
     def __repr__(self) -> str:
         return f"CopyingStore({self.inner!r})"
@@ -185,20 +195,25 @@ class CopyingStore(HealthRowsLayer, BrowsingLayer, Layer):
     def find(self, name: str, key: str) -> Payload | None:
         """A copy of the stored entry."""
         payload = self.inner.find(name, key)
-        return None if payload is None else copied(payload)
+        return payload if payload is None or not self._copies_reads else copied(payload)
 
     def find_many(self, name: str, keys: Iterable[str]) -> dict[str, Payload]:
         """Copies of the stored entries."""
-        return {k: copied(p) for k, p in self.inner.find_many(name, keys).items()}
+        found = self.inner.find_many(name, keys)
+        if not self._copies_reads:
+            return found
+        return {k: copied(p) for k, p in found.items()}
 
     async def afind(self, name: str, key: str) -> Payload | None:
         """`find`, awaited."""
         payload = await as_async(self.inner).afind(name, key)
-        return None if payload is None else copied(payload)
+        return payload if payload is None or not self._copies_reads else copied(payload)
 
     async def afind_many(self, name: str, keys: Iterable[str]) -> dict[str, Payload]:
         """`find_many`, awaited."""
         found = await as_async(self.inner).afind_many(name, keys)
+        if not self._copies_reads:
+            return found
         return {k: copied(p) for k, p in found.items()}
 
     async def astore_many(self, payloads: Sequence[Payload]) -> int | None:
@@ -212,7 +227,8 @@ class CopyingStore(HealthRowsLayer, BrowsingLayer, Layer):
 
     def find_all(self, name: str) -> list[Payload]:
         """Copies of every entry of ``name``."""
-        return [copied(p) for p in self.inner.find_all(name)]
+        found = self.inner.find_all(name)
+        return [copied(p) for p in found] if self._copies_reads else found
 
     def delete(self, name: str, key: str) -> None:
         """Remove the entry."""
