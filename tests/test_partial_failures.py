@@ -31,7 +31,7 @@ from failover.dashboard import make_asgi_app, make_store_app
 from failover.engine.clock import utcnow
 from failover.execution.redis_permits import RedisPermits
 from failover.stores.backends.redis import RedisStore
-from failover.stores.backends.redis.cluster_nodes import BACKOFF
+from failover.stores.backends.redis.cluster_nodes import BACKOFF, UNSENT, ClusterNodes
 from failover.stores.backends.sql import SqlStore
 from failover.stores.base import Payload
 from failover.stores.layers.batching import ReadBatcher
@@ -101,6 +101,19 @@ def _node_of(store: RedisStore, fn: Any, key: str) -> int:
     return port
 
 
+def _stored_then_out(
+    cluster: redis_ha.RedisCluster, store: RedisStore, quote: Any, aquote: Any, keys: list[str]
+) -> tuple[dict[str, int], dict[str, int], int]:
+    """Each key stored by the sync and the async failover; then one master taken out: the
+    node of each key's entry (sync's, async's) and the port of the master out."""
+    for key in keys:
+        assert quote(key) == f"v-{key}"
+        assert asyncio.run(aquote(key)) == f"v-{key}"
+    nodes = {k: _node_of(store, quote, k) for k in keys}
+    anodes = {k: _node_of(store, aquote, k) for k in keys}
+    return nodes, anodes, _out(cluster)
+
+
 def test_a_dead_cluster_master_fails_only_its_own_keys_under_concurrent_recoveries(
     partial_cluster: redis_ha.RedisCluster, clock: FakeClock
 ) -> None:
@@ -111,12 +124,7 @@ def test_a_dead_cluster_master_fails_only_its_own_keys_under_concurrent_recoveri
 
     keys = [f"k{i}" for i in range(40)]
     try:
-        for key in keys:
-            assert quote(key) == f"v-{key}"
-            assert asyncio.run(aquote(key)) == f"v-{key}"
-        nodes = {k: _node_of(store, quote, k) for k in keys}
-        anodes = {k: _node_of(store, aquote, k) for k in keys}
-        master = _out(partial_cluster)
+        nodes, anodes, master = _stored_then_out(partial_cluster, store, quote, aquote, keys)
         failing.set()
 
         # Threads: all at once (reads queued behind one in flight share a find_many).
@@ -262,12 +270,7 @@ def test_a_write_with_a_cluster_node_out_writes_the_others_and_leaves_the_store_
     quote, aquote = _quotes(engine, failing)
     keys = [f"k{i}" for i in range(20)]
     try:
-        for key in keys:
-            assert quote(key) == f"v-{key}"
-            assert asyncio.run(aquote(key)) == f"v-{key}"
-        nodes = {k: _node_of(store, quote, k) for k in keys}
-        anodes = {k: _node_of(store, aquote, k) for k in keys}
-        master = _out(partial_cluster)
+        nodes, anodes, master = _stored_then_out(partial_cluster, store, quote, aquote, keys)
         for key in keys:  # live: each stored again, the out node's writes failing
             assert quote(key) == f"v-{key}"
             assert asyncio.run(aquote(key)) == f"v-{key}"
@@ -291,6 +294,41 @@ def test_a_write_with_a_cluster_node_out_writes_the_others_and_leaves_the_store_
         for name, node in ((key, nodes[key]), ("a" + key, anodes[key])):
             got = answers[name]
             assert got == f"v-{key}" if node != master else isinstance(got, Down), (name, got)
+
+
+def test_commands_that_meet_only_the_node_out_do_not_say_the_cluster_is_out(
+    partial_cluster: redis_ha.RedisCluster, clock: FakeClock
+) -> None:
+    """A batch whose commands all name keys of the master out asks no other node: that proves
+    the node out, not the store. Before, such a write (an entry and its index on that node)
+    was the store out, and `store_breaker_after` of them skipped every read of every node."""
+    store = RedisStore(partial_cluster.url, prefix=redis_server.unique_prefix(), clock=clock)
+    try:
+        client: Any = store.client
+        keys = [f"k{i}" for i in range(50)]
+        assert store.find_many("n", keys) == {}  # the slot map read while every node answers
+        master = _out(partial_cluster)
+
+        def port(key: str) -> int:
+            return int(client.nodes_manager.get_node_from_slot(client.keyslot(key)).port)
+
+        on_it = [k for k in keys if port(k) == master]
+        elsewhere = [k for k in keys if port(k) != master]
+        assert on_it
+        assert elsewhere
+        nodes = ClusterNodes(client, clock)
+        sent = nodes.send([("GET", k) for k in on_it])
+        assert all(reply is UNSENT for reply in sent.replies)
+        assert sent.error is not None
+        assert sent.answered  # the other masters are not known out
+        assert nodes.send([("GET", k) for k in elsewhere]).replies == [None] * len(elsewhere)
+        for node in partial_cluster.nodes:  # now every master is out: the cluster is
+            node.kill()
+        sent = nodes.send([("GET", k) for k in keys])
+        assert all(reply is UNSENT for reply in sent.replies)
+        assert not sent.answered
+    finally:
+        store.close()
 
 
 def test_a_store_write_with_a_cluster_node_out_fails_as_an_error_not_an_outage(

@@ -51,7 +51,7 @@ class Read(NamedTuple):
     unread: int
     """How many keys were not read (their node out, or their slot without an owner)."""
     answered: bool
-    """Whether any node answered."""
+    """Whether any node answered, or a master not asked is not known out."""
     error: Exception | None
     """Why the unread keys were not read."""
 
@@ -62,7 +62,8 @@ class Sent(NamedTuple):
     replies: list[Any]
     """Each command's reply (its error if refused), `UNSENT` where its node is out."""
     answered: bool
-    """Whether any node answered."""
+    """Whether any node answered, or a master not asked is not known out (the cluster is out
+    as a whole only when every master is)."""
     error: Exception | None
     """Why some commands were not sent (``None`` when all were)."""
 
@@ -170,7 +171,25 @@ class ClusterNodes:
                 answered = True
                 for place, reply in zip(moved, again, strict=True):
                     replies[place] = reply
+        if not answered and nodes:
+            # Only the nodes this batch named were asked: the store is out as a whole only
+            # when every master is out (a write or read of one node's keys proves no more).
+            answered = not self._all_out(now)
         return Sent(replies, answered, error)
+
+    def _all_out(self, now: float) -> bool:
+        """Whether every master of the slot map is remembered out (within its back-off)."""
+        try:
+            cache = self._client.nodes_manager.nodes_cache
+            masters = [n.name for n in list(cache.values()) if n.server_type == "primary"]
+        except (*_NODE_ERRORS, AttributeError):
+            return True
+        with self._lock:
+            out = dict(self._out)
+        return all(
+            (gone := out.get(name)) is not None and 0 <= gone[0] - now <= self._backoff
+            for name in masters
+        )
 
     def _went_out(self, name: str, now: float, error: Exception) -> None:
         """Remember node ``name`` out; the first to see it read the slot map again (a replica
