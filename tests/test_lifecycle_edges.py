@@ -47,6 +47,12 @@ def sqlite(tmp_path: Path, name: str = "f.db") -> str:
     return f"sqlite:///{tmp_path / name}"
 
 
+def configure(url: str, clock: FakeClock) -> Failover:
+    """`failover.configure` on the SQLite file at ``url``, its store deadline generous: these
+    tests are about calls moving between engines, and a slow disk must not take a store out."""
+    return failover.configure(store=url, clock=clock, metrics=False, store_timeout=WAIT)
+
+
 def recovered(url: str, clock: FakeClock, name: str, codes: Iterable[str]) -> dict[str, Any]:
     """What a new engine on the file at ``url`` recovers for each code, its upstream down
     (``None``: nothing stored)."""
@@ -355,7 +361,7 @@ def test_configure_again_while_sync_calls_run(tmp_path: Path, clock: FakeClock) 
                 lambda: all(c >= t for c, t in zip(counts, target, strict=True)), WAIT
             )
 
-    engines = [failover.configure(store=sqlite(tmp_path, "0.db"), clock=clock, metrics=False)]
+    engines = [configure(sqlite(tmp_path, "0.db"), clock)]
     threads = [threading.Thread(target=caller, args=(i,)) for i in range(4)]
     for t in threads:
         t.start()
@@ -363,7 +369,7 @@ def test_configure_again_while_sync_calls_run(tmp_path: Path, clock: FakeClock) 
         for n in range(1, 6):
             calls_made(3)
             url = sqlite(tmp_path, f"{n}.db")
-            engines.append(failover.configure(store=url, clock=clock, metrics=False))
+            engines.append(configure(url, clock))
             assert engines[-2].closed
         calls_made(3)  # on the last engine: each caller made calls after it was installed
     finally:
@@ -416,15 +422,15 @@ async def test_configure_again_while_tasks_run(tmp_path: Path, clock: FakeClock)
             )
             await asyncio.wait_for(reached, WAIT)
 
-    engines = [failover.configure(store=sqlite(tmp_path, "0.db"), clock=clock, metrics=False)]
+    engines = [configure(sqlite(tmp_path, "0.db"), clock)]
     tasks = [asyncio.create_task(caller(i)) for i in range(4)]
     try:
         for n in range(1, 6):
             await calls_made(3)
-            reconfiguring = asyncio.to_thread(
-                failover.configure, store=sqlite(tmp_path, f"{n}.db"), clock=clock, metrics=False
-            )
-            engines.append(await asyncio.wait_for(reconfiguring, WAIT))
+            reconfiguring = asyncio.to_thread(configure, sqlite(tmp_path, f"{n}.db"), clock)
+            # A hang guard only: on a loaded host, opening a SQLite file while four callers
+            # spin on the loop can take seconds (each statement waits for the GIL).
+            engines.append(await asyncio.wait_for(reconfiguring, 4 * WAIT))
             assert engines[-2].closed
         await calls_made(3)
     finally:
