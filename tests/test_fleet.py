@@ -63,17 +63,20 @@ class Upstream:
     """A function's upstream: counts its calls, fails while ``down``, and blocks each call on
     ``gate`` while ``held`` (``entered`` set when one is inside)."""
 
-    def __init__(self) -> None:
+    def __init__(self, anyone: threading.Event | None = None) -> None:
         self.calls = 0
         self.down = False
         self.held = False
         self.entered = threading.Event()
+        self.anyone = anyone  # set too when a call is inside: one event for several upstreams
         self.gate = threading.Event()
 
     def __call__(self, base: str) -> dict[str, float]:
         self.calls += 1
         if self.held:
             self.entered.set()
+            if self.anyone is not None:
+                self.anyone.set()
             assert self.gate.wait(HANG)
         if self.down:
             raise ConnectionError("rates service down")
@@ -267,7 +270,8 @@ def test_half_open_lets_one_trial_through_for_the_whole_fleet(
 ) -> None:
     engines = [_engine(url, clock), _engine(url, clock)]
     try:
-        upstreams = [Upstream(), Upstream()]
+        trial = threading.Event()  # a trial is in, in either engine
+        upstreams = [Upstream(trial), Upstream(trial)]
         fns = [make(e, u) for e, u in zip(engines, upstreams, strict=True)]
         heard = _listen(engines[1], fns[1])
         upstreams[0].down = True
@@ -278,7 +282,6 @@ def test_half_open_lets_one_trial_through_for_the_whole_fleet(
         upstreams[0].down = False
         for u in upstreams:
             u.held, u.calls = True, 0
-        trial = threading.Event()
 
         def knock() -> None:  # both engines, in turn, until one lets its trial in
             for _ in range(1000):
@@ -286,14 +289,9 @@ def test_half_open_lets_one_trial_through_for_the_whole_fleet(
                     _run(fn("EUR"))
                     if trial.is_set():
                         return
-                if any(u.entered.wait(0.005) for u in upstreams):
+                if trial.wait(0.005):
                     return
 
-        def watch() -> None:
-            if any(u.entered.wait(HANG) for u in upstreams):
-                trial.set()
-
-        threading.Thread(target=watch, daemon=True).start()
         knocker = threading.Thread(target=knock, daemon=True)
         knocker.start()
         assert trial.wait(HANG)
