@@ -317,6 +317,36 @@ def test_half_open_lets_one_trial_through_for_the_whole_fleet(
             e.close()
 
 
+def test_a_lease_taken_unknowingly_is_taken_again_by_its_holder(url: str, clock: FakeClock) -> None:
+    """A lease ask that Redis ran but whose reply was lost (the round timed out) left the lease
+    held under this process's token without its knowing: the next ask renews it, and the trial
+    runs at once rather than after the lease lapses."""
+    engine = _engine(url, clock)
+    try:
+        upstream = Upstream()
+        fn = _rates(engine, upstream)
+        heard = _listen(engine, fn)
+        upstream.down = True
+        for _ in range(2):
+            fn("EUR")
+        assert heard.states[pybreaker.STATE_OPEN].wait(HANG)
+        _age(engine)
+        upstream.down = False
+        assert engine.fleet is not None
+        breakers = engine.fleet.breakers
+        client = redis.Redis.from_url(url.split("?", maxsplit=1)[0])
+        try:  # as if this process's ask had been run and its reply lost: held for a minute
+            client.set(breakers.key(NAME) + ":trial", breakers.token, px=60_000)
+        finally:
+            client.close()
+        assert _cause(fn) == "CircuitBreakerError"  # no lease known here yet: it asks
+        assert engine.fleet.sync()  # the ask: this process's own lease, renewed
+        assert fn.referential("EUR").up_to_date  # the trial, not a minute later
+        assert heard.states[pybreaker.STATE_CLOSED].wait(HANG)
+    finally:
+        engine.close()
+
+
 # -- a fleet that does not answer ----------------------------------------------------------------
 
 

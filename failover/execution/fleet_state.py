@@ -40,6 +40,16 @@ _RELEASE = (
 )
 
 
+# Takes the lease, or renews it when this process holds it already: an ask whose reply was lost
+# (a round that timed out after Redis ran it) would otherwise leave the lease held by this
+# process unknowingly, and every process refusing the trial until it lapsed.
+_TAKE = (
+    "local v = redis.call('GET', KEYS[1]) "
+    "if v == false or v == ARGV[1] then "
+    "redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2]) return 1 end return 0"
+)
+
+
 class Link(Protocol):
     """What a storage needs of its fleet: whether it answers, and a way to wake its thread."""
 
@@ -226,7 +236,9 @@ class SharedBreakers:
         ttl_ms = int(self.lease_ttl * 1000)
         for s in wanted:
             s.wanted = False
-            pipe.set(self.key(s.breaker_name) + ":trial", self.token, nx=True, px=ttl_ms)
+            pipe.execute_command(
+                "EVAL", _TAKE, 1, self.key(s.breaker_name) + ":trial", self.token, ttl_ms
+            )
         if storages:
             pipe.execute_command("MGET", *[self.key(s.breaker_name) for s in storages])
         count = sent + len(wanted) + (1 if storages else 0)
