@@ -770,3 +770,35 @@ def test_an_engine_counts_its_queued_writes_once_each(tmp_path: Any, clock: Fake
     # the result the store cannot encode failed.
     assert _writes(registry, "rates") == {"queued": 4, "written": 3, "failed": 1, "superseded": 0}
     eng.close()
+
+
+@pytest.mark.parametrize("clear", ["name", "tag"])
+def test_a_clear_does_not_count_an_entry_whose_delete_is_still_queued(
+    clock: FakeClock, clear: str
+) -> None:
+    """An entry invalidated (its delete queued behind a write the worker is busy with) is gone
+    for the caller: a clear of its name or of its tag does not count it among what it removed."""
+    inner = GatedStore()
+    store = AsyncWriteStore(inner)
+    try:
+        tagged = [
+            ReferentialPayload(
+                "n", k, {"key": k}, clock(), clock() + timedelta(60), True, tags=("t",)
+            )
+            for k in ("a", "b")
+        ]
+        inner.store_many(tagged)
+        inner.hold()
+        store.store(entry(clock, "c"))
+        assert inner.entered.wait(WAIT)  # the worker is parked in that write
+        store.delete("n", "a")  # queued behind it
+        assert store.find("n", "a") is None
+        removed = store.delete_all("n") if clear == "name" else store.delete_tagged("t")
+        assert removed == 1  # b: a was gone already
+        inner.gate.set()
+        assert store.flush(WAIT)
+        left = [p.key for p in inner.find_all("n")]
+        assert left == ([] if clear == "name" else ["c"])  # c carries no tag
+    finally:
+        inner.gate.set()
+        store.close()

@@ -25,12 +25,14 @@ class QueuedControl:
         deletes (queued after them, so that none lands after this and brings its entry back),
         then the inner store's entries go at once. How many the inner store removed."""
         self._cancel(lambda w: w[0] == name)
+        self._settle_deletes(lambda w: w[0] == name)
         return delete_all(self.inner, name)
 
     def delete_tagged(self, tag: str) -> int:
         """Remove every entry carrying ``tag``: the queued writes of such entries are overtaken
         by deletes, as in `delete_all`, then the inner store's go. How many it removed."""
         self._cancel(lambda w: _tagged(w[2], tag))
+        self._settle_deletes(lambda w: True)  # which of them carried the tag is not known here
         return delete_tagged(self.inner, tag)
 
     def _cancel(self, which: Callable[[Write], bool]) -> None:
@@ -40,6 +42,20 @@ class QueuedControl:
             doomed: list[Write] = [(w[0], w[1], DELETED) for w in q.pending.values() if which(w)]
         if doomed:
             self._q.submit(doomed)
+
+    def _settle_deletes(self, which: Callable[[Write], bool]) -> None:
+        """Make in the inner store the deletes still queued that ``which`` picks out: those
+        entries are gone for the callers already, and a clear must not count them among what
+        it removed. Each is its key's newest write (a later one would have replaced it), so
+        making it now changes nothing the queue would not."""
+        q = self._q
+        by_name: dict[str, list[str]] = {}
+        with q.lock:
+            for w in q.pending.values():
+                if isinstance(w[2], Tombstone) and which(w):
+                    by_name.setdefault(w[0], []).append(w[1])
+        for name, keys in by_name.items():
+            self.inner.delete_many(name, keys)
 
     def expire(self, name: str, key: str) -> bool:
         """End the entry's fresh window: a queued write of it is overtaken by the same entry
