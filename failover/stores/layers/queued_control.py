@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from ..base import FailoverStore, Payload, delete_all, delete_tagged, expire
+from ..base import FailoverStore, Payload, delete_all, delete_many, delete_tagged, expire
 from ..control import fresh_ended
 from .write_queue import DELETED, Tombstone, Write, WriteQueue
 
@@ -55,7 +55,7 @@ class QueuedControl:
                 if isinstance(w[2], Tombstone) and which(w):
                     by_name.setdefault(w[0], []).append(w[1])
         for name, keys in by_name.items():
-            self.inner.delete_many(name, keys)
+            delete_many(self.inner, name, keys)
 
     def expire(self, name: str, key: str) -> bool:
         """End the entry's fresh window: a queued write of it is overtaken by the same entry
