@@ -347,6 +347,50 @@ def test_a_lease_taken_unknowingly_is_taken_again_by_its_holder(url: str, clock:
         engine.close()
 
 
+def test_a_trial_slower_than_its_lease_keeps_the_lease(url: str, clock: FakeClock) -> None:
+    """The lease a trial holds is renewed each round while the trial runs: a trial slower than
+    the lease's life (a dying upstream is slow) stays the fleet's only one."""
+    engines = [_engine(url, clock), _engine(url, clock)]
+    try:
+        trial = threading.Event()
+        upstreams = [Upstream(trial), Upstream(trial)]
+        fns = [_rates(e, u) for e, u in zip(engines, upstreams, strict=True)]
+        heard = _listen(engines[1], fns[1])
+        upstreams[0].down = True
+        for _ in range(2):
+            fns[0]("EUR")
+        assert heard.states[pybreaker.STATE_OPEN].wait(HANG)
+        _age(*engines)
+        upstreams[0].down = False
+        upstreams[0].held = True
+        assert engines[0].fleet is not None
+        breakers = engines[0].fleet.breakers
+        assert _cause(fns[0]) == "CircuitBreakerError"  # asks for the lease
+        assert engines[0].fleet.sync()  # takes it
+        caller = threading.Thread(target=fns[0], args=("EUR",), daemon=True)
+        caller.start()  # the trial, held in the upstream
+        assert trial.wait(HANG)
+        lease = breakers.key(NAME) + ":trial"
+        client = redis.Redis.from_url(url.split("?", maxsplit=1)[0])
+        try:
+            client.pexpire(lease, 1_000)  # as if most of its life had passed
+            assert engines[0].fleet.sync()  # a round while the trial runs
+            assert client.pttl(lease) > 1_000  # renewed
+            assert client.get(lease) == breakers.token.encode()
+        finally:
+            client.close()
+        assert _cause(fns[1]) == "CircuitBreakerError"
+        assert engines[1].fleet is not None
+        assert engines[1].fleet.sync()  # asks, and is refused the lease
+        assert _cause(fns[1]) == "CircuitBreakerError"
+        assert upstreams[1].calls == 0
+    finally:
+        for u in upstreams:
+            u.gate.set()
+        for e in engines:
+            e.close()
+
+
 # -- a fleet that does not answer ----------------------------------------------------------------
 
 

@@ -133,6 +133,7 @@ class BreakerGuard(ClosedPath, Guard):
             if state == _OPEN:
                 _quietly(cb.half_open)
             gate.trial = True
+            circuit.trial_running(True)
             return _TRIAL
 
     def exit_counted(self, token: Any, exc: BaseException | None) -> None:
@@ -152,6 +153,7 @@ class BreakerGuard(ClosedPath, Guard):
         finally:
             if trial:
                 self._gate.trial = False
+                self._circuit.trial_running(False)
 
     def forked(self) -> None:
         """In a forked child: no trial in flight (the parent's never ends here), and new locks

@@ -92,6 +92,11 @@ class Circuit:
         breaker's state is shared through a fleet that gives the trial to another process)."""
         return self.fleet is None or self.fleet.trial_allowed()
 
+    def trial_running(self, running: bool) -> None:
+        """A trial of this process began or ended: a fleet's lease is renewed while it runs."""
+        if self.fleet is not None:
+            self.fleet.trying = running
+
     def forked(self) -> None:
         """In a forked child: a new lock for the breaker (another thread of the parent may
         have held pybreaker's, in a transition or a listener, at the fork: the child's next

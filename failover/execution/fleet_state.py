@@ -78,6 +78,9 @@ class FleetStorage(pybreaker.CircuitBreakerStorage):
         self._opened_at: datetime | None = None
         self.lease_until = 0.0  # monotonic: this process holds the fleet's trial until then
         self.wanted = False  # a call asked for the trial: the thread tries to take the lease
+        # This process's trial runs: each round renews the lease, so that a trial slower than
+        # the lease's life is still the fleet's only one.
+        self.trying = False
         self.seen: str | None = None  # the id of the latest record applied or published here
 
     @property
@@ -145,6 +148,7 @@ class FleetStorage(pybreaker.CircuitBreakerStorage):
         """In a forked child: the parent's lease is not the child's."""
         self.lease_until = 0.0
         self.wanted = False
+        self.trying = False
 
 
 class SharedBreakers:
@@ -232,7 +236,12 @@ class SharedBreakers:
             if release:
                 pipe.execute_command("EVAL", _RELEASE, 1, self.key(name) + ":trial", self.token)
                 sent += 1
-        wanted = [s for s in storages if s.wanted and s.state != _CLOSED]
+        # Asked for by a refused call, or held by a trial still running (renewed).
+        wanted = [
+            s
+            for s in storages
+            if (s.wanted and s.state != _CLOSED) or (s.trying and s.lease_until > 0.0)
+        ]
         ttl_ms = int(self.lease_ttl * 1000)
         for s in wanted:
             s.wanted = False
