@@ -28,6 +28,7 @@ from prometheus_client import CollectorRegistry
 
 import failover
 from failover import ConfigurationError, Failover
+from failover.execution.fleet_state import RENEW_FOR
 
 from .conftest import FakeClock
 from .own_servers import running, stopped
@@ -377,6 +378,15 @@ def test_a_trial_slower_than_its_lease_keeps_the_lease(url: str, clock: FakeCloc
             assert engines[0].fleet.sync()  # a round while the trial runs
             assert client.pttl(lease) > 1_000  # renewed
             assert client.get(lease) == breakers.token.encode()
+            # A trial running for longer than RENEW_FOR (hung) is no longer renewed: the lease
+            # lapses, and another process may try.
+            storage = breakers.storage(NAME)
+            began = storage.trying
+            storage.trying = began - RENEW_FOR - 1
+            client.pexpire(lease, 1_000)
+            assert engines[0].fleet.sync()
+            assert client.pttl(lease) <= 1_000
+            storage.trying = began
         finally:
             client.close()
         assert _cause(fns[1]) == "CircuitBreakerError"

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -95,7 +96,7 @@ class Circuit:
     def trial_running(self, running: bool) -> None:
         """A trial of this process began or ended: a fleet's lease is renewed while it runs."""
         if self.fleet is not None:
-            self.fleet.trying = running
+            self.fleet.trying = time.monotonic() if running else 0.0
 
     def forked(self) -> None:
         """In a forked child: a new lock for the breaker (another thread of the parent may

@@ -28,8 +28,11 @@ from typing import Any, Protocol
 
 import pybreaker
 
-__all__ = ["FleetStorage", "Round", "SharedBreakers"]
+__all__ = ["RENEW_FOR", "FleetStorage", "Round", "SharedBreakers"]
 
+# Seconds a running trial's lease is renewed at most: a trial hung for longer (an upstream
+# without a timeout) lets the lease lapse, and another process may try.
+RENEW_FOR = 60.0
 _OPEN = pybreaker.STATE_OPEN
 _CLOSED = pybreaker.STATE_CLOSED
 _SHARED = (_OPEN, _CLOSED)  # half-open is this process's trial, never published
@@ -78,9 +81,10 @@ class FleetStorage(pybreaker.CircuitBreakerStorage):
         self._opened_at: datetime | None = None
         self.lease_until = 0.0  # monotonic: this process holds the fleet's trial until then
         self.wanted = False  # a call asked for the trial: the thread tries to take the lease
-        # This process's trial runs: each round renews the lease, so that a trial slower than
-        # the lease's life is still the fleet's only one.
-        self.trying = False
+        # When this process's trial began (monotonic; 0.0: none runs): each round renews the
+        # lease meanwhile, so that a trial slower than the lease's life is still the fleet's
+        # only one; for `RENEW_FOR` seconds at most, so that a hung trial frees it in the end.
+        self.trying = 0.0
         self.seen: str | None = None  # the id of the latest record applied or published here
 
     @property
@@ -148,7 +152,7 @@ class FleetStorage(pybreaker.CircuitBreakerStorage):
         """In a forked child: the parent's lease is not the child's."""
         self.lease_until = 0.0
         self.wanted = False
-        self.trying = False
+        self.trying = 0.0
 
 
 class SharedBreakers:
@@ -237,10 +241,12 @@ class SharedBreakers:
                 pipe.execute_command("EVAL", _RELEASE, 1, self.key(name) + ":trial", self.token)
                 sent += 1
         # Asked for by a refused call, or held by a trial still running (renewed).
+        now = time.monotonic()
         wanted = [
             s
             for s in storages
-            if (s.wanted and s.state != _CLOSED) or (s.trying and s.lease_until > 0.0)
+            if (s.wanted and s.state != _CLOSED)
+            or (s.trying and s.lease_until > 0.0 and now - s.trying < RENEW_FOR)
         ]
         ttl_ms = int(self.lease_ttl * 1000)
         for s in wanted:
