@@ -23,6 +23,10 @@ from .own_servers import running
 from .redis_server import RedisServer
 
 N = 1_000
+# The engines' store deadline: what is tested is the batching, and a loaded host's read or write
+# may outlast the default 0.5 s (a read given up is a miss, three in a row take the store out, a
+# write given up still runs while statements or commands are counted).
+STORE_TIMEOUT = 10.0
 
 
 class Down(Exception):
@@ -57,7 +61,7 @@ def commands(client: Any) -> dict[str, int]:
 async def test_concurrent_async_recoveries_share_one_mget_and_a_lone_one_is_one_get(
     own_redis: RedisServer,
 ) -> None:
-    engine = failover.Failover(own_redis.url, metrics=False)
+    engine = failover.Failover(own_redis.url, metrics=False, store_timeout=STORE_TIMEOUT)
     upstream = Flaky()
     rates = failover.failover("batch.rates", engine=engine)(upstream)
     await asyncio.gather(*(rates(i) for i in range(N)))
@@ -121,7 +125,9 @@ async def test_async_store_methods_read_your_writes_through_the_layers(
 
 
 async def test_each_caller_gets_its_own_entry(tmp_path: Path) -> None:
-    engine = failover.Failover(f"sqlite:///{tmp_path / 'f.db'}", metrics=False)
+    engine = failover.Failover(
+        f"sqlite:///{tmp_path / 'f.db'}", metrics=False, store_timeout=STORE_TIMEOUT
+    )
     upstream = Flaky()
     rates = failover.failover("batch.same", engine=engine)(upstream)
     await rates(1)
@@ -147,7 +153,9 @@ def counting(store: SqlStore) -> list[str]:
 
 async def test_sqlite_recoveries_share_one_select(tmp_path: Path) -> None:
     store = SqlStore(f"sqlite:///{tmp_path / 'f.db'}")
-    engine = failover.Failover(store, metrics=False, async_writes=False)
+    engine = failover.Failover(
+        store, metrics=False, async_writes=False, store_timeout=STORE_TIMEOUT
+    )
     upstream = Flaky()
     rates = failover.failover("batch.sql", engine=engine)(upstream)
     await asyncio.gather(*(rates(i) for i in range(200)))
@@ -182,7 +190,9 @@ class GatedStore(failover.InMemoryStore):
 
 async def test_the_event_loop_keeps_ticking_during_a_thousand_recoveries() -> None:
     store = GatedStore()
-    engine = failover.Failover(store, metrics=False, async_writes=False)
+    engine = failover.Failover(
+        store, metrics=False, async_writes=False, store_timeout=STORE_TIMEOUT
+    )
     upstream = Flaky()
     rates = failover.failover("batch.ticks", engine=engine)(upstream)
     await asyncio.gather(*(rates(i) for i in range(N)))
@@ -210,7 +220,9 @@ async def test_the_event_loop_keeps_ticking_during_a_thousand_recoveries() -> No
 
 async def test_a_waiter_that_gives_up_leaves_the_others_their_entries() -> None:
     store = GatedStore()
-    engine = failover.Failover(store, metrics=False, async_writes=False)
+    engine = failover.Failover(
+        store, metrics=False, async_writes=False, store_timeout=STORE_TIMEOUT
+    )
     upstream = Flaky()
     rates = failover.failover("batch.cancel", engine=engine)(upstream)
     await asyncio.gather(*(rates(i) for i in range(10)))
@@ -281,7 +293,7 @@ async def test_postgresql_recoveries_are_read_on_the_loop_by_psycopg(postgres_ur
 
     store = postgres.pg_store()
     assert store.native_async
-    engine = failover.Failover(store, metrics=False)
+    engine = failover.Failover(store, metrics=False, store_timeout=STORE_TIMEOUT)
     upstream = Flaky()
     rates = failover.failover("batch.pg", engine=engine)(upstream)
     await asyncio.gather(*(rates(i) for i in range(N)))
@@ -303,7 +315,7 @@ async def test_postgresql_recoveries_are_read_on_the_loop_by_psycopg(postgres_ur
 async def test_concurrent_scatter_gather_recoveries_share_one_mget(own_redis: RedisServer) -> None:
     from failover.scatter import DictSplitter
 
-    engine = failover.Failover(own_redis.url, metrics=False)
+    engine = failover.Failover(own_redis.url, metrics=False, store_timeout=STORE_TIMEOUT)
     down = False
 
     @failover.failover("batch.fx", splitter=DictSplitter(), engine=engine)
@@ -353,7 +365,10 @@ async def test_a_postgresql_read_cancelled_mid_statement_discards_its_connection
 
 async def test_a_tenants_recoveries_are_batched_on_its_own_store(own_redis: RedisServer) -> None:
     engine = failover.Failover(
-        f"{own_redis.url}?prefix=tn:", metrics=False, tenant_resolver=failover.current_tenant
+        f"{own_redis.url}?prefix=tn:",
+        metrics=False,
+        tenant_resolver=failover.current_tenant,
+        store_timeout=STORE_TIMEOUT,
     )
     upstream = Flaky()
     rates = failover.failover("batch.tenants", engine=engine)(upstream)

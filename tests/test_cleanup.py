@@ -261,8 +261,10 @@ def test_cleanup_racing_with_writers_loses_no_live_entry(
 ) -> None:
     writers, per_writer = 4, 150
     make, async_writes = STORES[kind]
+    # A generous store deadline: writers and a cleaner race on one file, and a loaded host's
+    # write or read past the default 0.5 s would lose a live entry to the deadline, not the race.
     with failover.Failover(
-        make(tmp_path), clock=clock, metrics=False, async_writes=async_writes
+        make(tmp_path), clock=clock, metrics=False, async_writes=async_writes, store_timeout=WAIT
     ) as engine:
         start = threading.Barrier(writers + 1)
         written = threading.Event()

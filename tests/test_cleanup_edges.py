@@ -45,6 +45,9 @@ class Upstream:
 def _engine(kind: str, tmp_path: Path, clock: FakeClock, **kwargs: Any) -> Failover:
     if kind == "memory":
         return Failover(InMemoryStore(max_entries=0), clock=clock, metrics=False, **kwargs)
+    # A generous store deadline: the cleanup is tested, and a loaded host's read or write past
+    # the default 0.5 s would be a miss or a write given up.
+    kwargs.setdefault("store_timeout", WAIT)
     return Failover(f"sqlite:///{tmp_path / 'clean.db'}", clock=clock, metrics=False, **kwargs)
 
 
@@ -202,7 +205,11 @@ def test_cleanup_running_while_calls_store_and_recover(tmp_path: Path, clock: Fa
     the same SQLite file: no call raises, every failed call is recovered, and the rows expired
     beforehand all go."""
     with Failover(
-        f"sqlite:///{tmp_path / 'race.db'}", clock=clock, metrics=False, async_writes=False
+        f"sqlite:///{tmp_path / 'race.db'}",
+        clock=clock,
+        metrics=False,
+        async_writes=False,
+        store_timeout=WAIT,  # the race is tested, not the deadline: a loaded host's write is slow
     ) as engine:
         old = failover.failover("old", ttl=1, engine=engine)(lambda i: i)
         for i in range(300):

@@ -94,6 +94,9 @@ def make_engine(store: str, tmp_path: Path, clock: FakeClock, **settings: Any) -
     if store == "memory":
         return Failover(clock=clock, metrics=False, **settings)
     url = f"sqlite:///{tmp_path / 'f.db'}"
+    # A generous store deadline: contexts and refreshes are tested, and a loaded host's read or
+    # write past the default 0.5 s would be a miss or a write given up.
+    settings.setdefault("store_timeout", WAIT)
     return Failover(url, clock=clock, metrics=False, async_writes=store == "sqlite", **settings)
 
 
@@ -134,6 +137,7 @@ def tenant_engine(store: str, tmp_path: Path, clock: FakeClock) -> Failover:
         clock=clock,
         metrics=False,
         async_writes=store == "sqlite",
+        store_timeout=WAIT,  # as make_engine's: the tenants' reads are counted, not timed
     )
 
 

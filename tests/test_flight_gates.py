@@ -579,7 +579,17 @@ MODES = ["ok", "ok", "fail", "hold"]
 
 def stress_engine(tmp_path: Path, clock: FakeClock) -> Failover:
     store = SqlStore(f"sqlite:///{tmp_path / 'f.db'}")
-    return Failover(store, async_writes=False, clock=clock, metrics=False, timeout_workers=8)
+    # A generous store deadline: the gates are tested, and with a thread switch between almost
+    # any two bytecodes, on a loaded host, a read past the default 0.5 s is a miss (the upstream
+    # called, a "fail" key raising in a caller).
+    return Failover(
+        store,
+        async_writes=False,
+        clock=clock,
+        metrics=False,
+        timeout_workers=8,
+        store_timeout=2 * WAIT,
+    )
 
 
 @pytest.mark.parametrize("kind", KINDS)

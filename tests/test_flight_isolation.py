@@ -53,7 +53,15 @@ def routed(tmp_path: Path, clock: FakeClock, backend: str = "sqlite") -> Failove
     else:
         url = redis_server.server().url
         store = RedisStore.per_tenant(url, prefix=redis_server.unique_prefix(), clock=clock)
-    return Failover(store, tenant_resolver=failover.current_tenant, clock=clock, metrics=False)
+    # A generous store deadline: tenants' flights are tested, and a loaded host's read past the
+    # default 0.5 s (a tenant's first, which opens its store) would be a miss.
+    return Failover(
+        store,
+        tenant_resolver=failover.current_tenant,
+        clock=clock,
+        metrics=False,
+        store_timeout=WAIT,
+    )
 
 
 class Held:

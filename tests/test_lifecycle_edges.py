@@ -55,8 +55,9 @@ def configure(url: str, clock: FakeClock) -> Failover:
 
 def recovered(url: str, clock: FakeClock, name: str, codes: Iterable[str]) -> dict[str, Any]:
     """What a new engine on the file at ``url`` recovers for each code, its upstream down
-    (``None``: nothing stored)."""
-    engine = Failover(url, clock=clock, metrics=False)
+    (``None``: nothing stored). Its store deadline generous: a read past the default 0.5 s
+    on a loaded host would be a miss, not what these tests look at."""
+    engine = Failover(url, clock=clock, metrics=False, store_timeout=WAIT)
     try:
 
         @failover.failover(name, engine=engine, ttl="1d", policy="never_throw")
@@ -106,7 +107,7 @@ def test_close_while_sync_calls_run_returns_and_stores_their_live_results(
     documented behaviour after close), so a new engine on the file recovers it, with the
     writes queued before the close."""
     url = sqlite(tmp_path)
-    engine = Failover(url, clock=clock, metrics=False)
+    engine = Failover(url, clock=clock, metrics=False, store_timeout=WAIT)
     up = Blocking()
 
     @failover.failover("inflight", engine=engine, ttl="1d")
@@ -130,7 +131,7 @@ async def test_aclose_while_tasks_run_returns_and_stores_their_live_results(
     tmp_path: Path, clock: FakeClock
 ) -> None:
     url = sqlite(tmp_path)
-    engine = Failover(url, clock=clock, metrics=False)
+    engine = Failover(url, clock=clock, metrics=False, store_timeout=WAIT)
     up = ABlocking()
 
     @failover.failover("ainflight", engine=engine, ttl="1d")
@@ -157,7 +158,7 @@ def test_close_twice_at_once_then_aclose_then_calls_after_close(
     `flush` has nothing to wait for, and a call still calls its upstream and is stored in place
     (`AsyncWriteStore.close`: later writes go straight to the store), its entry readable."""
     url = sqlite(tmp_path)
-    engine = Failover(url, clock=clock, metrics=False)
+    engine = Failover(url, clock=clock, metrics=False, store_timeout=WAIT)
     calls: list[str] = []
 
     @failover.failover("after-close", engine=engine, ttl="1d")
@@ -204,7 +205,7 @@ def test_every_queued_write_is_on_disk_once_close_returns(
     recovers every key."""
     url = sqlite(tmp_path)
     store = HeldSqlStore(url)
-    engine = Failover(store, clock=clock, metrics=False)
+    engine = Failover(store, clock=clock, metrics=False, store_timeout=WAIT)
     assert engine.store is not store  # async writes: on, over the SQLite file
 
     if kind == "sync":
@@ -250,7 +251,7 @@ async def test_aclose_keeps_the_loop_turning_while_it_flushes(
     every queued key is on disk."""
     url = sqlite(tmp_path)
     store = HeldSqlStore(url)
-    engine = Failover(store, clock=clock, metrics=False)
+    engine = Failover(store, clock=clock, metrics=False, store_timeout=WAIT)
     other = Failover(clock=clock, metrics=False)
 
     @failover.failover("aqueued", engine=engine, ttl="1d")
@@ -314,7 +315,7 @@ def test_a_failover_decorated_before_configure_runs_on_the_engine_configured_lat
 
     assert default_engine.installed is None
     url = sqlite(tmp_path)
-    engine = failover.configure(store=url, clock=clock, metrics=False)
+    engine = configure(url, clock)
     assert [d.name for d in engine.definitions()] == ["configured-later"]
     assert _run(fn("FR")) == {"code": "FR"}
     assert engine.flush(WAIT)
@@ -483,7 +484,7 @@ def test_a_forked_child_writes_through_a_queue_of_its_own(tmp_path: Path, clock:
     that thread did not come along, and the child's writes are still written (its flush ends,
     a new engine on the file recovers them)."""
     url = sqlite(tmp_path)
-    engine = Failover(url, clock=clock, metrics=False)
+    engine = Failover(url, clock=clock, metrics=False, store_timeout=WAIT)
 
     @failover.failover("forked", engine=engine, ttl="1d")
     def get(code: str) -> Any:
@@ -513,7 +514,7 @@ def test_a_child_forked_while_the_parent_writes_a_batch_writes_its_own(
     writes (the parent does); its own write lands, and so do all of the parent's."""
     url = sqlite(tmp_path)
     store = HeldSqlStore(url)
-    engine = Failover(store, clock=clock, metrics=False)
+    engine = Failover(store, clock=clock, metrics=False, store_timeout=WAIT)
 
     @failover.failover("forked-busy", engine=engine, ttl="1d")
     def get(code: str) -> Any:

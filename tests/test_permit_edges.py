@@ -26,6 +26,10 @@ from .execution_support import WAIT, until
 from .redis_server import RedisServer
 
 ROOT = Path(__file__).resolve().parent.parent
+# The socket timeout of the sources whose Redis is never stopped (the child's too): what is tested
+# is the pool, and a loaded host's round trip may outlast the default 0.25 s (the ask then fails:
+# a call refused, a count raising).
+ASK = WAIT
 
 
 @pytest.fixture
@@ -62,7 +66,9 @@ import sys, threading
 from failover.execution.redis_permits import RedisPermits
 
 url, prefix, permits, weight, role = sys.argv[1:6]
-source = RedisPermits(url, prefix=prefix, lease="600ms").bind("pool", int(permits), True)
+source = RedisPermits(url, prefix=prefix, lease="600ms", socket_timeout=5).bind(
+    "pool", int(permits), True
+)
 if role == "hold":
     lease = source.acquire(int(weight), 0.0)
     assert lease is not None
@@ -98,7 +104,8 @@ def killed(process: Any) -> None:
 def test_a_killed_holder_s_permits_come_back_when_its_lease_lapses_never_before(
     server: RedisServer, prefix: str
 ) -> None:
-    source = RedisPermits(server.url, prefix=prefix, lease="600ms").bind("pool", 3, True)
+    source = RedisPermits(server.url, prefix=prefix, lease="600ms", socket_timeout=ASK)
+    source = source.bind("pool", 3, True)
     client = server.client()
     holder = child(server, prefix, 3, 2, "hold")
     try:
@@ -135,7 +142,8 @@ def test_a_killed_holder_s_permits_come_back_when_its_lease_lapses_never_before(
 def test_a_killed_waiter_at_the_head_of_a_fair_queue_holds_nobody_up(
     server: RedisServer, prefix: str
 ) -> None:
-    source = RedisPermits(server.url, prefix=prefix, lease="600ms").bind("pool", 3, True)
+    source = RedisPermits(server.url, prefix=prefix, lease="600ms", socket_timeout=ASK)
+    source = source.bind("pool", 3, True)
     held = source.acquire(1, 0.0)
     assert held is not None
     heavy = child(server, prefix, 3, 3, "wait")  # needs the whole pool: queues at the head
@@ -170,7 +178,9 @@ def test_a_weight_above_a_redis_pool_is_refused_at_decoration_and_at_the_first_c
     def late() -> str:
         return "never"
 
-    engine.bulkhead_pool("rp", permits=2, source=RedisPermits(server.url, prefix=prefix))
+    engine.bulkhead_pool(
+        "rp", permits=2, source=RedisPermits(server.url, prefix=prefix, socket_timeout=ASK)
+    )
     with pytest.raises(ConfigurationError, match=r"'early-heavy': weight=3 .* 2 permits"):
         failover.failover("early-heavy", engine=engine, bulkhead="rp", weight=3)(lambda: None)
     with pytest.raises(ConfigurationError, match=r"'late-heavy': weight=3 .* 2 permits"):
@@ -188,7 +198,9 @@ def test_a_heavy_waiter_is_not_starved_by_a_stream_of_light_calls(
     go on."""
     light_engine, heavy_engine = failover.Failover(metrics=False), failover.Failover(metrics=False)
     for engine in (light_engine, heavy_engine):
-        engine.bulkhead_pool("fairp", permits=3, source=RedisPermits(server.url, prefix=prefix))
+        engine.bulkhead_pool(
+            "fairp", permits=3, source=RedisPermits(server.url, prefix=prefix, socket_timeout=ASK)
+        )
     stop = threading.Event()
     heavy_done = threading.Event()
     after_heavy = threading.Semaphore(0)
@@ -254,7 +266,9 @@ def test_two_engines_threads_and_tasks_never_exceed_the_pool_together(
     sync_engine, async_engine = failover.Failover(metrics=False), failover.Failover(metrics=False)
     for engine in (sync_engine, async_engine):
         engine.bulkhead_pool(
-            "both", permits=permits, source=RedisPermits(server.url, prefix=prefix)
+            "both",
+            permits=permits,
+            source=RedisPermits(server.url, prefix=prefix, socket_timeout=ASK),
         )
     lock = threading.Lock()
     inside = [0, 0]  # permits in use now, most seen, across both engines

@@ -45,8 +45,15 @@ def prefix() -> str:
     return redis_server.unique_prefix()
 
 
+# The socket timeout of the sources whose Redis is never stopped: what is tested is the pool, and
+# a loaded host's round trip may outlast the default 0.25 s (the ask then fails: a call refused,
+# a count raising).
+ASK = WAIT
+
+
 def bound(server: RedisServer, prefix: str, permits: int, fair: bool = True, **kw: Any) -> Any:
     """A pool's source, as one process would bind it."""
+    kw.setdefault("socket_timeout", ASK)
     return RedisPermits(server.url, prefix=prefix, **kw).bind("pool", permits, fair)
 
 
@@ -153,7 +160,9 @@ def test_failovers_share_a_redis_pool_and_nested_calls_take_no_permit(
     server: RedisServer, prefix: str
 ) -> None:
     engine = failover.Failover(metrics=False)
-    pool = engine.bulkhead_pool("r", permits=2, source=RedisPermits(server.url, prefix=prefix))
+    pool = engine.bulkhead_pool(
+        "r", permits=2, source=RedisPermits(server.url, prefix=prefix, socket_timeout=ASK)
+    )
     up = Blocking()
 
     @failover.failover("r-a", engine=engine, bulkhead="r", policy="never_throw")
@@ -184,7 +193,9 @@ async def test_a_task_cancelled_while_waiting_in_redis_takes_nothing(
     server: RedisServer, prefix: str
 ) -> None:
     engine = failover.Failover(metrics=False)
-    pool = engine.bulkhead_pool("ar", permits=1, source=RedisPermits(server.url, prefix=prefix))
+    pool = engine.bulkhead_pool(
+        "ar", permits=1, source=RedisPermits(server.url, prefix=prefix, socket_timeout=ASK)
+    )
     up = ABlocking()
 
     @failover.failover("ar-f", engine=engine, bulkhead="ar", acquire_timeout=None)
@@ -333,7 +344,11 @@ url, prefix, role, permits, threads, calls = sys.argv[1:7]
 permits, threads, calls = int(permits), int(threads), int(calls)
 engine = failover.Failover(metrics=False)
 engine.bulkhead_pool(
-    "cluster", permits=permits, source=failover.RedisPermits(url, prefix=prefix, lease="1s")
+    "cluster",
+    permits=permits,
+    # A generous socket timeout: a loaded host's round trip past the default 0.25 s would
+    # refuse a call (``live`` short of ``calls``); the pool is tested, not the timeout.
+    source=failover.RedisPermits(url, prefix=prefix, lease="1s", socket_timeout=5),
 )
 events = []  # (monotonic ns, +weight on entering, -weight on leaving)
 
@@ -428,7 +443,7 @@ def test_two_processes_never_exceed_the_pool_together(server: RedisServer, prefi
 def test_a_killed_holder_gives_its_permits_back_within_the_lease(
     server: RedisServer, prefix: str
 ) -> None:
-    source = RedisPermits(server.url, prefix=prefix).bind("cluster", 3, True)
+    source = RedisPermits(server.url, prefix=prefix, socket_timeout=ASK).bind("cluster", 3, True)
     holder = worker(server, prefix, "holder", 3)
     try:
         assert first_line(holder) == "held"

@@ -219,7 +219,11 @@ class Service:
         self.backend = backend
         self.upstream = Upstream()
         self.registry = registry
-        self.engine = Failover(backend.store, clock=clock, async_writes=False, metrics=registry)
+        # A generous store deadline: stored data is tested, and a loaded host's read past the
+        # default 0.5 s would be a miss for another reason than the row's.
+        self.engine = Failover(
+            backend.store, clock=clock, async_writes=False, metrics=registry, store_timeout=10
+        )
         up = self.upstream
 
         @failover.failover("country", domain="geo", engine=self.engine)
