@@ -50,12 +50,16 @@ def url(server: RedisServer) -> str:
     return f"{server.url}?prefix={unique_prefix()}"
 
 
-def _engine(url: str, clock: FakeClock, metrics: Any = False, fail_max: int = 2) -> Failover:
+def _engine(
+    url: str, clock: FakeClock, metrics: Any = False, fail_max: int = 2, timeout: float = 0.5
+) -> Failover:
+    """An engine on the fleet at ``url``; ``timeout`` is its store deadline, the fleet's socket
+    timeout too (generous in tests whose Redis is never stopped and that count rounds)."""
     return Failover(
         clock=clock,
         metrics=metrics,
         fleet=url,
-        store_timeout=0.5,
+        store_timeout=timeout,
         breaker_defaults={"fail_max": fail_max, "reset_timeout": 600},
     )
 
@@ -322,7 +326,7 @@ def test_a_lease_taken_unknowingly_is_taken_again_by_its_holder(url: str, clock:
     """A lease ask that Redis ran but whose reply was lost (the round timed out) left the lease
     held under this process's token without its knowing: the next ask renews it, and the trial
     runs at once rather than after the lease lapses."""
-    engine = _engine(url, clock)
+    engine = _engine(url, clock, timeout=HANG)
     try:
         upstream = Upstream()
         fn = _rates(engine, upstream)
@@ -351,7 +355,7 @@ def test_a_lease_taken_unknowingly_is_taken_again_by_its_holder(url: str, clock:
 def test_a_trial_slower_than_its_lease_keeps_the_lease(url: str, clock: FakeClock) -> None:
     """The lease a trial holds is renewed each round while the trial runs: a trial slower than
     the lease's life (a dying upstream is slow) stays the fleet's only one."""
-    engines = [_engine(url, clock), _engine(url, clock)]
+    engines = [_engine(url, clock, timeout=HANG), _engine(url, clock, timeout=HANG)]
     try:
         trial = threading.Event()
         upstreams = [Upstream(trial), Upstream(trial)]
