@@ -787,21 +787,23 @@ def test_a_clear_does_not_count_an_entry_whose_delete_is_still_queued(
     clock: FakeClock, clear: str
 ) -> None:
     """An entry invalidated (its delete queued behind a write the worker is busy with) is gone
-    for the caller: a clear of its name or of its tag does not count it among what it removed."""
+    for the caller: a clear of its name or of its tag does not count it among what it removed.
+    An entry whose newer write is queued is still there for the caller: it is counted."""
     inner = GatedStore()
     store = AsyncWriteStore(inner)
+
+    def tagged(key: str, value: int) -> ReferentialPayload[Any]:
+        now = clock()
+        return ReferentialPayload("n", key, value, now, now + timedelta(60), True, tags=("t",))
+
     try:
-        tagged = [
-            ReferentialPayload(
-                "n", k, {"key": k}, clock(), clock() + timedelta(60), True, tags=("t",)
-            )
-            for k in ("a", "b")
-        ]
-        inner.store_many(tagged)
+        inner.store_many([tagged("a", 1), tagged("b", 1)])
         inner.hold()
         store.store(entry(clock, "c"))
         assert inner.entered.wait(WAIT)  # the worker is parked in that write
         store.delete("n", "a")  # queued behind it
+        clock.advance(1)
+        store.store(tagged("b", 2))  # a newer b, queued too
         assert store.find("n", "a") is None
         removed = store.delete_all("n") if clear == "name" else store.delete_tagged("t")
         assert removed == 1  # b: a was gone already

@@ -24,15 +24,17 @@ class QueuedControl:
         """Remove every entry of ``name``: the queued writes of ``name`` are overtaken by
         deletes (queued after them, so that none lands after this and brings its entry back),
         then the inner store's entries go at once. How many the inner store removed."""
-        self._cancel(lambda w: w[0] == name)
+        # The deletes queued before this first: the cancels below queue deletes too, of entries
+        # callers still see (a queued write's), which this clear removes and counts.
         self._settle_deletes(lambda w: w[0] == name)
+        self._cancel(lambda w: w[0] == name)
         return delete_all(self.inner, name)
 
     def delete_tagged(self, tag: str) -> int:
         """Remove every entry carrying ``tag``: the queued writes of such entries are overtaken
         by deletes, as in `delete_all`, then the inner store's go. How many it removed."""
-        self._cancel(lambda w: _tagged(w[2], tag))
         self._settle_deletes(lambda w: True)  # which of them carried the tag is not known here
+        self._cancel(lambda w: _tagged(w[2], tag))
         return delete_tagged(self.inner, tag)
 
     def _cancel(self, which: Callable[[Write], bool]) -> None:
