@@ -398,6 +398,17 @@ def test_a_trial_slower_than_its_lease_keeps_the_lease(url: str, clock: FakeCloc
         assert engines[1].fleet.sync()  # asks, and is refused the lease
         assert _cause(fns[1]) == "CircuitBreakerError"
         assert upstreams[1].calls == 0
+        upstreams[0].gate.set()  # the trial ends (a success: the verdict is closed)
+        caller.join(HANG)
+        assert not caller.is_alive()
+        assert storage.trying == 0.0  # back at rest: nothing left to renew
+        assert engines[0].fleet.sync()  # the verdict's round gives the lease back
+        client = redis.Redis.from_url(url.split("?", maxsplit=1)[0])
+        try:
+            # Given back (the other engine, asked by its refused calls, may have taken it since).
+            assert client.get(lease) != breakers.token.encode()
+        finally:
+            client.close()
     finally:
         for u in upstreams:
             u.gate.set()

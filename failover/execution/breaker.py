@@ -140,6 +140,8 @@ class BreakerGuard(ClosedPath, Guard):
         """Count the call's end: a success of a trial, or a failure that may open the
         breaker. A closed success is `ClosedPath.exit`'s."""
         trial = token is _TRIAL
+        if trial:  # before the verdict: no round renews a lease the verdict gives back
+            self._circuit.trial_running(False)
         try:
             if exc is None:
                 self._success(trial)
@@ -153,7 +155,6 @@ class BreakerGuard(ClosedPath, Guard):
         finally:
             if trial:
                 self._gate.trial = False
-                self._circuit.trial_running(False)
 
     def forked(self) -> None:
         """In a forked child: no trial in flight (the parent's never ends here), and new locks

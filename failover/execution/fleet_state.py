@@ -249,6 +249,7 @@ class SharedBreakers:
             or (s.trying and s.lease_until > 0.0 and now - s.trying < RENEW_FOR)
         ]
         ttl_ms = int(self.lease_ttl * 1000)
+        renewals = {id(s) for s in wanted if not s.wanted}
         for s in wanted:
             s.wanted = False
             pipe.execute_command(
@@ -257,7 +258,7 @@ class SharedBreakers:
         if storages:
             pipe.execute_command("MGET", *[self.key(s.breaker_name) for s in storages])
         count = sent + len(wanted) + (1 if storages else 0)
-        return Round(self, pending, storages, wanted, sent, count)
+        return Round(self, pending, storages, wanted, sent, count, renewals)
 
     def requeue(self, pending: dict[str, tuple[dict[str, Any], bool]]) -> None:
         """A round that failed: its states are queued again, unless a newer one was meanwhile."""
@@ -302,8 +303,10 @@ class Round:
         wanted: list[FleetStorage],
         sent: int,
         count: int,
+        renewals: set[int] | None = None,
     ) -> None:
         self.shared = shared
+        self.renewals = renewals or set()  # ids of the storages whose running trial renews
         self.pending = pending
         self.storages = storages
         self.wanted = wanted
@@ -315,7 +318,9 @@ class Round:
         """Read the replies: the leases taken, the states other processes published."""
         rest = list(answers[self.sent :])
         for storage in self.wanted:
-            if rest.pop(0):
+            # A renewal answered after its trial ended is not believed: the verdict gives the
+            # lease back, and this process must not think it still holds it.
+            if rest.pop(0) and (storage.trying or id(storage) not in self.renewals):
                 # Counted from before the ask: the lease ends here no later than in Redis.
                 storage.lease_until = self.asked + self.shared.lease_ttl * 0.9
         if self.storages:
