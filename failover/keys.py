@@ -24,7 +24,7 @@ from typing import Any
 
 from . import kinds
 
-__all__ = ["canonical", "digest", "key_tag", "make_key"]
+__all__ = ["MEMO", "canonical", "digest", "key_tag", "make_key", "memo_of"]
 
 _IDENTITY_REPR = re.compile(r" at 0x[0-9a-fA-F]+>$")
 _warned_types: set[type] = set()
@@ -146,6 +146,15 @@ def key_tag(key: object) -> str:
 _MEMO_MAX = 4_096  # per name: a catalogue of reference data fits; a huge key space just misses
 _memos: dict[str, dict[tuple[Any, ...], str]] = {}
 _MEMO_TYPES = (str, int)
+MEMO = _MEMO_TYPES
+"""The types of argument whose keys are memoised (`memo_of`)."""
+
+
+def memo_of(name: str) -> dict[tuple[Any, ...], str]:
+    """The memo of ``name``'s keys: ``(value, ...) -> key``, for values all of a `MEMO` type
+    only (``1 == 1.0 == True`` in a dict); what `make_key` fills."""
+    memo = _memos.get(name)
+    return _memos.setdefault(name, {}) if memo is None else memo
 
 
 def make_key(name: str, values: tuple[Any, ...]) -> str:
@@ -161,7 +170,7 @@ def make_key(name: str, values: tuple[Any, ...]) -> str:
             return digest(name, _seq("t", values))
     memo = _memos.get(name)
     if memo is None:
-        memo = _memos.setdefault(name, {})
+        memo = memo_of(name)
     key = memo.get(values)
     if key is None:
         # Same text as _seq("t", values) for str and int, without the generic dispatch.

@@ -7,6 +7,7 @@ from __future__ import annotations
 import threading
 from collections.abc import MutableMapping
 from datetime import datetime
+from typing import Any
 
 from ..base import Payload
 from ..browsing import Page, Summary, page_of, summary_of
@@ -20,7 +21,7 @@ class InProcessEntries:
     ``(name, key) -> entry``), guarded by ``_lock``; the store has its own ``find_all``. Its
     entries are looked through: the store is bounded by its cap."""
 
-    _entries: MutableMapping[tuple[str, str], Payload]
+    _entries: MutableMapping[tuple[str, str], Any]  # an envelope, or the store's own form
     _lock: threading.Lock
 
     def find_all(self, name: str) -> list[Payload]:  # pragma: no cover - each store's own
@@ -71,7 +72,7 @@ class InProcessEntries:
             self._entries.clear()
 
 
-def _drop(entries: MutableMapping[tuple[str, str], Payload], idents: list[tuple[str, str]]) -> int:
+def _drop(entries: MutableMapping[tuple[str, str], Any], idents: list[tuple[str, str]]) -> int:
     for ident in idents:
         entries.pop(ident, None)
     return len(idents)

@@ -6,9 +6,10 @@ import copy
 import dataclasses
 from collections.abc import Iterable, Sequence
 from datetime import datetime
-from typing import Any
+from typing import Any, cast
 
 from ...payload import Building, ReferentialPayload
+from ..backends.memory import InMemoryStore
 from ..base import (
     FailoverStore,
     Payload,
@@ -21,7 +22,7 @@ from ..browsing import BrowsingLayer
 from ..health_rows import HealthRowsLayer
 from ..layer import Layer
 
-__all__ = ["CopyingStore", "copied", "deep_copy"]
+__all__ = ["CopyingStore", "copied", "copy_value", "deep_copy"]
 
 _IMMUTABLE = frozenset({str, int, float, bool, bytes, type(None), complex})
 _MAX_DEPTH = 64
@@ -109,37 +110,37 @@ def deep_copy(value: Any) -> Any:
         return copy.deepcopy(value)
 
 
+def copy_value(value: Any) -> Any:
+    """`deep_copy` with the commonest result's branch (a dict of scalars and flat lists) in
+    this frame: what every store and every recovery of a copying store runs."""
+    if type(value) is not dict:
+        return deep_copy(value)
+    out = value.copy()
+    try:
+        for k, v in out.items():
+            t = type(v)
+            if t in _IMMUTABLE:
+                continue
+            if t is list and _IMMUTABLE.issuperset(map(type, v)):
+                out[k] = v.copy()  # a value replaced, no key added: the loop goes on
+            else:
+                c = _copy(v, 1)
+                if c is not v:
+                    out[k] = c
+    except _TooDeep:
+        return copy.deepcopy(value)
+    return out
+
+
 def copied(payload: Payload) -> Payload:
     """A copy of ``payload`` whose value shares nothing mutable with it (``payload`` itself
     when its value is immutable)."""
     value = payload.payload
-    tp = type(value)
-    if tp in _IMMUTABLE:
+    if type(value) in _IMMUTABLE:
         return payload
-    if tp is dict:
-        # `_copy`'s dict branch, inlined for the commonest result (a dict of scalars and flat
-        # lists): no frame of its own, on every store and every recovery.
-        value = value.copy()
-        try:
-            for k, v in value.items():
-                t = type(v)
-                if t in _IMMUTABLE:
-                    continue
-                if t is list and _IMMUTABLE.issuperset(map(type, v)):
-                    value[k] = v.copy()  # a value replaced, no key added: the loop goes on
-                else:
-                    c = _copy(v, 1)
-                    if c is not v:
-                        value[k] = c
-        except _TooDeep:
-            value = copy.deepcopy(payload.payload)
-    else:
-        try:
-            value = _copy(value, 0)
-        except _TooDeep:
-            value = copy.deepcopy(value)
-        if value is payload.payload:
-            return payload  # immutable all the way down: nothing to isolate
+    value = copy_value(value)
+    if value is payload.payload:
+        return payload  # immutable all the way down: nothing to isolate
     # `envelope`, inlined: this runs on every store and every recovery.
     p = payload
     obj: Any = _new(Building)
@@ -176,6 +177,10 @@ class CopyingStore(HealthRowsLayer, BrowsingLayer, Layer):
         self.inner = inner
         # Decided once: the chain below is fixed when the layer is made.
         self._copies_reads = not reads_fresh(inner)
+        # An in-process store that copies as it reads (`InMemoryStore.find_copy`): one envelope.
+        # Not for a subclass with reads of its own: its `find` is what it reads with.
+        own = type(inner).find is InMemoryStore.find
+        self._find_copy = cast(Any, inner).find_copy if own and self._copies_reads else None
 
     def __repr__(self) -> str:
         return f"CopyingStore({self.inner!r})"
@@ -194,6 +199,9 @@ class CopyingStore(HealthRowsLayer, BrowsingLayer, Layer):
 
     def find(self, name: str, key: str) -> Payload | None:
         """A copy of the stored entry."""
+        if self._find_copy is not None:
+            found: Payload | None = self._find_copy(name, key, copy_value)
+            return found
         payload = self.inner.find(name, key)
         return payload if payload is None or not self._copies_reads else copied(payload)
 
