@@ -50,10 +50,15 @@ _traces = logging.getLogger("failover.health")  # the logs observer's logger (`l
 
 
 def call_of(
-    rt: Runtime, args: tuple[Any, ...], kwargs: dict[str, Any], kind: type[Call] | None = None
+    rt: Runtime,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    kind: type[Call] | None = None,
+    at: datetime | None = None,
 ) -> Call:
     """One call of ``rt``'s failover (``args`` as the wrapper got them, ``self``/``cls``
-    included), of the failover's kind (`Runtime.call_type`) unless ``kind`` says."""
+    included), of the failover's kind (`Runtime.call_type`) unless ``kind`` says; ``at``: its
+    time when the caller read the clock already (else read here)."""
     binder = rt.binder
     if binder.skip_first:
         args = args[1:]
@@ -65,13 +70,16 @@ def call_of(
     call.binder = binder
     call.args = args
     call.kwargs = kwargs
-    try:
-        # The call's time, on the engine's clock: its result is as of when it was asked for, so
-        # that a result of a call asked later is never replaced by this one (stores keep the
-        # entry with the latest `as_of`).
-        call.now = rt.clock()
-    except Exception:  # a failing clock: the store meets it again, as store trouble
-        call.now = None
+    if at is not None:
+        call.now = at
+    else:
+        try:
+            # The call's time, on the engine's clock: its result is as of when it was asked
+            # for, so that a result of a call asked later is never replaced by this one
+            # (stores keep the entry with the latest `as_of`).
+            call.now = rt.clock()
+        except Exception:  # a failing clock: the store meets it again, as store trouble
+            call.now = None
     call._arguments = None
     call.stored_key = None
     if kwargs or not binder.simple or len(args) != binder.n:

@@ -29,6 +29,7 @@ from .tenant import pinned
 from .throttle import Throttle
 
 if TYPE_CHECKING:
+    from .plain import Plain
     from .stores.layers.routing import MultiTenantStore
 
 __all__ = ["Binder", "Runtime"]
@@ -99,6 +100,7 @@ class Runtime:
         "handler",
         "may_offload",
         "new_tenants_block",
+        "plain",
         "policy",
         "recovers",
         "refresh_at",
@@ -189,6 +191,8 @@ class Runtime:
         self.return_type: Any = resolve_return_type(fn, definition.return_annotation)
         # What happened, to the observers (health, metrics, the stale report): once each.
         self.events = events
+        # The plain success path (`failover.plain`), set by the engine when the failover is plain.
+        self.plain: Plain | None = None
 
     async def on_worker(self, fn: Callable[..., T], *args: Any) -> T:
         """``fn(*args)`` on a worker thread, so that store I/O never blocks the event loop.

@@ -20,9 +20,12 @@ from .engine import Failover
 from .engine import default as default_engine
 from .execution import Wait
 from .handlers import Partial, envelope_key
-from .payload import ReferentialPayload
+from .keys import MEMO, make_key
+from .payload import KIND_OF, PLAIN, ReferentialPayload, enrich
 from .refresh import MISSED
+from .stores.layers.copying import _IMMUTABLE, copy_value
 from .switches import CONDITIONAL, DISABLED, REFRESHING
+from .tenant import read_tenant, refuse_unrouted
 from .throttle import serve_throttled, throttled_read, unthrottle
 
 __all__ = ["State", "async_shell", "sync_shell"]
@@ -135,6 +138,67 @@ def sync_shell(state: State, envelope: bool) -> Callable[..., Any]:  # noqa: PLR
             return state.passthrough(args, kwargs, result) if envelope else result
         if _running_loop() is not None and not state.loop_warned:
             state.warn_in_loop()
+        if (plain := rt.plain) is not None and not rt.before and not envelope:
+            # The plain success path (`failover.plain`): `call_of`, `Call.live` and the
+            # handler's `store` for a plain failover, inlined; a `Call` only on failure.
+            if rt.unrouted is not None and read_tenant() is not None:
+                refuse_unrouted(rt.unrouted, state.definition.name)
+            try:
+                now = rt.clock()
+            except Exception:  # store trouble: the general path meets and reports it
+                now = None
+            if now is not None:
+                start = perf_counter()
+                try:
+                    if (ex := rt.guarded) is None:
+                        result = fn(*args, **kwargs)
+                    else:
+                        token = ex.admit()
+                        if type(token) is Wait:
+                            token = token.block()
+                        try:
+                            result = fn(*args, **kwargs)
+                        except BaseException as exc:
+                            ex.exit(token, exc)
+                            raise
+                        ex.exit(token, None)
+                except Exception as exc:
+                    call = call_of(rt, args, kwargs, None, now)
+                    call.start = start
+                    out = call.recover(exc)
+                    if out is None:
+                        raise
+                    out = out.payload  # no local keeps the envelope: as below
+                    return out
+                end = perf_counter()
+                events = rt.events
+                try:
+                    own = args[1:] if plain.skip_first else args
+                    value = result
+                    if plain.copies and type(value) not in _IMMUTABLE:
+                        value = copy_value(value)
+                    if kwargs or len(own) != plain.n:
+                        own = rt.binder.values(own, kwargs)
+                    # `make_key`'s memo, read here for one str or int argument (the commonest)
+                    key = plain.memo.get(own) if len(own) == 1 and type(own[0]) in MEMO else None
+                    if key is None:
+                        key = make_key(plain.name, own)
+                    kept = plain.put(
+                        (plain.name, key),
+                        (value, now, now + plain.ttl, True, None, None, False, None, False),
+                    )
+                    if kept:
+                        events.superseded(kept)
+                    elif events.timed:
+                        events.stored(True, perf_counter() - end)
+                except Exception as exc:
+                    if events.timed:
+                        events.stored(False, perf_counter() - end)
+                    events.trouble("store", exc, "")
+                events.live(now, end - start)
+                if KIND_OF(type(result)) == PLAIN:
+                    return result
+                return enrich(result, True, now)
         call = call_of(rt, args, kwargs)
         part = None
         upstream = fn
@@ -214,6 +278,68 @@ def async_shell(state: State, envelope: bool) -> Callable[..., Any]:  # noqa: PL
         if rt is None:
             result = await fn(*args, **kwargs)
             return state.passthrough(args, kwargs, result) if envelope else result
+        if (plain := rt.plain) is not None and not rt.before and not envelope:
+            # As in the sync shell (a plain store does no I/O: nothing to offload).
+            if rt.unrouted is not None and read_tenant() is not None:
+                refuse_unrouted(rt.unrouted, state.definition.name)
+            try:
+                now = rt.clock()
+            except Exception:  # store trouble: the general path meets and reports it
+                now = None
+            if now is not None:
+                start = perf_counter()
+                try:
+                    if (ex := rt.guarded) is None:
+                        result = await fn(*args, **kwargs)
+                    else:
+                        token = ex.admit()
+                        if type(token) is Wait:
+                            token = await token.wait()
+                        try:
+                            result = await fn(*args, **kwargs)
+                        except BaseException as exc:
+                            ex.exit(token, exc)
+                            raise
+                        ex.exit(token, None)
+                except Exception as exc:
+                    call = call_of(rt, args, kwargs, None, now)
+                    call.start = start
+                    lookup = call.failed(exc)
+                    out = None if lookup is None else call.settle(lookup, await lookup.aread())
+                    lookup = None  # it holds the cause: no cycle through this frame
+                    if out is None:
+                        raise
+                    out = out.payload
+                    return out
+                end = perf_counter()
+                events = rt.events
+                try:
+                    own = args[1:] if plain.skip_first else args
+                    value = result
+                    if plain.copies and type(value) not in _IMMUTABLE:
+                        value = copy_value(value)
+                    if kwargs or len(own) != plain.n:
+                        own = rt.binder.values(own, kwargs)
+                    # `make_key`'s memo, read here for one str or int argument (the commonest)
+                    key = plain.memo.get(own) if len(own) == 1 and type(own[0]) in MEMO else None
+                    if key is None:
+                        key = make_key(plain.name, own)
+                    kept = plain.put(
+                        (plain.name, key),
+                        (value, now, now + plain.ttl, True, None, None, False, None, False),
+                    )
+                    if kept:
+                        events.superseded(kept)
+                    elif events.timed:
+                        events.stored(True, perf_counter() - end)
+                except Exception as exc:
+                    if events.timed:
+                        events.stored(False, perf_counter() - end)
+                    events.trouble("store", exc, "")
+                events.live(now, end - start)
+                if KIND_OF(type(result)) == PLAIN:
+                    return result
+                return enrich(result, True, now)
         call = call_of(rt, args, kwargs)
         part = None
         upstream = fn

@@ -36,6 +36,7 @@ from ..log_observer import LogObserver
 from ..metrics import NULL_METRICS, Metrics, PrometheusMetrics
 from ..metrics_observer import MetricsObserver
 from ..otel import OpenTelemetry
+from ..plain import plain_path
 from ..policy import ExceptionPolicy
 from ..refresh import RefreshAhead
 from ..served import ServedObserver
@@ -147,6 +148,7 @@ class Wiring:
                     rt.ahead = RefreshAhead(rt, self.refreshes)
                 rt.unstorable = self.registry.unstorable.get(d.name)
                 rt.unrouted = self.unrouted
+                rt.plain = plain_path(rt)
                 self.runtimes[decorated] = rt
             return rt
 

@@ -1,0 +1,342 @@
+"""The plain success path (`failover.plain`): a plain failover on an in-process store is stored
+from its shell's own frame, with no `Call` and no envelope. Every guarantee of the general path
+holds on it: the key, the expiry, isolation, forward-only writes, the LRU cap, the facts on the
+event stream, store trouble that never breaks a call, and recovery.
+
+Each test runs sync and async: the two shells each inline the path.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import functools
+from collections.abc import Callable
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from prometheus_client import CollectorRegistry
+
+import failover
+from failover import Failover
+from failover.stores import InMemoryStore
+
+from .conftest import FakeClock
+from .test_forward_only import writes
+
+KINDS = ["sync", "async"]
+
+
+def decorate(kind: str, engine: Failover, upstream: Callable[..., Any], **options: Any) -> Any:
+    """``upstream`` decorated as ``kind``; the result is called as a sync function either way."""
+    if kind == "sync":
+        return failover.failover("plain.country", engine=engine, **options)(upstream)
+
+    @functools.wraps(upstream)  # the same signature: the same keys
+    async def aupstream(*args: Any, **kwargs: Any) -> Any:
+        return upstream(*args, **kwargs)
+
+    decorated = failover.failover("plain.country", engine=engine, **options)(aupstream)
+
+    def call(*args: Any, **kwargs: Any) -> Any:
+        return asyncio.run(decorated(*args, **kwargs))
+
+    call._failover_state = decorated._failover_state  # type: ignore[attr-defined]
+    call.peek = decorated.peek  # type: ignore[attr-defined]
+    return call
+
+
+class Countries:
+    """An upstream of small dicts holding a list, that can fail."""
+
+    def __init__(self) -> None:
+        self.error: Exception | None = None
+        self.calls = 0
+
+    def __call__(self, code: str, lang: str = "en") -> dict[str, Any]:
+        self.calls += 1
+        if self.error is not None:
+            raise self.error
+        return {"code": code, "lang": lang, "currencies": ["EUR"], "n": self.calls}
+
+
+def plain_of(fn: Any) -> Any:
+    return fn._failover_state.runtime().plain
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_plain_failover_takes_the_plain_path(kind: str, engine: Failover) -> None:
+    assert plain_of(decorate(kind, engine, Countries())) is not None
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"label": True},
+        {"tags": lambda code, lang="en": ["countries"]},
+        {"store_if": lambda r: True},
+        {"key": lambda code, lang="en": code},
+        {"store_interval": "1m"},
+        {"ttl": lambda result: timedelta(minutes=1)},
+        {"timeout": 5},
+        {"single_flight": True},
+    ],
+    ids=lambda o: next(iter(o)),
+)
+def test_a_failover_with_more_to_do_goes_the_general_way(
+    options: dict[str, Any], engine: Failover
+) -> None:
+    fn = decorate("sync", engine, Countries(), **options)
+    fn("FR")
+    assert plain_of(fn) is None
+
+
+def test_a_store_with_io_goes_the_general_way(clock: FakeClock, tmp_path: Any) -> None:
+    engine = Failover(f"sqlite:///{tmp_path / 'f.db'}", clock=clock, metrics=False)
+    try:
+        assert plain_of(decorate("sync", engine, Countries())) is None
+    finally:
+        engine.close()
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_the_stored_entry_is_the_general_paths(
+    kind: str, engine: Failover, clock: FakeClock
+) -> None:
+    """Same key (positional, keyword, default), same as_of and expiry: `peek` (the general
+    read) finds it."""
+    fn = decorate(kind, engine, Countries(), ttl="10m")
+    fn("FR")
+    found = fn.peek("FR")
+    assert found is not None
+    assert found.payload["code"] == "FR"
+    assert found.as_of == clock.now
+    assert found.expire_on == clock.now + timedelta(minutes=10)
+    assert found.label is None
+    assert found.tags is None
+    clock.advance(1)
+    fn(code="FR", lang="en")  # the same key by keyword: replaces the entry
+    assert fn.peek("FR").as_of == clock.now
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_method_is_keyed_without_its_instance(kind: str, engine: Failover) -> None:
+    countries = Countries()
+
+    class Client:
+        @failover.failover("plain.method", engine=engine)
+        def get(self, code: str) -> dict[str, Any]:
+            return countries(code)
+
+        @failover.failover("plain.amethod", engine=engine)
+        async def aget(self, code: str) -> dict[str, Any]:
+            return countries(code)
+
+    def get(client: Client, code: str) -> Any:
+        return client.get(code) if kind == "sync" else asyncio.run(client.aget(code))
+
+    assert get(Client(), "FR")["n"] == 1
+    countries.error = ConnectionError("down")
+    assert get(Client(), "FR")["n"] == 1  # another instance, the same entry
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_what_the_caller_changes_is_not_stored(kind: str, engine: Failover) -> None:
+    countries = Countries()
+    fn = decorate(kind, engine, countries)
+    live = fn("FR")
+    live["name"] = "changed"
+    live["currencies"].append("XXX")
+    countries.error = ConnectionError("down")
+    stale = fn("FR")
+    assert stale == {"code": "FR", "lang": "en", "currencies": ["EUR"], "n": 1}
+    stale["currencies"].append("YYY")  # nor what a recovered caller changes
+    assert fn("FR")["currencies"] == ["EUR"]
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_store_that_shares_results_is_not_copied(kind: str, clock: FakeClock) -> None:
+    engine = Failover(InMemoryStore(copy=False), clock=clock, metrics=False)
+    try:
+        countries = Countries()
+        fn = decorate(kind, engine, countries)
+        assert plain_of(fn) is not None
+        assert not plain_of(fn).copies
+        fn("FR")["currencies"].append("XXX")
+        countries.error = ConnectionError("down")
+        assert fn("FR")["currencies"] == ["EUR", "XXX"]  # shared, as that store says
+    finally:
+        engine.close()
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_an_older_call_ending_last_leaves_the_newer_entry(kind: str, clock: FakeClock) -> None:
+    """The first call's upstream makes a second call of the same key, which starts later and
+    ends first: the first call's older result is refused, and counted so."""
+    registry = CollectorRegistry()
+    engine = Failover(clock=clock, metrics=registry)
+    try:
+        inner: list[Any] = []
+        started: list[bool] = []
+        countries = Countries()
+
+        if kind == "sync":
+
+            @failover.failover("plain.country", engine=engine)
+            def country(code: str) -> dict[str, Any]:
+                result = countries(code)
+                if not started:  # the call below, made 1 s later, starts after this one
+                    started.append(True)
+                    clock.advance(1)
+                    inner.append(country(code))
+                return result
+
+            fn: Any = country
+        else:
+
+            @failover.failover("plain.country", engine=engine)
+            async def acountry(code: str) -> dict[str, Any]:
+                result = countries(code)
+                if not started:
+                    started.append(True)
+                    clock.advance(1)
+                    inner.append(await acountry(code))
+                return result
+
+            fn = lambda code: asyncio.run(acountry(code))  # noqa: E731
+            fn.peek = acountry.peek
+        assert plain_of(acountry if kind == "async" else country) is not None
+        outer = fn("FR")
+        assert outer["n"] == 1
+        assert inner[0]["n"] == 2
+        assert fn.peek("FR").payload["n"] == 2  # the newer entry stayed
+        assert writes(registry, "plain.country") == {"written": 1.0, "superseded": 1.0}
+    finally:
+        engine.close()
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_the_least_recently_used_entry_leaves_past_the_cap(kind: str, clock: FakeClock) -> None:
+    engine = Failover(InMemoryStore(max_entries=2), clock=clock, metrics=False)
+    try:
+        countries = Countries()
+        fn = decorate(kind, engine, countries)
+        fn("FR"), fn("DE")
+        countries.error = ConnectionError("down")
+        fn("FR")  # a recovery is a use: DE is now the least recently used
+        countries.error = None
+        fn("IT")
+        countries.error = ConnectionError("down")
+        assert fn("FR")["code"] == "FR"
+        assert fn("IT")["code"] == "IT"
+        with pytest.raises(ConnectionError):
+            fn("DE")
+    finally:
+        engine.close()
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_calls_and_writes_are_counted(kind: str, clock: FakeClock) -> None:
+    registry = CollectorRegistry()
+    engine = Failover(clock=clock, metrics=registry)
+    try:
+        countries = Countries()
+        fn = decorate(kind, engine, countries)
+        fn("FR"), fn("DE")
+        countries.error = ConnectionError("down")
+        fn("FR")
+        assert writes(registry, "plain.country") == {"written": 2.0}
+        counts = engine.health().failovers["plain.country"].counts
+        assert (counts["live"], counts["recovered"]) == (2, 1)
+    finally:
+        engine.close()
+
+
+class Uncopyable:
+    """A result that cannot be copied: storing it is store trouble."""
+
+    def __deepcopy__(self, memo: Any) -> Any:
+        raise TypeError("no copies")
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_store_trouble_never_breaks_the_call(
+    kind: str, clock: FakeClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    registry = CollectorRegistry()
+    engine = Failover(clock=clock, metrics=registry)
+    try:
+        result = Uncopyable()
+        fn = decorate(kind, engine, lambda code: result)
+        assert fn("FR") is result
+        assert writes(registry, "plain.country") == {"failed": 1.0}
+        assert "no copies" in caplog.text
+        assert engine.health().failovers["plain.country"].counts["live"] == 1
+    finally:
+        engine.close()
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_failing_clock_goes_the_general_way(kind: str) -> None:
+    def broken() -> Any:
+        raise RuntimeError("clock")
+
+    engine = Failover(clock=broken, metrics=False)
+    try:
+        countries = Countries()
+        fn = decorate(kind, engine, countries)
+        assert fn("FR")["code"] == "FR"  # the call is answered; nothing could be stored
+        assert countries.calls == 1
+    finally:
+        engine.close()
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_failure_is_recovered_as_of_the_stored_call(kind: str, clock: FakeClock) -> None:
+    countries = Countries()
+    engine = Failover(clock=clock, metrics=False)
+    fn = decorate(kind, engine, countries, exceptions=(ConnectionError,))
+    try:
+        stored_at = clock.now
+        fn("FR")
+        clock.advance(30)
+        countries.error = ConnectionError("down")
+        assert fn("FR")["n"] == 1
+        found = fn.peek("FR")
+        assert found.as_of == stored_at
+        countries.error = KeyError("not recovered")  # not a failover exception: raised
+        with pytest.raises(KeyError):
+            fn("FR")
+    finally:
+        engine.close()
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_tenant_call_on_an_engine_that_does_not_route_is_refused(
+    kind: str, engine: Failover
+) -> None:
+    fn = decorate(kind, engine, Countries())
+    with failover.tenant("acme"), pytest.raises(failover.ConfigurationError, match="tenant"):
+        fn("FR")
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_guard_gives_its_permit_back_on_the_plain_path(kind: str, engine: Failover) -> None:
+    countries = Countries()
+    fn = decorate(kind, engine, countries, max_concurrency=1)
+    assert plain_of(fn) is not None
+    for _ in range(3):
+        fn("FR")  # one permit: each call must give it back
+    countries.error = ConnectionError("down")
+    for _ in range(3):
+        assert fn("FR")["n"] == 3  # and so must a failed call
+    countries.error = None
+    assert fn("DE")["n"] == 7
+
+
+def test_copies_are_deep_for_nested_values(engine: Failover) -> None:
+    nested = {"a": {"b": [{"c": 1}]}, "t": ({"d": [1]},)}
+    fn = decorate("sync", engine, lambda code: copy.deepcopy(nested))
+    fn("FR")["a"]["b"][0]["c"] = 99
+    assert fn.peek("FR").payload == nested
