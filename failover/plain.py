@@ -10,15 +10,16 @@ failover goes the general way (`Call.live`, the handler chain).
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import datetime, timedelta
+from time import perf_counter
 from typing import TYPE_CHECKING, Any
 
 from .call import Call
 from .expiry import FixedTtl
 from .handlers.default import DefaultHandler
-from .keys import memo_of
+from .keys import MEMO, make_key, memo_of
 from .stores.backends.memory import InMemoryStore
-from .stores.layers.copying import CopyingStore
+from .stores.layers.copying import _IMMUTABLE, CopyingStore, copy_value
 
 if TYPE_CHECKING:
     from .core import Runtime
@@ -32,25 +33,81 @@ class Plain:
     Attributes:
         name: the failover's effective name (its entries' name).
         ttl: the fixed time to live of its entries.
-        put: the store's `InMemoryStore.put`.
+        entries, lock, cap: the store's table, its lock and its cap (`InMemoryStore.table`).
         copies: whether the result is copied before it is kept (a copying layer was in front).
         skip_first: the wrapper's first argument is ``self``/``cls``, not part of the key.
         n: how many arguments the key is made of, when they come positionally.
         memo: the memo of the failover's keys (`failover.keys.memo_of`).
     """
 
-    __slots__ = ("copies", "memo", "n", "name", "put", "skip_first", "ttl")
+    __slots__ = ("cap", "copies", "entries", "lock", "memo", "n", "name", "skip_first", "ttl")
 
     def __init__(
         self, name: str, ttl: timedelta, store: InMemoryStore, copies: bool, rt: Runtime
     ) -> None:
         self.name = name
         self.ttl = ttl
-        self.put = store.put
+        self.entries, self.lock, self.cap = store.table()
         self.copies = copies
         self.skip_first = rt.binder.skip_first
         self.n = rt.binder.n if rt.binder.simple else -1  # -1: never positional alone
         self.memo = memo_of(name)
+
+    def live(
+        self,
+        rt: Runtime,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        result: Any,
+        now: datetime,
+        seconds: float,
+        end: float,
+    ) -> None:
+        """Store the upstream's ``result`` of the call made at ``now`` (``args`` as the wrapper
+        got them), and report the call live (``seconds``: the upstream's time, which ended at
+        ``end``). `Call.live` and the handler's store in one frame: the key from the memo, the
+        result copied, the entry put in the store's table as `InMemoryStore.put` does; store
+        trouble is reported, never raised."""
+        events = rt.events
+        try:
+            own = args[1:] if self.skip_first else args
+            if kwargs or len(own) != self.n:
+                own = rt.binder.values(own, kwargs)
+            # `make_key`'s memo, read here for one str or int argument (the commonest)
+            key = self.memo.get(own) if len(own) == 1 and type(own[0]) in MEMO else None
+            if key is None:
+                key = make_key(self.name, own)
+            value = result
+            if self.copies and type(value) not in _IMMUTABLE:
+                value = copy_value(value)
+            entry = (value, now, now + self.ttl, True, None, None, False, None, False)
+            ident = (self.name, key)
+            entries = self.entries
+            lock = self.lock
+            kept = 0
+            lock.acquire()
+            try:  # `InMemoryStore.put`, inlined: its frame is a tenth of what is left to cut
+                stored = entries.pop(ident, None)
+                if stored is None:
+                    entries[ident] = entry
+                    if self.cap and len(entries) > self.cap:
+                        entries.popitem(last=False)
+                elif (old := stored[1]) is not None and now < old:
+                    entries[ident] = stored  # the newer one stays
+                    kept = 1
+                else:
+                    entries[ident] = entry
+            finally:
+                lock.release()
+            if kept:
+                events.superseded(kept)
+            elif events.timed:
+                events.stored(True, perf_counter() - end)
+        except Exception as exc:
+            if events.timed:
+                events.stored(False, perf_counter() - end)
+            events.trouble("store", exc, "")
+        events.live(now, seconds)
 
 
 def plain_path(rt: Runtime) -> Plain | None:

@@ -20,10 +20,8 @@ from .engine import Failover
 from .engine import default as default_engine
 from .execution import Wait
 from .handlers import Partial, envelope_key
-from .keys import MEMO, make_key
 from .payload import KIND_OF, PLAIN, ReferentialPayload, enrich
 from .refresh import MISSED
-from .stores.layers.copying import _IMMUTABLE, copy_value
 from .switches import CONDITIONAL, DISABLED, REFRESHING
 from .tenant import read_tenant, refuse_unrouted
 from .throttle import serve_throttled, throttled_read, unthrottle
@@ -171,31 +169,7 @@ def sync_shell(state: State, envelope: bool) -> Callable[..., Any]:  # noqa: PLR
                     out = out.payload  # no local keeps the envelope: as below
                     return out
                 end = perf_counter()
-                events = rt.events
-                try:
-                    own = args[1:] if plain.skip_first else args
-                    value = result
-                    if plain.copies and type(value) not in _IMMUTABLE:
-                        value = copy_value(value)
-                    if kwargs or len(own) != plain.n:
-                        own = rt.binder.values(own, kwargs)
-                    # `make_key`'s memo, read here for one str or int argument (the commonest)
-                    key = plain.memo.get(own) if len(own) == 1 and type(own[0]) in MEMO else None
-                    if key is None:
-                        key = make_key(plain.name, own)
-                    kept = plain.put(
-                        (plain.name, key),
-                        (value, now, now + plain.ttl, True, None, None, False, None, False),
-                    )
-                    if kept:
-                        events.superseded(kept)
-                    elif events.timed:
-                        events.stored(True, perf_counter() - end)
-                except Exception as exc:
-                    if events.timed:
-                        events.stored(False, perf_counter() - end)
-                    events.trouble("store", exc, "")
-                events.live(now, end - start)
+                plain.live(rt, args, kwargs, result, now, end - start, end)
                 if KIND_OF(type(result)) == PLAIN:
                     return result
                 return enrich(result, True, now)
@@ -312,31 +286,7 @@ def async_shell(state: State, envelope: bool) -> Callable[..., Any]:  # noqa: PL
                     out = out.payload
                     return out
                 end = perf_counter()
-                events = rt.events
-                try:
-                    own = args[1:] if plain.skip_first else args
-                    value = result
-                    if plain.copies and type(value) not in _IMMUTABLE:
-                        value = copy_value(value)
-                    if kwargs or len(own) != plain.n:
-                        own = rt.binder.values(own, kwargs)
-                    # `make_key`'s memo, read here for one str or int argument (the commonest)
-                    key = plain.memo.get(own) if len(own) == 1 and type(own[0]) in MEMO else None
-                    if key is None:
-                        key = make_key(plain.name, own)
-                    kept = plain.put(
-                        (plain.name, key),
-                        (value, now, now + plain.ttl, True, None, None, False, None, False),
-                    )
-                    if kept:
-                        events.superseded(kept)
-                    elif events.timed:
-                        events.stored(True, perf_counter() - end)
-                except Exception as exc:
-                    if events.timed:
-                        events.stored(False, perf_counter() - end)
-                    events.trouble("store", exc, "")
-                events.live(now, end - start)
+                plain.live(rt, args, kwargs, result, now, end - start, end)
                 if KIND_OF(type(result)) == PLAIN:
                     return result
                 return enrich(result, True, now)

@@ -103,6 +103,11 @@ class InMemoryStore(InProcessEntries, Capabilities):
         written) when the stored entry is newer."""
         return self.put((payload.name, payload.key), _entry(payload))
 
+    def table(self) -> tuple[OrderedDict[tuple[str, str], Entry], threading.Lock, int]:
+        """The entries, their lock and the cap, for the engine's plain success path
+        (`failover.plain`), which puts an entry as `put` does, in its own frame."""
+        return self._entries, self._lock, self.max_entries
+
     def put(self, ident: tuple[str, str], entry: Entry) -> int:
         """`store` of an entry already in the store's form (`Entry`) under ``(name, key)``:
         the engine's plain success path (`failover.plain`) makes it without an envelope."""
