@@ -54,15 +54,15 @@ def call_of(
     args: tuple[Any, ...],
     kwargs: dict[str, Any],
     kind: type[Call] | None = None,
-    at: datetime | None = None,
+    checked: bool = False,
 ) -> Call:
     """One call of ``rt``'s failover (``args`` as the wrapper got them, ``self``/``cls``
-    included), of the failover's kind (`Runtime.call_type`) unless ``kind`` says; ``at``: its
-    time when the caller read the clock already (else read here)."""
+    included), of the failover's kind (`Runtime.call_type`) unless ``kind`` says; ``checked``:
+    its shell refused it already if it runs in a tenant the engine does not route."""
     binder = rt.binder
     if binder.skip_first:
         args = args[1:]
-    if rt.unrouted is not None and read_tenant() is not None:  # one contextvar read
+    if not checked and rt.unrouted is not None and read_tenant() is not None:
         refuse_unrouted(rt.unrouted, rt.definition.name)
     call: Call = _new(kind or rt.call_type)  # no __init__ frame: this runs on every call
     call.rt = rt
@@ -70,16 +70,13 @@ def call_of(
     call.binder = binder
     call.args = args
     call.kwargs = kwargs
-    if at is not None:
-        call.now = at
-    else:
-        try:
-            # The call's time, on the engine's clock: its result is as of when it was asked
-            # for, so that a result of a call asked later is never replaced by this one
-            # (stores keep the entry with the latest `as_of`).
-            call.now = rt.clock()
-        except Exception:  # a failing clock: the store meets it again, as store trouble
-            call.now = None
+    try:
+        # The call's time, on the engine's clock: its result is as of when it was asked for, so
+        # that a result of a call asked later is never replaced by this one (stores keep the
+        # entry with the latest `as_of`).
+        call.now = rt.clock()
+    except Exception:  # a failing clock: the store meets it again, as store trouble
+        call.now = None
     call._arguments = None
     call.stored_key = None
     if kwargs or not binder.simple or len(args) != binder.n:

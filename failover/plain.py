@@ -10,15 +10,19 @@ failover goes the general way (`Call.live`, the handler chain).
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
 from datetime import datetime, timedelta
 from time import perf_counter
 from typing import TYPE_CHECKING, Any
 
 from .call import Call
+from .engine.clock import utcnow
 from .expiry import FixedTtl
 from .handlers.default import DefaultHandler
 from .keys import MEMO, make_key, memo_of
-from .stores.backends.memory import InMemoryStore
+from .recorder import FailoverStats
+from .stores.backends.memory import InMemoryStore, seconds_of
 from .stores.layers.copying import _IMMUTABLE, CopyingStore, copy_value
 
 if TYPE_CHECKING:
@@ -32,7 +36,11 @@ class Plain:
 
     Attributes:
         name: the failover's effective name (its entries' name).
-        ttl: the fixed time to live of its entries.
+        ttl: the fixed time to live of its entries, in seconds.
+        seconds: the engine's clock as seconds since the epoch (``time.time`` for the default
+            clock; another clock's reading converted).
+        counted, count: the health recorder's ``live``, and its ``live_at``: while it is the
+            one observer of ``live``, a call is counted from its float time, no datetime made.
         entries, lock, cap: the store's table, its lock and its cap (`InMemoryStore.table`).
         copies: whether the result is copied before it is kept (a copying layer was in front).
         skip_first: the wrapper's first argument is ``self``/``cls``, not part of the key.
@@ -40,34 +48,55 @@ class Plain:
         memo: the memo of the failover's keys (`failover.keys.memo_of`).
     """
 
-    __slots__ = ("cap", "copies", "entries", "lock", "memo", "n", "name", "skip_first", "ttl")
+    __slots__ = (
+        "cap",
+        "copies",
+        "count",
+        "counted",
+        "entries",
+        "lock",
+        "memo",
+        "n",
+        "name",
+        "seconds",
+        "skip_first",
+        "ttl",
+    )
 
     def __init__(
         self, name: str, ttl: timedelta, store: InMemoryStore, copies: bool, rt: Runtime
     ) -> None:
         self.name = name
-        self.ttl = ttl
+        self.ttl = ttl.total_seconds()
+        clock = rt.clock
+        self.seconds: Callable[[], float] = (
+            time.time if clock is utcnow else lambda: clock().timestamp()
+        )
+        stats = next(o for o in rt.events.observers if isinstance(o, FailoverStats))
+        self.counted: Callable[..., None] = stats.live
+        self.count = stats.live_at
         self.entries, self.lock, self.cap = store.table()
         self.copies = copies
         self.skip_first = rt.binder.skip_first
         self.n = rt.binder.n if rt.binder.simple else -1  # -1: never positional alone
         self.memo = memo_of(name)
 
-    def live(
+    def live(  # noqa: PLR0915 - the plain success path in one frame
         self,
         rt: Runtime,
         args: tuple[Any, ...],
         kwargs: dict[str, Any],
         result: Any,
-        now: datetime,
+        at: float,
         seconds: float,
         end: float,
     ) -> None:
-        """Store the upstream's ``result`` of the call made at ``now`` (``args`` as the wrapper
-        got them), and report the call live (``seconds``: the upstream's time, which ended at
-        ``end``). `Call.live` and the handler's store in one frame: the key from the memo, the
-        result copied, the entry put in the store's table as `InMemoryStore.put` does; store
-        trouble is reported, never raised."""
+        """Store the upstream's ``result`` of the call made ``at`` (seconds since the epoch,
+        `seconds`), ``args`` as the wrapper got them, and report the call live (``seconds``: the
+        upstream's time, which ended at ``end``). `Call.live` and the handler's store in one
+        frame: the key from the memo, the result copied, the entry put in the store's table as
+        `InMemoryStore.put` does, its times as floats; store trouble is reported, never raised.
+        """
         events = rt.events
         try:
             own = args[1:] if self.skip_first else args
@@ -78,9 +107,20 @@ class Plain:
             if key is None:
                 key = make_key(self.name, own)
             value = result
-            if self.copies and type(value) not in _IMMUTABLE:
-                value = copy_value(value)
-            entry = (value, now, now + self.ttl, True, None, None, False, None, False)
+            if self.copies:
+                if type(value) is dict:  # `copy_value` of the commonest result, in this frame
+                    value = value.copy()
+                    for k, v in value.items():
+                        t = type(v)
+                        if t in _IMMUTABLE:
+                            continue
+                        if t is list and _IMMUTABLE.issuperset(map(type, v)):
+                            value[k] = v.copy()  # a value replaced, no key added: goes on
+                        else:
+                            value[k] = copy_value(v)
+                elif type(value) not in _IMMUTABLE:
+                    value = copy_value(value)
+            entry = (value, at, at + self.ttl, True, None, None, False, None, False)
             ident = (self.name, key)
             entries = self.entries
             lock = self.lock
@@ -92,7 +132,9 @@ class Plain:
                     entries[ident] = entry
                     if self.cap and len(entries) > self.cap:
                         entries.popitem(last=False)
-                elif (old := stored[1]) is not None and now < old:
+                elif (old := stored[1]) is not None and at < (
+                    old if type(old) is float else seconds_of(old)
+                ):
                     entries[ident] = stored  # the newer one stays
                     kept = 1
                 else:
@@ -107,6 +149,13 @@ class Plain:
             if events.timed:
                 events.stored(False, perf_counter() - end)
             events.trouble("store", exc, "")
+        if events.live == self.counted:  # the health recorder alone: counted from the float
+            self.count(at, seconds)
+            return
+        try:  # another observer wants the call's time as the clock has it
+            now: datetime | None = rt.clock()
+        except Exception:
+            now = None
         events.live(now, seconds)
 
 

@@ -70,6 +70,7 @@ class FailoverStats(Observer):
 
     __slots__ = (
         "__weakref__",
+        "_at",
         "_end",
         "_failure",
         "_latest",
@@ -79,6 +80,7 @@ class FailoverStats(Observer):
         "_stale",
         "_stamps",
         "_start",
+        "_until",
         "breaker",
         "calls",
         "clock",
@@ -112,6 +114,7 @@ class FailoverStats(Observer):
         self._slot = 0  # the current slot's first index in _ring
         self._latest = -1  # the latest second counted: older than the window means idle
         self._start = self._end = _NEVER  # the current slot's second: no call yet
+        self._at = self._until = 0.0  # the same, in seconds since the epoch (`live_at`)
         self._failure: tuple[str, datetime] | None = None  # the upstream's latest: kind, when
         # Refusals per guard, per second of the window: guard -> {second: count} (refusals only).
         self._refusals: dict[str, dict[int, int]] = {}
@@ -147,6 +150,21 @@ class FailoverStats(Observer):
                 if not self._start <= now < self._end:
                     self._advance(now)
                 self._ring[self._slot] += 1
+            self.calls[0] += 1
+            self.upstream_ok[bucket] += 1
+            self.upstream_ok_sum += seconds
+        except Exception:
+            _dropped()
+
+    def live_at(self, at: float, seconds: float) -> None:
+        """`live` of a call made ``at`` seconds since the epoch: the plain success path
+        (`failover.plain`) reads the time as a float, and its slot is found by comparing
+        floats."""
+        try:
+            bucket = 0 if seconds <= _FIRST else bisect_left(UPSTREAM_BUCKETS, seconds)
+            if not self._at <= at < self._until:
+                self._advance(datetime.fromtimestamp(at, UTC))
+            self._ring[self._slot] += 1
             self.calls[0] += 1
             self.upstream_ok[bucket] += 1
             self.upstream_ok_sum += seconds
@@ -231,6 +249,7 @@ class FailoverStats(Observer):
         self._latest = max(self._latest, second)
         self._start = datetime.fromtimestamp(second, now.tzinfo)
         self._end = self._start + _SECOND
+        self._at, self._until = float(second), second + 1.0
         self._slot = i
 
     # -- rare events (execution layer, hooks) ------------------------------------------------

@@ -7,7 +7,7 @@ from __future__ import annotations
 import logging
 from asyncio import _get_running_loop as _running_loop  # C, no exception without a loop
 from collections.abc import Callable
-from datetime import datetime
+from datetime import UTC, datetime
 from time import perf_counter
 from typing import Any
 
@@ -142,10 +142,10 @@ def sync_shell(state: State, envelope: bool) -> Callable[..., Any]:  # noqa: PLR
             if rt.unrouted is not None and read_tenant() is not None:
                 refuse_unrouted(rt.unrouted, state.definition.name)
             try:
-                now = rt.clock()
+                at: float | None = plain.seconds()
             except Exception:  # store trouble: the general path meets and reports it
-                now = None
-            if now is not None:
+                at = None
+            if at is not None:
                 start = perf_counter()
                 try:
                     if (ex := rt.guarded) is None:
@@ -161,7 +161,7 @@ def sync_shell(state: State, envelope: bool) -> Callable[..., Any]:  # noqa: PLR
                             raise
                         ex.exit(token, None)
                 except Exception as exc:
-                    call = call_of(rt, args, kwargs, None, now)
+                    call = call_of(rt, args, kwargs, None, True)
                     call.start = start
                     out = call.recover(exc)
                     if out is None:
@@ -169,10 +169,10 @@ def sync_shell(state: State, envelope: bool) -> Callable[..., Any]:  # noqa: PLR
                     out = out.payload  # no local keeps the envelope: as below
                     return out
                 end = perf_counter()
-                plain.live(rt, args, kwargs, result, now, end - start, end)
-                if KIND_OF(type(result)) == PLAIN:
+                plain.live(rt, args, kwargs, result, at, end - start, end)
+                if type(result) is dict or KIND_OF(type(result)) == PLAIN:
                     return result
-                return enrich(result, True, now)
+                return enrich(result, True, datetime.fromtimestamp(at, UTC))
         call = call_of(rt, args, kwargs)
         part = None
         upstream = fn
@@ -257,10 +257,10 @@ def async_shell(state: State, envelope: bool) -> Callable[..., Any]:  # noqa: PL
             if rt.unrouted is not None and read_tenant() is not None:
                 refuse_unrouted(rt.unrouted, state.definition.name)
             try:
-                now = rt.clock()
+                at: float | None = plain.seconds()
             except Exception:  # store trouble: the general path meets and reports it
-                now = None
-            if now is not None:
+                at = None
+            if at is not None:
                 start = perf_counter()
                 try:
                     if (ex := rt.guarded) is None:
@@ -276,7 +276,7 @@ def async_shell(state: State, envelope: bool) -> Callable[..., Any]:  # noqa: PL
                             raise
                         ex.exit(token, None)
                 except Exception as exc:
-                    call = call_of(rt, args, kwargs, None, now)
+                    call = call_of(rt, args, kwargs, None, True)
                     call.start = start
                     lookup = call.failed(exc)
                     out = None if lookup is None else call.settle(lookup, await lookup.aread())
@@ -286,10 +286,10 @@ def async_shell(state: State, envelope: bool) -> Callable[..., Any]:  # noqa: PL
                     out = out.payload
                     return out
                 end = perf_counter()
-                plain.live(rt, args, kwargs, result, now, end - start, end)
-                if KIND_OF(type(result)) == PLAIN:
+                plain.live(rt, args, kwargs, result, at, end - start, end)
+                if type(result) is dict or KIND_OF(type(result)) == PLAIN:
                     return result
-                return enrich(result, True, now)
+                return enrich(result, True, datetime.fromtimestamp(at, UTC))
         call = call_of(rt, args, kwargs)
         part = None
         upstream = fn

@@ -12,7 +12,8 @@ import asyncio
 import copy
 import functools
 from collections.abc import Callable
-from datetime import timedelta
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -340,3 +341,70 @@ def test_copies_are_deep_for_nested_values(engine: Failover) -> None:
     fn = decorate("sync", engine, lambda code: copy.deepcopy(nested))
     fn("FR")["a"]["b"][0]["c"] = 99
     assert fn.peek("FR").payload == nested
+
+
+# -- entry times: the plain path keeps them as floats, every read gives aware datetimes --------
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_on_the_default_clock_times_read_back_as_aware_datetimes(kind: str) -> None:
+    engine = Failover(metrics=False)  # the default clock: read as time.time()
+    try:
+        countries = Countries()
+        fn = decorate(kind, engine, countries, ttl="1h")
+        before = datetime.now(UTC)
+        fn("FR")
+        after = datetime.now(UTC)
+        found = fn.peek("FR")
+        assert found.as_of.tzinfo is not None
+        assert before <= found.as_of <= after
+        assert found.expire_on == found.as_of + timedelta(hours=1)
+        countries.error = ConnectionError("down")
+        assert fn("FR")["n"] == 1
+        assert engine.health().failovers["plain.country"].counts["live"] == 1
+    finally:
+        engine.close()
+
+
+def test_a_plain_entry_and_a_stored_envelope_compare_by_their_time(clock: FakeClock) -> None:
+    """The plain path's float times and an envelope's datetimes, in one table: the newer one
+    stays, whichever way they meet."""
+    store = InMemoryStore()
+    engine = Failover(store, clock=clock, metrics=False)
+    try:
+        fn = decorate("sync", engine, Countries())
+        fn("FR")  # a float entry at t0
+        found = fn.peek("FR")
+        older = replace(found, payload={"old": True}, as_of=clock.now - timedelta(seconds=1))
+        assert store.store(older) == 1  # refused: the plain entry is newer
+        newer = replace(found, payload={"new": True}, as_of=clock.now + timedelta(seconds=5))
+        assert store.store(newer) == 0
+        fn("FR")  # a plain write at t0, older than the stored envelope: refused
+        assert fn.peek("FR").payload == {"new": True}
+        clock.advance(10)
+        fn("FR")  # newer again: replaces it
+        assert fn.peek("FR").payload["code"] == "FR"
+    finally:
+        engine.close()
+
+
+def test_plain_entries_expire_and_are_cleaned(clock: FakeClock) -> None:
+    store = InMemoryStore()
+    engine = Failover(store, clock=clock, metrics=False)
+    try:
+        countries = Countries()
+        fn = decorate("sync", engine, countries, ttl="1m")
+        fn("FR")
+        clock.advance(30)
+        assert store.clean_by_expiry(clock.now) == 0
+        clock.advance(31)
+        countries.error = ConnectionError("down")
+        with pytest.raises(ConnectionError):
+            fn("FR")  # expired: never served
+        countries.error = None
+        fn("DE")
+        clock.advance(61)
+        assert store.clean_by_expiry(clock.now) == 1
+        assert len(store) == 0
+    finally:
+        engine.close()

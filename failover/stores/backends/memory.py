@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Sequence
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from ...errors import ConfigurationError
@@ -15,13 +15,35 @@ from .in_process import InProcessEntries
 
 __all__ = ["Entry", "InMemoryStore"]
 
-Entry = tuple[Any, datetime | None, datetime | None, bool, Any, str | None, bool, Any, bool]
+Entry = tuple[
+    Any, datetime | float | None, datetime | float | None, bool, Any, str | None, bool, Any, bool
+]
 """How the store keeps an entry: its envelope's fields but the name and key (the table's key),
 ``(payload, as_of, expire_on, up_to_date, cause, label, partial, tags, fresh_ended)``. A tuple
 is made in one step, where an envelope takes a step per field: it is made on every success, and
-the envelope only on the rarer read."""
+the envelope only on the rarer read. The engine's plain success path (`failover.plain`) keeps
+``as_of`` and ``expire_on`` as floats, seconds since the epoch, and a read gives them back as
+aware UTC datetimes."""
 
 _new = object.__new__
+_at = datetime.fromtimestamp
+
+
+def _dated(e: Entry) -> Entry:
+    """Entry ``e`` with its times as aware UTC datetimes: made on its first read, and kept, so
+    that the reads of an outage (many, of the same entries) make them once."""
+    as_of, expire_on = e[1], e[2]
+    return (
+        e[0],
+        _at(as_of, UTC) if type(as_of) is float else as_of,
+        _at(expire_on, UTC) if type(expire_on) is float else expire_on,
+        *e[3:],
+    )
+
+
+def seconds_of(t: datetime | float) -> float:
+    """An entry's time (not ``None``) in seconds since the epoch, to compare with another."""
+    return t if type(t) is float else t.timestamp()  # type: ignore[union-attr]
 
 
 def _entry(p: Payload) -> Entry:
@@ -42,18 +64,11 @@ def _payload(ident: tuple[str, str], e: Entry, value: Any) -> Payload:
     """The envelope of entry ``e`` with ``value`` as its payload (``e``'s own, or a copy)."""
     obj: Any = _new(Building)  # `envelope`, inlined: every read builds one
     obj.name, obj.key = ident
-    (
-        _,
-        obj.as_of,
-        obj.expire_on,
-        obj.up_to_date,
-        obj.cause,
-        obj.label,
-        obj.partial,
-        obj.tags,
-        obj.fresh_ended,
-    ) = e
     obj.payload = value
+    as_of, expire_on = e[1], e[2]
+    obj.as_of = _at(as_of, UTC) if type(as_of) is float else as_of
+    obj.expire_on = _at(expire_on, UTC) if type(expire_on) is float else expire_on
+    _, _, _, obj.up_to_date, obj.cause, obj.label, obj.partial, obj.tags, obj.fresh_ended = e
     obj.__class__ = ReferentialPayload
     built: Payload = obj
     return built
@@ -122,8 +137,13 @@ class InMemoryStore(InProcessEntries, Capabilities):
                 if self.max_entries and len(entries) > self.max_entries:
                     entries.popitem(last=False)
                 return 0
-            new, old = entry[1], stored[1]  # `older`, inlined: this runs on every success
-            if new is not None and old is not None and new < old:
+            new: Any = entry[1]  # `older`, inlined: this runs on every success
+            old: Any = stored[1]
+            if (
+                new is not None
+                and old is not None
+                and (new < old if type(new) is type(old) else seconds_of(new) < seconds_of(old))
+            ):
                 entries[ident] = stored  # the newer one stays
                 return 1
             entries[ident] = entry
@@ -146,6 +166,8 @@ class InMemoryStore(InProcessEntries, Capabilities):
             if found is None:
                 return None
             entries.move_to_end(ident)
+            if type(found[1]) is float:  # put by the plain path: its times as datetimes, once
+                found = entries[ident] = _dated(found)
         finally:
             lock.release()
         return _payload(ident, found, found[0])
@@ -162,22 +184,19 @@ class InMemoryStore(InProcessEntries, Capabilities):
             if found is None:
                 return None
             entries.move_to_end(ident)
+            if type(found[1]) is float:  # put by the plain path: its times as datetimes, once
+                found = entries[ident] = _dated(found)
         finally:
             lock.release()
         obj: Any = _new(Building)  # `_payload`, inlined: the frame every recovery would add
         obj.name, obj.key = ident
-        (
-            _,
-            obj.as_of,
-            obj.expire_on,
-            obj.up_to_date,
-            obj.cause,
-            obj.label,
-            obj.partial,
-            obj.tags,
-            obj.fresh_ended,
-        ) = found
         obj.payload = copy(found[0])
+        as_of, expire_on = found[1], found[2]
+        obj.as_of = _at(as_of, UTC) if type(as_of) is float else as_of
+        obj.expire_on = _at(expire_on, UTC) if type(expire_on) is float else expire_on
+        _, _, _, obj.up_to_date, obj.cause, obj.label, obj.partial, obj.tags, obj.fresh_ended = (
+            found
+        )
         obj.__class__ = ReferentialPayload
         built: Payload = obj
         return built
@@ -199,10 +218,13 @@ class InMemoryStore(InProcessEntries, Capabilities):
 
     def clean_by_expiry(self, now: datetime) -> int:
         """Remove expired entries; return the count."""
+        at = now.timestamp()  # for the entries the plain path stored (float times)
         with self._lock:
-            expired = [
-                ident for ident, e in self._entries.items() if e[2] is not None and e[2] <= now
-            ]
+            expired = []
+            for ident, e in self._entries.items():
+                expire_on: Any = e[2]
+                if expire_on is not None and expire_on <= (at if type(expire_on) is float else now):
+                    expired.append(ident)
             for ident in expired:
                 del self._entries[ident]
             return len(expired)
