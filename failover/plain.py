@@ -10,13 +10,13 @@ failover goes the general way (`Call.live`, the handler chain).
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from datetime import datetime, timedelta
 from time import perf_counter
 from typing import TYPE_CHECKING, Any
 
 from .call import Call
+from .engine.clock import seconds as epoch_seconds
 from .engine.clock import utcnow
 from .expiry import FixedTtl
 from .handlers.default import DefaultHandler
@@ -64,15 +64,20 @@ class Plain:
     )
 
     def __init__(
-        self, name: str, ttl: timedelta, store: InMemoryStore, copies: bool, rt: Runtime
+        self,
+        name: str,
+        ttl: timedelta,
+        store: InMemoryStore,
+        copies: bool,
+        rt: Runtime,
+        stats: FailoverStats,
     ) -> None:
         self.name = name
         self.ttl = ttl.total_seconds()
         clock = rt.clock
         self.seconds: Callable[[], float] = (
-            time.time if clock is utcnow else lambda: clock().timestamp()
+            epoch_seconds if clock is utcnow else lambda: clock().timestamp()
         )
-        stats = next(o for o in rt.events.observers if isinstance(o, FailoverStats))
         self.counted: Callable[..., None] = stats.live
         self.count = stats.live_at
         self.entries, self.lock, self.cap = store.table()
@@ -179,5 +184,7 @@ def plain_path(rt: Runtime) -> Plain | None:
         store = store.inner
     if type(store) is not InMemoryStore or (store.copy and not copies):
         return None
-    ttl = d.expiry.ttl
-    return Plain(d.effective_name, ttl, store, copies, rt)
+    stats = [o for o in rt.events.observers if isinstance(o, FailoverStats)]
+    if not stats:  # pragma: no cover - every engine's stream has its health recorder
+        return None
+    return Plain(d.effective_name, d.expiry.ttl, store, copies, rt, stats[0])

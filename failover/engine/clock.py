@@ -3,10 +3,15 @@
 from __future__ import annotations
 
 import functools
+import time
 from collections.abc import Callable
 from datetime import UTC, datetime
 
-__all__ = ["utcnow"]
+__all__ = ["seconds", "utcnow"]
 
 utcnow: Callable[[], datetime] = functools.partial(datetime.now, UTC)
 """The default clock: aware UTC now (a partial of a builtin: no Python frame per call)."""
+
+seconds: Callable[[], float] = time.time
+"""The default clock as seconds since the epoch (the plain success path's reading,
+`failover.plain`): bound here, at import, as `utcnow` is."""
