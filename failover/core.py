@@ -29,7 +29,6 @@ from .tenant import pinned
 from .throttle import Throttle
 
 if TYPE_CHECKING:
-    from .plain import Plain
     from .stores.layers.routing import MultiTenantStore
 
 __all__ = ["Binder", "Runtime"]
@@ -191,8 +190,9 @@ class Runtime:
         self.return_type: Any = resolve_return_type(fn, definition.return_annotation)
         # What happened, to the observers (health, metrics, the stale report): once each.
         self.events = events
-        # The plain success path (`failover.plain`), set by the engine when the failover is plain.
-        self.plain: Plain | None = None
+        # The plain success path (a `failover.plain.Plain`, which reads this runtime: not named
+        # here, no import circle), set by the engine when the failover is plain.
+        self.plain: Any = None
 
     async def on_worker(self, fn: Callable[..., T], *args: Any) -> T:
         """``fn(*args)`` on a worker thread, so that store I/O never blocks the event loop.

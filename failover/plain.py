@@ -15,9 +15,6 @@ from datetime import datetime, timedelta
 from time import perf_counter
 from typing import TYPE_CHECKING, Any
 
-from .call import Call
-from .engine.clock import seconds as epoch_seconds
-from .engine.clock import utcnow
 from .expiry import FixedTtl
 from .handlers.default import DefaultHandler
 from .keys import MEMO, make_key, memo_of
@@ -37,8 +34,7 @@ class Plain:
     Attributes:
         name: the failover's effective name (its entries' name).
         ttl: the fixed time to live of its entries, in seconds.
-        seconds: the engine's clock as seconds since the epoch (``time.time`` for the default
-            clock; another clock's reading converted).
+        seconds: the engine's clock as seconds since the epoch (`Wiring.seconds`).
         counted, count: the health recorder's ``live``, and its ``live_at``: while it is the
             one observer of ``live``, a call is counted from its float time, no datetime made.
         entries, lock, cap: the store's table, its lock and its cap (`InMemoryStore.table`).
@@ -71,13 +67,11 @@ class Plain:
         copies: bool,
         rt: Runtime,
         stats: FailoverStats,
+        seconds: Callable[[], float],
     ) -> None:
         self.name = name
         self.ttl = ttl.total_seconds()
-        clock = rt.clock
-        self.seconds: Callable[[], float] = (
-            epoch_seconds if clock is utcnow else lambda: clock().timestamp()
-        )
+        self.seconds = seconds
         self.counted: Callable[..., None] = stats.live
         self.count = stats.live_at
         self.entries, self.lock, self.cap = store.table()
@@ -164,8 +158,9 @@ class Plain:
         events.live(now, seconds)
 
 
-def plain_path(rt: Runtime) -> Plain | None:
-    """The plain success path of ``rt``, or ``None`` when its failover is not plain."""
+def plain_path(rt: Runtime, seconds: Callable[[], float]) -> Plain | None:
+    """The plain success path of ``rt``, or ``None`` when its failover is not plain;
+    ``seconds``: the engine's clock as seconds since the epoch."""
     d = rt.definition
     handler: Any = rt.handler
     if type(handler) is not DefaultHandler or handler.tenant is not None:
@@ -174,7 +169,7 @@ def plain_path(rt: Runtime) -> Plain | None:
         return None
     if d.key is not None or d.label is not None or d.tags is not None or d.store_if is not None:
         return None
-    if rt.call_type is not Call or rt.router is not None or rt.may_offload:
+    if rt.flights is not None or rt.router is not None or rt.may_offload:  # single flight
         return None
     if not rt.bare and rt.guarded is None:  # a soft timeout: its own path
         return None
@@ -187,4 +182,4 @@ def plain_path(rt: Runtime) -> Plain | None:
     stats = [o for o in rt.events.observers if isinstance(o, FailoverStats)]
     if not stats:  # pragma: no cover - every engine's stream has its health recorder
         return None
-    return Plain(d.effective_name, d.expiry.ttl, store, copies, rt, stats[0])
+    return Plain(d.effective_name, d.expiry.ttl, store, copies, rt, stats[0], seconds)

@@ -43,7 +43,7 @@ from ..served import ServedObserver
 from ..store_metrics import StoreStates
 from ..stores.base import FailoverStore, does_io, writes_async
 from ..stores.layers.routing import MultiTenantStore
-from .clock import utcnow
+from .clock import seconds, utcnow
 from .registry import Registry
 
 __all__ = ["Wiring"]
@@ -94,6 +94,11 @@ class Wiring:
         # given one (a test's fake clock), else the process's.
         self.monotonic: Callable[[], float] = (
             time.monotonic if clock is utcnow else lambda: float(clock().timestamp())
+        )
+        # The engine's clock as seconds since the epoch (the plain success path, `failover.plain`):
+        # the default clock's own float reading, else the clock's reading converted.
+        self.seconds: Callable[[], float] = (
+            seconds if clock is utcnow else lambda: clock().timestamp()
         )
         self.breakers: dict[str, pybreaker.CircuitBreaker] = {}
         # Set by the engine when it neither routes by tenant nor ignores tenants (Runtime.unrouted).
@@ -148,7 +153,7 @@ class Wiring:
                     rt.ahead = RefreshAhead(rt, self.refreshes)
                 rt.unstorable = self.registry.unstorable.get(d.name)
                 rt.unrouted = self.unrouted
-                rt.plain = plain_path(rt)
+                rt.plain = plain_path(rt, self.seconds)
                 self.runtimes[decorated] = rt
             return rt
 
