@@ -2,10 +2,10 @@
 
 Most failovers are plain: the default key, a fixed ``ttl``, no ``store_if``, labels, tags,
 store interval, soft timeout or single flight, on an in-process `InMemoryStore`. For those,
-storing a success is a key, a copy of the result and one entry put in the store's table, and
-the shells (``shells.py``) do it in their own frame, with no `Call` and no envelope: a `Call`
-is made only when the upstream fails. `Plain` holds what that needs, decided here; any other
-failover goes the general way (`Call.live`, the handler chain).
+storing a success is a key, a copy of the result and one entry put in the store's table. The
+shells (``shells.py``) read the time as a float and call the upstream, and `Plain.live` does
+the rest in one frame, with no `Call` and no envelope: a `Call` is made only when the upstream
+fails. Any other failover goes the general way (`Call.live`, the handler chain).
 """
 
 from __future__ import annotations

@@ -137,8 +137,9 @@ def sync_shell(state: State, envelope: bool) -> Callable[..., Any]:  # noqa: PLR
         if _running_loop() is not None and not state.loop_warned:
             state.warn_in_loop()
         if (plain := rt.plain) is not None and not rt.before and not envelope:
-            # The plain success path (`failover.plain`): `call_of`, `Call.live` and the
-            # handler's `store` for a plain failover, inlined; a `Call` only on failure.
+            # The plain success path (`failover.plain`): the time as a float, the upstream, and
+            # `Plain.live` for `call_of`, `Call.live` and the handler's store; a `Call` only
+            # when the upstream fails.
             if rt.unrouted is not None and read_tenant() is not None:
                 refuse_unrouted(rt.unrouted, state.definition.name)
             try:
