@@ -124,8 +124,8 @@ class InMemoryStore(InProcessEntries, Capabilities):
         return self._entries, self._lock, self.max_entries
 
     def put(self, ident: tuple[str, str], entry: Entry) -> int:
-        """`store` of an entry already in the store's form (`Entry`) under ``(name, key)``:
-        the engine's plain success path (`failover.plain`) makes it without an envelope."""
+        """`store` of an entry already in the store's form (`Entry`) under ``(name, key)``
+        (the engine's plain success path, `failover.plain`, does the same in its own frame)."""
         entries = self._entries
         lock = self._lock
         lock.acquire()  # not `with`: half the cost, and this is on every success's path
