@@ -16,6 +16,7 @@ from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import pybreaker
 import pytest
 from prometheus_client import CollectorRegistry
 
@@ -408,3 +409,41 @@ def test_plain_entries_expire_and_are_cleaned(clock: FakeClock) -> None:
         assert len(store) == 0
     finally:
         engine.close()
+
+
+# -- every way out of the guards on the plain path -----------------------------------------------
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_an_open_breaker_refuses_and_the_refusal_is_recovered(kind: str, engine: Failover) -> None:
+    countries = Countries()
+    breaker = pybreaker.CircuitBreaker(fail_max=1, reset_timeout=60)
+    fn = decorate(kind, engine, countries, breaker=breaker)
+    assert plain_of(fn) is not None
+    fn("FR")
+    countries.error = ConnectionError("down")
+    assert fn("FR")["n"] == 1  # the failure opens the breaker
+    assert fn("FR")["n"] == 1  # refused: the upstream is not called
+    assert countries.calls == 2
+    health = engine.health().failovers["plain.country"]
+    assert health.refused == {"breaker": 1}
+    assert (health.counts["live"], health.counts["recovered"]) == (1, 2)
+
+
+async def test_a_cancelled_call_gives_its_permit_back(engine: Failover) -> None:
+    entered, release = asyncio.Event(), asyncio.Event()
+
+    @failover.failover("plain.slow", engine=engine, max_concurrency=1)
+    async def slow(code: str) -> dict[str, str]:
+        entered.set()
+        await release.wait()
+        return {"code": code}
+
+    assert slow._failover_state.runtime().plain is not None
+    task = asyncio.create_task(slow("FR"))
+    await entered.wait()
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    release.set()
+    assert await slow("DE") == {"code": "DE"}  # the one permit came back
