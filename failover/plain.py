@@ -37,7 +37,8 @@ class Plain:
         seconds: the engine's clock as seconds since the epoch (`Wiring.seconds`).
         counted, count: the health recorder's ``live``, and its ``live_at``: while it is the
             one observer of ``live``, a call is counted from its float time, no datetime made.
-        entries, lock, cap: the store's table, its lock and its cap (`InMemoryStore.table`).
+        store: the `InMemoryStore`, whose table, lock and cap `live` uses as its ``put`` does
+            (its lock read on each call: a forked child's store has a new one).
         copies: whether the result is copied before it is kept (a copying layer was in front).
         skip_first: the wrapper's first argument is ``self``/``cls``, not part of the key.
         n: how many arguments the key is made of, when they come positionally.
@@ -45,17 +46,15 @@ class Plain:
     """
 
     __slots__ = (
-        "cap",
         "copies",
         "count",
         "counted",
-        "entries",
-        "lock",
         "memo",
         "n",
         "name",
         "seconds",
         "skip_first",
+        "store",
         "ttl",
     )
 
@@ -74,7 +73,7 @@ class Plain:
         self.seconds = seconds
         self.counted: Callable[..., None] = stats.live
         self.count = stats.live_at
-        self.entries, self.lock, self.cap = store.table()
+        self.store = store
         self.copies = copies
         self.skip_first = rt.binder.skip_first
         self.n = rt.binder.n if rt.binder.simple else -1  # -1: never positional alone
@@ -121,15 +120,16 @@ class Plain:
                     value = copy_value(value)
             entry = (value, at, at + self.ttl, True, None, None, False, None, False)
             ident = (self.name, key)
-            entries = self.entries
-            lock = self.lock
+            store = self.store
+            entries = store._entries
+            lock = store._lock
             kept = 0
             lock.acquire()
             try:  # `InMemoryStore.put`, inlined: its frame is a tenth of what is left to cut
                 stored = entries.pop(ident, None)
                 if stored is None:
                     entries[ident] = entry
-                    if self.cap and len(entries) > self.cap:
+                    if store.max_entries and len(entries) > store.max_entries:
                         entries.popitem(last=False)
                 elif (old := stored[1]) is not None and at < (
                     old if type(old) is float else seconds_of(old)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import functools
+import threading
 from collections.abc import Callable
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
@@ -22,10 +23,11 @@ from prometheus_client import CollectorRegistry
 
 import failover
 from failover import Failover
-from failover.stores import InMemoryStore
+from failover.stores import CachetoolsStore, InMemoryStore
 
 from .conftest import FakeClock
 from .test_forward_only import writes
+from .test_lifecycle_edges import _in_child
 
 KINDS = ["sync", "async"]
 
@@ -447,3 +449,35 @@ async def test_a_cancelled_call_gives_its_permit_back(engine: Failover) -> None:
         await task
     release.set()
     assert await slow("DE") == {"code": "DE"}  # the one permit came back
+
+
+@pytest.mark.parametrize("kind", ["memory", "cachetools"])
+def test_a_child_forked_while_a_thread_writes_to_the_store_still_stores(
+    kind: str, clock: FakeClock
+) -> None:
+    """A thread holds the in-process store's lock at the fork (a write under way): that
+    thread does not exist in the child, which starts with the store's lock free."""
+    store = InMemoryStore() if kind == "memory" else CachetoolsStore(clock=clock)
+    engine = Failover(store, clock=clock, metrics=False)
+    fn = failover.failover("plain.forked", engine=engine)(lambda code: {"code": code})
+    fn("FR")
+    held, done = threading.Event(), threading.Event()
+
+    def write_under_way() -> None:
+        with store._lock:
+            held.set()
+            done.wait(10)
+
+    writer = threading.Thread(target=write_under_way)
+    writer.start()
+    try:
+        assert held.wait(10)
+        assert _in_child(lambda: [fn("DE"), fn.peek("DE").payload]) == [
+            "ok",
+            [{"code": "DE"}, {"code": "DE"}],
+        ]
+    finally:
+        done.set()
+        writer.join(10)
+    assert fn.peek("DE") is None  # the child's write stays in the child
+    engine.close()

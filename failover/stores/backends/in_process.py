@@ -9,6 +9,7 @@ from collections.abc import MutableMapping
 from datetime import datetime
 from typing import Any
 
+from ...forks import AfterFork
 from ..base import Payload
 from ..browsing import Page, Summary, page_of, summary_of
 from ..control import fresh_ended
@@ -23,6 +24,11 @@ class InProcessEntries:
 
     _entries: MutableMapping[tuple[str, str], Any]  # an envelope, or the store's own form
     _lock: threading.Lock
+
+    def forked(self) -> None:
+        """Start anew in a forked child: the lock a parent's thread held at the fork (a write
+        under way) stays held in the child, where that thread does not exist."""
+        self._lock = threading.Lock()
 
     def find_all(self, name: str) -> list[Payload]:  # pragma: no cover - each store's own
         raise NotImplementedError
@@ -76,3 +82,7 @@ def _drop(entries: MutableMapping[tuple[str, str], Any], idents: list[tuple[str,
     for ident in idents:
         entries.pop(ident, None)
     return len(idents)
+
+
+FORKS = AfterFork(InProcessEntries.forked)
+"""The in-process stores, each given a new lock in a forked child (their ``__init__`` adds)."""

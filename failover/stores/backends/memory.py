@@ -11,7 +11,7 @@ from typing import Any
 from ...errors import ConfigurationError
 from ...payload import Building, ReferentialPayload
 from ..base import Capabilities, Payload
-from .in_process import InProcessEntries
+from .in_process import FORKS, InProcessEntries
 
 __all__ = ["Entry", "InMemoryStore"]
 
@@ -100,6 +100,7 @@ class InMemoryStore(InProcessEntries, Capabilities):
         self.copy = copy
         self._entries: OrderedDict[tuple[str, str], Entry] = OrderedDict()
         self._lock = threading.Lock()
+        FORKS.add(self)  # a new lock in a forked child
 
     def __repr__(self) -> str:
         shared = "" if self.copy else ", copy=False"
@@ -117,11 +118,6 @@ class InMemoryStore(InProcessEntries, Capabilities):
         """Insert or replace one entry, evicting the least recently used past the cap; 1 (not
         written) when the stored entry is newer."""
         return self.put((payload.name, payload.key), _entry(payload))
-
-    def table(self) -> tuple[OrderedDict[tuple[str, str], Entry], threading.Lock, int]:
-        """The entries, their lock and the cap, for the engine's plain success path
-        (`failover.plain`), which puts an entry as `put` does, in its own frame."""
-        return self._entries, self._lock, self.max_entries
 
     def put(self, ident: tuple[str, str], entry: Entry) -> int:
         """`store` of an entry already in the store's form (`Entry`) under ``(name, key)``

@@ -11,7 +11,7 @@ import cachetools
 
 from ...errors import ConfigurationError
 from ..base import Capabilities, Payload, older
-from .in_process import InProcessEntries
+from .in_process import FORKS, InProcessEntries
 
 __all__ = ["CachetoolsStore"]
 
@@ -44,6 +44,7 @@ class CachetoolsStore(InProcessEntries, Capabilities):
             maxsize=maxsize, ttu=self._ttu, timer=self._timer
         )
         self._lock = threading.Lock()
+        FORKS.add(self)  # a new lock in a forked child
 
     def __repr__(self) -> str:
         return f"CachetoolsStore(maxsize={self.maxsize})"
