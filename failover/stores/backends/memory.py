@@ -151,8 +151,12 @@ class InMemoryStore(InProcessEntries, Capabilities):
         """Insert or replace several entries; how many a newer stored entry kept out."""
         return sum(self.store(payload) for payload in payloads)
 
-    def find(self, name: str, key: str) -> Payload | None:
-        """The entry or ``None``; a hit counts as a use for the LRU order."""
+    def find_copy(
+        self, name: str, key: str, copy: Callable[[Any], Any] | None = None
+    ) -> Payload | None:
+        """The entry or ``None`` (a hit counts as a use for the LRU order); its value
+        ``copy(value)`` when ``copy`` is given: the copying layer's read (`CopyingStore`), in one
+        envelope where a `find` and a copy of its envelope would make two."""
         ident = (name, key)
         entries = self._entries
         lock = self._lock
@@ -166,36 +170,25 @@ class InMemoryStore(InProcessEntries, Capabilities):
                 found = entries[ident] = _dated(found)
         finally:
             lock.release()
-        return _payload(ident, found, found[0])
-
-    def find_copy(self, name: str, key: str, copy: Callable[[Any], Any]) -> Payload | None:
-        """`find`, its value ``copy(value)``: the copying layer's read (`CopyingStore`), in one
-        envelope where a `find` and a copy of its envelope make two."""
-        ident = (name, key)
-        entries = self._entries
-        lock = self._lock
-        lock.acquire()
-        try:
-            found = entries.get(ident)
-            if found is None:
-                return None
-            entries.move_to_end(ident)
-            if type(found[1]) is float:  # put by the plain path: its times as datetimes, once
-                found = entries[ident] = _dated(found)
-        finally:
-            lock.release()
-        obj: Any = _new(Building)  # `_payload`, inlined: the frame every recovery would add
+        obj: Any = _new(Building)  # `_payload`, inlined (its times are datetimes by now)
         obj.name, obj.key = ident
-        obj.payload = copy(found[0])
-        as_of, expire_on = found[1], found[2]
-        obj.as_of = _at(as_of, UTC) if type(as_of) is float else as_of
-        obj.expire_on = _at(expire_on, UTC) if type(expire_on) is float else expire_on
-        _, _, _, obj.up_to_date, obj.cause, obj.label, obj.partial, obj.tags, obj.fresh_ended = (
-            found
-        )
+        (
+            value,
+            obj.as_of,
+            obj.expire_on,
+            obj.up_to_date,
+            obj.cause,
+            obj.label,
+            obj.partial,
+            obj.tags,
+            obj.fresh_ended,
+        ) = found
+        obj.payload = value if copy is None else copy(value)
         obj.__class__ = ReferentialPayload
         built: Payload = obj
         return built
+
+    find = find_copy  # `find(name, key)`: the same read, no copy, no frame between
 
     def find_many(self, name: str, keys: Iterable[str]) -> dict[str, Payload]:
         """The entries found among ``keys``."""
