@@ -152,15 +152,7 @@ def sync_shell(state: State, envelope: bool) -> Callable[..., Any]:  # noqa: PLR
                     if (ex := rt.guarded) is None:
                         result = fn(*args, **kwargs)
                     else:
-                        token = ex.admit()
-                        if type(token) is Wait:
-                            token = token.block()
-                        try:
-                            result = fn(*args, **kwargs)
-                        except BaseException as exc:
-                            ex.exit(token, exc)
-                            raise
-                        ex.exit(token, None)
+                        result = ex.run(fn, args, kwargs)
                 except Exception as exc:
                     call = call_of(rt, args, kwargs, None, True)
                     call.start = start
@@ -207,17 +199,9 @@ def sync_shell(state: State, envelope: bool) -> Callable[..., Any]:  # noqa: PLR
             if rt.bare:  # nothing to enter: no `with` on the hottest path
                 call.start = perf_counter()
                 result = upstream(*args, **kwargs)
-            elif (ex := rt.guarded) is not None:  # `with call` and `call.run`, inlined
+            elif (ex := rt.guarded) is not None:  # `with call` and `call.run`, in one
                 call.start = perf_counter()
-                token = ex.admit()
-                if type(token) is Wait:
-                    token = token.block()
-                try:
-                    result = upstream(*args, **kwargs)
-                except BaseException as exc:
-                    ex.exit(token, exc)
-                    raise
-                ex.exit(token, None)
+                result = ex.run(upstream, args, kwargs)
             else:
                 with call:
                     result = call.run(upstream, args, kwargs)

@@ -566,6 +566,50 @@ def test_a_raising_listener_never_breaks_the_call(
     assert "circuit breaker" in caplog.text
 
 
+class SuccessCount(pybreaker.CircuitBreakerListener):
+    """Counts the successes the breaker tells it of."""
+
+    def __init__(self) -> None:
+        self.successes = 0
+
+    def success(self, cb: pybreaker.CircuitBreaker) -> None:
+        self.successes += 1
+
+
+def test_a_listener_added_or_removed_between_calls_hears_what_it_should(engine: Failover) -> None:
+    cb = pybreaker.CircuitBreaker(fail_max=3, reset_timeout=60)
+
+    @failover.failover("listened", engine=engine, breaker=cb)
+    def f(x: str) -> str:
+        return x
+
+    f("a")  # the guard has looked at the listeners: none hears successes
+    first, second = SuccessCount(), SuccessCount()
+    cb.add_listener(first)
+    f("a")
+    cb.add_listener(second)
+    f("a")
+    cb.remove_listener(first)
+    f("a")
+    assert (first.successes, second.successes) == (2, 2)
+
+
+async def test_an_async_call_tells_a_listener_added_meanwhile(engine: Failover) -> None:
+    cb = pybreaker.CircuitBreaker(fail_max=3, reset_timeout=60)
+
+    @failover.failover("alistened", engine=engine, breaker=cb)
+    async def f(x: str) -> str:
+        return x
+
+    await f("a")
+    hears = SuccessCount()
+    cb.add_listener(hears)
+    await f("a")
+    cb.remove_listener(hears)
+    await f("a")
+    assert hears.successes == 1
+
+
 def test_circuit_state_gauge_follows_the_breaker(clock: FakeClock) -> None:
     registry = CollectorRegistry()
     eng = Failover(clock=clock, metrics=registry)

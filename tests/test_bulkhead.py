@@ -457,6 +457,36 @@ def test_the_guard_is_a_context_manager_for_both_worlds() -> None:
     assert repr(bulkhead) == "Bulkhead('cm', limit=1, free=1)"
 
 
+def test_run_takes_a_permit_around_the_call_and_gives_it_back_whatever_the_end() -> None:
+    bulkhead = Bulkhead("run", 1)
+    seen: list[int] = []
+
+    def upstream(x: int) -> int:
+        seen.append(bulkhead.free)
+        assert bulkhead.run(lambda: bulkhead.free, (), {}) == 0  # nested: no second permit
+        if x < 0:
+            raise ValueError(x)
+        return x
+
+    assert bulkhead.run(upstream, (1,), {}) == 1
+    with pytest.raises(ValueError, match="-1"):
+        bulkhead.run(upstream, (-1,), {})
+    assert seen == [0, 0]
+    assert bulkhead.free == 1
+    with bulkhead.attempt():  # held in this context: a run nested in it takes none
+        assert bulkhead.run(lambda: bulkhead.free, (), {}) == 0
+
+    def other() -> None:  # another context, no permit free: refused at once
+        with pytest.raises(BulkheadFull):
+            bulkhead.run(upstream, (2,), {})
+
+    with bulkhead.attempt():
+        thread = threading.Thread(target=other)
+        thread.start()
+        thread.join(WAIT)
+    assert (bulkhead.free, seen) == (1, [0, 0])
+
+
 def test_many_threads_never_exceed_the_limit(engine: Failover) -> None:
     limit, threads = 3, 12
     inside = 0

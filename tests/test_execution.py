@@ -281,6 +281,28 @@ def test_a_chain_that_waits_then_passes_the_guards_inside() -> None:
     assert (inner.ends, bulkhead.free, breaker.current_state) == ([None], 1, "closed")
 
 
+def test_run_passes_every_guard_and_each_hears_the_end() -> None:
+    outer, inner = Recorder(), Recorder()
+    breaker = pybreaker.CircuitBreaker(name="run-chain", fail_max=1, reset_timeout=3600)
+    ex = Execution((outer, BreakerGuard(breaker, lambda exc: True), inner), None)
+
+    def down() -> None:
+        raise ConnectionError("down")
+
+    assert ex.run(lambda x: x * 2, (21,), {}) == 42
+    with pytest.raises(ConnectionError):
+        ex.run(down, (), {})
+    assert breaker.current_state == "open"  # the failure reached the breaker
+    with pytest.raises(pybreaker.CircuitBreakerError):
+        ex.run(down, (), {})  # refused by the breaker: the inner guard is not passed
+    refused = pybreaker.CircuitBreakerError
+    assert [type(e) for e in outer.ends] == [type(None), ConnectionError, refused]
+    assert [type(e) for e in inner.ends] == [type(None), ConnectionError]
+    lone = Recorder()  # one guard that has no `run` of its own: admit, the call, exit
+    assert Execution((lone,), None).run(dict, (), {"a": 1}) == {"a": 1}
+    assert lone.ends == [None]
+
+
 # -- what the definition shows --------------------------------------------------------------------
 
 

@@ -23,7 +23,7 @@ from functools import partial
 from typing import Any
 
 from ..errors import SoftTimeoutError
-from .base import Attempt, Guard, Kind, Wait
+from .base import Attempt, Guard, Kind, Wait, run_through
 from .breaker import BreakerGuard, StateListener, state_code
 from .bulkhead import Bulkhead, Pool, Pools
 from .order import ORDER
@@ -58,7 +58,7 @@ class Execution:
         unattempted: the guards' refusals: raised instead of calling the upstream at all.
     """
 
-    __slots__ = ("admit", "exit", "guards", "n", "refusals", "timeout", "unattempted")
+    __slots__ = ("admit", "exit", "guards", "n", "refusals", "run", "timeout", "unattempted")
 
     admit: Callable[[], Any]
     """Pass the guards, outermost first, without waiting: their tokens, for `exit`, or a
@@ -66,6 +66,9 @@ class Execution:
     refuses raises, and the guards it passed are left as they were."""
     exit: Callable[[Any, BaseException | None], None]
     """Leave the guards, innermost first, with the call's outcome (``exc``, or ``None``)."""
+    run: Callable[[Callable[..., Any], tuple[Any, ...], dict[str, Any]], Any]
+    """``run(fn, args, kwargs)``: one call on this thread through the guards (`Guard.run`),
+    without the soft timeout."""
 
     def __init__(self, guards: tuple[Guard, ...], timeout: SoftTimeout | None) -> None:
         self.guards = guards
@@ -74,9 +77,11 @@ class Execution:
         if self.n == 1:  # the common case: the guard itself, no frame of ours around it
             self.admit = guards[0].admit
             self.exit = guards[0].exit
+            self.run = guards[0].run
         else:
             self.admit = self._admit_all
             self.exit = self._exit_all
+            self.run = partial(run_through, self.admit, self.exit)
         refusals = [r for g in guards for r in g.refusals]
         self.unattempted: tuple[type[Exception], ...] = tuple(refusals)
         if timeout is not None:

@@ -25,7 +25,7 @@ from typing import Any, ClassVar
 
 from ..closeable import Closeable
 from ..errors import BulkheadFull, ConfigurationError
-from .base import Guard, Kind, Wait
+from .base import Guard, Kind, Wait, run_through
 from .permits import Kinded, LocalPermits, PermitSource, SupportsTake
 
 __all__ = ["BULKHEAD", "Bulkhead", "Pool", "Pools"]
@@ -196,6 +196,29 @@ class Bulkhead(Guard):
             deadline = 0.0 if self.fail_fast else self._deadline()
             return Wait(self.source, self.weight, deadline, partial(self._waited, held))
         return _held.set((*held, pool)), lease
+
+    def run(self, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        """One call on this thread (`Guard.run`): one permit of an in-process pool free now is
+        taken and given back around it as `admit` and `exit` do, in one frame; any other
+        call goes through them."""
+        held = _held.get()
+        if held and self.pool in held:
+            return fn(*args, **kwargs)  # nested call: the outer one holds the permits
+        if not self._ahead:
+            try:
+                self._free.pop()  # as in `admit`
+            except IndexError:
+                pass
+            else:
+                token = _held.set((*held, self.pool) if held else self._alone)
+                try:
+                    return fn(*args, **kwargs)
+                finally:
+                    _held.reset(token)  # this frame's context: the token is its own
+                    self._free.append(None)  # as in `exit`
+                    if self._waiters:
+                        self._hand_over()
+        return run_through(self.admit, self.exit, fn, args, kwargs)
 
     def _waited(
         self, held: tuple[Pool, ...], lease: object | None, error: BaseException | None
