@@ -426,3 +426,18 @@ def test_the_info_execution_label_reads_like_the_definition(
     assert execution == guarded.definition.execution
     assert execution == "bulkhead(8) > breaker(fail_max 5, reset 60s) > timeout(2s)"
     engine.close()
+
+
+def test_a_tally_folds_its_quick_writes_into_the_counts_it_shows() -> None:
+    from failover.metrics.tally import Tally
+
+    tally = Tally()
+    tally.stored(True, 0.001)  # within the first bucket: the two quick increments
+    tally.stored(True, 0.2)
+    tally.stored(False, 0.001)
+    writes, seconds = tally.written()
+    assert writes == [0, 2, 1, 0]  # queued, written, failed, superseded
+    assert seconds.counts[0] == 2  # the quick write and the failed one
+    assert seconds.counts[6] == 1  # 0.2 s: the (0.1, 0.25] bucket
+    assert seconds.total == pytest.approx(0.202)
+    assert tally.writes == [0, 1, 1, 0]  # what `written` shows is folded, not stored twice

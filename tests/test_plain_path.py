@@ -19,7 +19,8 @@ from typing import Any
 
 import pybreaker
 import pytest
-from prometheus_client import CollectorRegistry
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.parser import text_string_to_metric_families
 
 import failover
 from failover import Failover
@@ -253,6 +254,35 @@ def test_calls_and_writes_are_counted(kind: str, clock: FakeClock) -> None:
         assert writes(registry, "plain.country") == {"written": 2.0}
         counts = engine.health().failovers["plain.country"].counts
         assert (counts["live"], counts["recovered"]) == (2, 1)
+    finally:
+        engine.close()
+
+
+def write_seconds(registry: CollectorRegistry, name: str) -> dict[str, float]:
+    """``failover_write_seconds`` of ``name``: its count, its sum and its first bucket."""
+    text = generate_latest(registry).decode()
+    found = {
+        s.name.rsplit("_", 1)[-1] + s.labels.get("le", ""): s.value
+        for f in text_string_to_metric_families(text)
+        for s in f.samples
+        if s.name.startswith("failover_write_seconds") and s.labels["name"] == name
+    }
+    return {"count": found["count"], "sum": found["sum"], "first": found["bucket0.005"]}
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_each_write_is_timed_in_the_histogram(kind: str, clock: FakeClock) -> None:
+    """A process-memory write lands in the first bucket, counted on the plain path in its
+    own frame: the histogram and ``failover_writes_total`` read it as any other write."""
+    registry = CollectorRegistry()
+    engine = Failover(clock=clock, metrics=registry)
+    try:
+        fn = decorate(kind, engine, Countries())
+        fn("FR"), fn("DE"), fn("FR")
+        seconds = write_seconds(registry, "plain.country")
+        assert (seconds["count"], seconds["first"]) == (3.0, 3.0)
+        assert 0 < seconds["sum"] < 3 * 0.005
+        assert writes(registry, "plain.country") == {"written": 3.0}
     finally:
         engine.close()
 

@@ -23,10 +23,11 @@ log = logging.getLogger("failover.metrics")
 def tally_samples(f: dict[str, Any], tallies: Iterable[tuple[str, Tally]]) -> None:
     """The samples of what `PrometheusMetrics` counts itself, per ``name`` label."""
     for name, t in tallies:
-        for result, n in zip(WRITE_RESULTS, t.writes, strict=True):
+        writes, write_seconds = t.written()
+        for result, n in zip(WRITE_RESULTS, writes, strict=True):
             if n:
                 f["writes"].add_metric((name, result), n)
-        histogram(f["write_seconds"], (name,), t.write_seconds)
+        histogram(f["write_seconds"], (name,), write_seconds)
         for outcome, n in zip(RECOVERY_OUTCOMES, t.recoveries, strict=True):
             if n:
                 f["recoveries"].add_metric((name, outcome), n)

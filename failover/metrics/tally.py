@@ -9,6 +9,7 @@ from collections.abc import Callable
 from .base import failed
 
 __all__ = [
+    "FIRST",
     "OTHER",
     "RECOVERY_OUTCOMES",
     "SECONDS_BUCKETS",
@@ -30,7 +31,8 @@ so it was not written); one made on the caller's thread is ``written`` or ``fail
 entries a newer one kept out are ``superseded`` (a write all of whose entries were is not
 ``written`` too)."""
 RECOVERY_OUTCOMES = ("recovered", "not_recovered", "error")
-_FIRST = SECONDS_BUCKETS[0]
+FIRST = SECONDS_BUCKETS[0]
+"""The first bucket's bound: a write within it (a process-memory store's) needs no bisection."""
 
 
 class Histogram:
@@ -61,6 +63,8 @@ class Tally:
         "circuit_probe",
         "hooks",
         "partial",
+        "quick",
+        "quick_seconds",
         "recoveries",
         "recovery_seconds",
         "refused",
@@ -81,17 +85,33 @@ class Tally:
         # Refusals per (guard, bulkhead pool or ""): counted once, read as two families.
         self.refused: dict[tuple[str, str], int] = {}
         self.hooks = 0
+        # Writes within the first bucket (a process-memory store's): two increments on the
+        # call path, folded into ``writes`` and ``write_seconds`` when read (`written`).
+        self.quick = 0
+        self.quick_seconds = 0.0
+
+    def written(self) -> tuple[list[int], Histogram]:
+        """``writes`` and ``write_seconds`` with the quick writes folded in."""
+        writes = list(self.writes)
+        writes[1] += self.quick
+        h = self.write_seconds
+        seconds = Histogram(h.bounds)
+        seconds.counts = list(h.counts)
+        seconds.counts[0] += self.quick
+        seconds.total = h.total + self.quick_seconds
+        return writes, seconds
 
     def stored(self, ok: bool, seconds: float) -> None:
         """A write of a live result, counted and timed in one step: the metered success path's
-        one increment (`failover.metrics_observer.MetricsObserver.method` hands this bound
-        method to the event stream, so a success costs one frame here, no lookup by name)."""
+        one increment path (`failover.metrics_observer.MetricsObserver.method` hands this bound
+        method to the event stream, so a success costs one frame here, no lookup by name; the
+        plain path, `failover.plain`, makes its two increments in its own frame)."""
         try:
-            self.writes[1 if ok else 2] += 1
-            h = self.write_seconds  # `Histogram.observe`, inlined
-            # A store within the first bucket (5 ms: a process-memory one) is the common case:
-            # one float comparison instead of a bisection.
-            h.counts[0 if seconds <= _FIRST else bisect_left(h.bounds, seconds)] += 1
-            h.total += seconds
+            if ok and seconds <= FIRST:  # the common case: no bisection, no list
+                self.quick += 1
+                self.quick_seconds += seconds
+            else:
+                self.writes[1 if ok else 2] += 1
+                self.write_seconds.observe(seconds)
         except Exception:  # metrics never raise into a call
             failed()
