@@ -10,8 +10,10 @@ fails. Any other failover goes the general way (`Call.live`, the handler chain).
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from datetime import datetime, timedelta
+from logging import DEBUG
 from time import perf_counter
 from typing import TYPE_CHECKING, Any
 
@@ -19,14 +21,18 @@ from .expiry import FixedTtl
 from .handlers.default import DefaultHandler
 from .keys import MEMO, make_key, memo_of
 from .metrics.tally import FIRST, Tally
+from .payload import KIND_OF, PLAIN, Building, ReferentialPayload, enrich
 from .recorder import FailoverStats
-from .stores.backends.memory import InMemoryStore, seconds_of
+from .stores.backends.memory import InMemoryStore, dated, seconds_of
 from .stores.layers.copying import _IMMUTABLE, CopyingStore, copy_value
 
 if TYPE_CHECKING:
     from .core import Runtime
 
 __all__ = ["Plain", "plain_path"]
+
+_new = object.__new__
+_traces = logging.getLogger("failover.health")  # the logs observer's logger, as in recovery
 
 
 class Plain:
@@ -38,12 +44,16 @@ class Plain:
         seconds: the engine's clock as seconds since the epoch (`Wiring.seconds`).
         counted, count: the health recorder's ``live``, and its ``live_at``: while it is the
             one observer of ``live``, a call is counted from its float time, no datetime made.
+        recounted, recount: the same for ``recovered`` (``recovered_at``).
         store: the `InMemoryStore`, whose table, lock and cap `live` uses as its ``put`` does
             (its lock read on each call: a forked child's store has a new one).
         copies: whether the result is copied before it is kept (a copying layer was in front).
         skip_first: the wrapper's first argument is ``self``/``cls``, not part of the key.
         n: how many arguments the key is made of, when they come positionally.
         memo: the memo of the failover's keys (`failover.keys.memo_of`).
+        recovers: the exceptions `recover` answers from the table (``()``: none, when the
+            failover has guards, an ``on_recovered`` hook, a predicate or exclusions for
+            ``exceptions=``, or batched reads: the general recovery then).
         tally: the Prometheus metrics' `Tally` of the failover when its ``stored`` is the event
             stream's one observer of writes: a metered write within the first bucket is then
             counted in this frame (`Tally.stored`, inlined).
@@ -56,6 +66,9 @@ class Plain:
         "memo",
         "n",
         "name",
+        "recount",
+        "recounted",
+        "recovers",
         "seconds",
         "skip_first",
         "store",
@@ -78,11 +91,24 @@ class Plain:
         self.seconds = seconds
         self.counted: Callable[..., None] = stats.live
         self.count = stats.live_at
+        self.recounted: Callable[..., None] = stats.recovered
+        self.recount = stats.recovered_at
         self.store = store
         self.copies = copies
         self.skip_first = rt.binder.skip_first
         self.n = rt.binder.n if rt.binder.simple else -1  # -1: never positional alone
         self.memo = memo_of(name)
+        handler: Any = rt.handler
+        general = (
+            rt.recovers is None
+            or rt.execution is not None
+            or rt.throttle is not None
+            or rt.definition.on_recovered is not None
+            or handler.reads is not None
+        )
+        self.recovers: tuple[type[BaseException], ...] = (
+            () if general or rt.recovers is None else rt.recovers
+        )
         stored = rt.events.stored
         tally = getattr(stored, "__self__", None)
         # `stored`'s observers are the stream's for good (no observer wants it at times only)
@@ -171,6 +197,86 @@ class Plain:
         except Exception:
             now = None
         events.live(now, seconds)
+
+    def key(self, rt: Runtime, args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:
+        """The call's key (as `live` makes it, inline there)."""
+        own = args[1:] if self.skip_first else args
+        if kwargs or len(own) != self.n:
+            own = rt.binder.values(own, kwargs)
+        key = self.memo.get(own) if len(own) == 1 and type(own[0]) in MEMO else None
+        return make_key(self.name, own) if key is None else key
+
+    def recover(  # noqa: PLR0915 - the plain recovery in one frame
+        self,
+        rt: Runtime,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        cause: Exception,
+        start: float,
+    ) -> ReferentialPayload[Any] | None:
+        """The stale answer to the call whose upstream raised ``cause`` (it began at
+        ``start``, `perf_counter`): the unexpired entry of its key in the store's table, copied,
+        with the facts `Call.recover` would report (``read`` when timed, ``recovered``,
+        ``served``). ``None`` when this path cannot say (a cause it does not answer, a miss, an
+        expired entry, a read or a copy that fails): the general recovery then decides, reads
+        again and reports; nothing was reported here."""
+        if not isinstance(cause, self.recovers):
+            return None
+        events = rt.events
+        seconds = perf_counter() - start
+        try:
+            ident = (self.name, self.key(rt, args, kwargs))
+            began = perf_counter() if events.timed else 0.0
+            now = self.seconds()
+            store = self.store
+            entries = store._entries
+            lock = store._lock
+            lock.acquire()
+            try:  # `InMemoryStore.find` and the default expiry's check, inlined
+                found = entries.get(ident)
+                if found is None:
+                    return None
+                expire_on: Any = found[2]
+                if expire_on is not None and now >= (
+                    expire_on if type(expire_on) is float else expire_on.timestamp()
+                ):
+                    return None  # the general recovery drops it
+                entries.move_to_end(ident)
+                if type(found[1]) is float:
+                    found = entries[ident] = dated(found)
+            finally:
+                lock.release()
+            value = found[0]
+            if self.copies and type(value) not in _IMMUTABLE:
+                value = copy_value(value)
+        except Exception:
+            return None
+        as_of: Any = found[1]  # dated above: a datetime (or None)
+        if type(value) is not dict and KIND_OF(type(value)) != PLAIN:
+            value = enrich(value, False, as_of)
+        made: Any = _new(Building)  # the stale envelope, as `Recovery.settle` makes it
+        made.name, made.key = ident
+        made.payload = value
+        made.as_of = as_of
+        made.expire_on = found[2]
+        made.up_to_date = False
+        made.cause = cause
+        made.label = found[5]
+        made.partial = found[6]
+        made.tags = found[7]
+        made.fresh_ended = found[8]
+        made.__class__ = ReferentialPayload
+        out: ReferentialPayload[Any] = made
+        if began:
+            events.read("recovered", perf_counter() - began, out)
+        if _traces.isEnabledFor(DEBUG):
+            _traces.debug("failover %r: the upstream failed", rt.definition.name, exc_info=cause)
+        if events.recovered == self.recounted:  # the health recorder alone: from the float
+            self.recount(now, seconds, cause, as_of)
+        else:
+            events.recovered(seconds, cause, as_of)
+        events.served(out)
+        return out
 
 
 def plain_path(rt: Runtime, seconds: Callable[[], float]) -> Plain | None:

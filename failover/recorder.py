@@ -115,13 +115,13 @@ class FailoverStats(Observer):
         self._latest = -1  # the latest second counted: older than the window means idle
         self._start = self._end = _NEVER  # the current slot's second: no call yet
         self._at = self._until = 0.0  # the same, in seconds since the epoch (`live_at`)
-        self._failure: tuple[str, datetime] | None = None  # the upstream's latest: kind, when
+        self._failure: tuple[str, float] | None = None  # the upstream's latest: kind, when
         # Refusals per guard, per second of the window: guard -> {second: count} (refusals only).
         self._refusals: dict[str, dict[int, int]] = {}
         # Refusals since the start by the pool whose permits were not free (the refusal's
         # ``pool``): a pool's health reads them (`failover.health.PoolHealth`).
         self.refused_pools: dict[str, int] = {}
-        self._stale: tuple[datetime, datetime] | None = None  # the latest stale value: as_of, when
+        self._stale: tuple[datetime, float] | None = None  # the latest stale value: as_of, when
         self.breaker: str | None = None
         self.info: dict[str, str] = {}
 
@@ -193,15 +193,32 @@ class FailoverStats(Observer):
 
         ``seconds`` is ``None`` when the execution layer refused the call (an open breaker, a
         full bulkhead): the call is counted, the upstream's time and errors are not.
-        `not_recovered` and `raised` are counted here too, as their ``outcome`` (one body, and
-        no frame between the recovery path and it)."""
+        `not_recovered` and `raised` are counted here too, as their ``outcome`` (one body:
+        `recovered_at`, at the clock's time)."""
+        try:
+            at = self.clock().timestamp()
+        except Exception:
+            _dropped()
+            return
+        self.recovered_at(at, seconds, cause, as_of, outcome)
+
+    def recovered_at(
+        self,
+        at: float,
+        seconds: float | None,
+        cause: BaseException,
+        as_of: datetime | None,
+        outcome: int = _RECOVERED,
+    ) -> None:
+        """`recovered` at ``at`` seconds since the epoch: the plain path's recovery
+        (`failover.plain`) has read the time as a float, and its slot is found by comparing
+        floats, as `live_at` does."""
         # Lock-free as `live` is (the same reasoning); only a state change and the count of
         # the upstream's errors by kind (a read and a write apart) take the lock.
         try:
-            now = self.clock()
             kind = cause.__class__.__name__  # an attribute: cheaper than calling type()
-            if not self._start <= now < self._end:
-                self._advance(now)
+            if not self._at <= at < self._until:
+                self._advance(datetime.fromtimestamp(at, UTC))
             self._ring[self._slot + outcome] += 1
             self.calls[outcome] += 1
             if seconds is not None:  # None: refused before the upstream was called
@@ -221,9 +238,9 @@ class FailoverStats(Observer):
                 return
             # A guard's refusal is not the upstream's failure (`refused_by`, inlined: no frame).
             if not isinstance(getattr(cause, "guard", None), str):
-                self._failure = (kind, now)
+                self._failure = (kind, at)
             if as_of is not None:
-                self._stale = (as_of, now)
+                self._stale = (as_of, at)
         except Exception:
             _dropped()
 
@@ -324,9 +341,10 @@ class FailoverStats(Observer):
             status = "up"
         else:
             status = "idle"
-        failure = None if self._failure is None else Failure(*self._failure)
+        kept = self._failure  # its time as seconds since the epoch: made a datetime here
+        failure = None if kept is None else Failure(kept[0], datetime.fromtimestamp(kept[1], UTC))
         stale = self._stale
-        age = None if stale is None else max(0.0, (stale[1] - stale[0]).total_seconds())
+        age = None if stale is None else max(0.0, stale[1] - stale[0].timestamp())
         refused = self.refused_counts(now) if self._refusals else {}
         return FailoverHealth(self.name, status, counts, failure, self.breaker, age, refused)
 

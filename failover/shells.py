@@ -154,11 +154,13 @@ def sync_shell(state: State, envelope: bool) -> Callable[..., Any]:  # noqa: PLR
                     else:
                         result = ex.run(fn, args, kwargs)
                 except Exception as exc:
-                    call = call_of(rt, args, kwargs, None, True)
-                    call.start = start
-                    out = call.recover(exc)
-                    if out is None:
-                        raise
+                    out = plain.recover(rt, args, kwargs, exc, start)
+                    if out is None:  # not from the table: the general recovery decides
+                        call = call_of(rt, args, kwargs, None, True)
+                        call.start = start
+                        out = call.recover(exc)
+                        if out is None:
+                            raise
                     out = out.payload  # no local keeps the envelope: as below
                     return out
                 end = perf_counter()
@@ -261,13 +263,15 @@ def async_shell(state: State, envelope: bool) -> Callable[..., Any]:  # noqa: PL
                             raise
                         ex.exit(token, None)
                 except Exception as exc:
-                    call = call_of(rt, args, kwargs, None, True)
-                    call.start = start
-                    lookup = call.failed(exc)
-                    out = None if lookup is None else call.settle(lookup, await lookup.aread())
-                    lookup = None  # it holds the cause: no cycle through this frame
-                    if out is None:
-                        raise
+                    out = plain.recover(rt, args, kwargs, exc, start)
+                    if out is None:  # as in the sync shell
+                        call = call_of(rt, args, kwargs, None, True)
+                        call.start = start
+                        lookup = call.failed(exc)
+                        out = None if lookup is None else call.settle(lookup, await lookup.aread())
+                        lookup = None  # it holds the cause: no cycle through this frame
+                        if out is None:
+                            raise
                     out = out.payload
                     return out
                 end = perf_counter()

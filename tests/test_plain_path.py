@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import functools
+import logging
 import threading
 from collections.abc import Callable
 from dataclasses import replace
@@ -23,6 +24,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 import failover
+import failover.served
 from failover import Failover
 from failover.stores import CachetoolsStore, InMemoryStore
 
@@ -342,6 +344,101 @@ def test_a_failure_is_recovered_as_of_the_stored_call(kind: str, clock: FakeCloc
         countries.error = KeyError("not recovered")  # not a failover exception: raised
         with pytest.raises(KeyError):
             fn("FR")
+    finally:
+        engine.close()
+
+
+def samples(registry: CollectorRegistry, name: str) -> dict[str, float]:
+    """Every sample of failover ``name`` from the registry's text output, by sample name (and
+    outcome or bucket)."""
+    text = generate_latest(registry).decode()
+    return {
+        s.name + "|" + s.labels.get("outcome", s.labels.get("le", "")): s.value
+        for f in text_string_to_metric_families(text)
+        for s in f.samples
+        if s.labels.get("name") == name and not s.name.endswith("_created")
+    }
+
+
+@pytest.mark.parametrize("way", ["plain", "general"])
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_recovery_from_the_table_reports_what_the_general_one_does(
+    kind: str, way: str, clock: FakeClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The plain path answers a failure from the store's table itself (no `Call`): the same
+    stale value, counts, unit-of-work report and debug trace as a failover that recovers the
+    general way (``store_if`` sends it there)."""
+    registry = CollectorRegistry()
+    engine = Failover(clock=clock, metrics=registry)
+    try:
+        countries = Countries()
+        options = {} if way == "plain" else {"store_if": lambda r: True}
+        fn = decorate(kind, engine, countries, **options)
+        assert (plain_of(fn) is not None) == (way == "plain")
+        fn("FR")
+        clock.advance(30)
+        countries.error = ConnectionError("down")
+        with caplog.at_level(logging.DEBUG, "failover.health"), failover.served.collect() as report:
+            stale = fn("FR")
+        assert (stale["code"], stale["n"]) == ("FR", 1)
+        stale["currencies"].append("XXX")  # a copy: the stored entry is not changed
+        assert fn("FR")["currencies"] == ["EUR"]
+        assert report.names == ("plain.country",)
+        assert report.age == 30
+        assert "the upstream failed" in caplog.text
+        counts = engine.health().failovers["plain.country"].counts
+        assert (counts["live"], counts["recovered"]) == (1, 2)
+        found = samples(registry, "plain.country")
+        assert found["failover_recoveries_total|recovered"] == 2
+        assert found["failover_recovery_seconds_count|"] == 2
+        assert found["failover_stale_age_seconds_sum|"] == 60
+        assert fn.peek("FR").as_of == clock.now - timedelta(seconds=30)
+    finally:
+        engine.close()
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"on_recovered": lambda ctx, value: value},
+        {"exceptions": lambda exc: True},
+        {"exclude": (KeyError,)},
+        {"breaker": True},
+    ],
+    ids=lambda o: next(iter(o)),
+)
+def test_a_failover_with_more_to_recover_recovers_the_general_way(
+    options: dict[str, Any], engine: Failover
+) -> None:
+    countries = Countries()
+    fn = decorate("sync", engine, countries, **options)
+    fn("FR")
+    assert plain_of(fn).recovers == ()
+    countries.error = ConnectionError("down")
+    assert fn("FR")["n"] == 1
+
+
+def test_an_entry_that_cannot_be_copied_back_is_the_general_recoverys_to_report(
+    clock: FakeClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A read or a copy that fails on the plain path reports nothing: the general recovery
+    reads again and tells the trouble (a miss for the caller)."""
+    engine = Failover(clock=clock, metrics=False)
+    try:
+        countries = Countries()
+        fn = decorate("sync", engine, countries)
+        fn("FR")
+        store: Any = engine.store
+        while not isinstance(store, InMemoryStore):
+            store = store.inner
+        (ident,) = list(store._entries)
+        store._entries[ident] = (Uncopyable(), *store._entries[ident][1:])
+        countries.error = ConnectionError("down")
+        with pytest.raises(ConnectionError):
+            fn("FR")
+        assert "no copies" in caplog.text
+        counts = engine.health().failovers["plain.country"].counts
+        assert counts["recovered"] == 0
     finally:
         engine.close()
 

@@ -13,7 +13,7 @@ from ...payload import Building, ReferentialPayload
 from ..base import Capabilities, Payload
 from .in_process import FORKS, InProcessEntries
 
-__all__ = ["Entry", "InMemoryStore"]
+__all__ = ["Entry", "InMemoryStore", "dated", "seconds_of"]
 
 Entry = tuple[
     Any, datetime | float | None, datetime | float | None, bool, Any, str | None, bool, Any, bool
@@ -29,7 +29,7 @@ _new = object.__new__
 _at = datetime.fromtimestamp
 
 
-def _dated(e: Entry) -> Entry:
+def dated(e: Entry) -> Entry:
     """Entry ``e`` with its times as aware UTC datetimes: made on its first read, and kept, so
     that the reads of an outage (many, of the same entries) make them once."""
     as_of, expire_on = e[1], e[2]
@@ -167,7 +167,7 @@ class InMemoryStore(InProcessEntries, Capabilities):
                 return None
             entries.move_to_end(ident)
             if type(found[1]) is float:  # put by the plain path: its times as datetimes, once
-                found = entries[ident] = _dated(found)
+                found = entries[ident] = dated(found)
         finally:
             lock.release()
         obj: Any = _new(Building)  # `_payload`, inlined (its times are datetimes by now)
