@@ -483,6 +483,33 @@ def test_peek_and_invalidate_work_per_slice(store_engine: Failover, catalogue: C
     assert single.payload == Country("US", "United States")
 
 
+def test_a_slice_a_single_entity_failover_stored_as_none_is_left_out(
+    store_engine: Failover, catalogue: Catalogue
+) -> None:
+    """The domain's single-entity failover stored ``None`` for a code that does not exist: a
+    list recovered by key leaves it out, in request order otherwise (the recovery's bulk path,
+    `ListSplitter.merge_values`, and the splitter's own `merge` agree)."""
+    down = False
+
+    @failover.failover("many", domain="country", splitter=ListSplitter("code"), engine=store_engine)
+    def find_countries(codes: str) -> list[Country]:
+        if down:
+            raise ConnectionError("down")
+        return catalogue(split(codes))
+
+    @failover.failover("one", domain="country", engine=store_engine)
+    def find_country(code: str) -> Country | None:
+        return None if code == "XX" else catalogue([code])[0]
+
+    find_countries("FR,DE")
+    assert find_country("XX") is None
+    down = True
+    assert find_countries("DE,XX,FR") == [Country("DE", "Germany"), Country("FR", "France")]
+    splitter: ListSplitter[Country] = ListSplitter("code")
+    assert splitter.merge_values([Country("DE", "Germany"), None]) == [Country("DE", "Germany")]
+    assert splitter.merge_values([None]) is None
+
+
 @dataclass(frozen=True)
 class Rate:
     currency: str

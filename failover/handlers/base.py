@@ -12,7 +12,7 @@ from ..context import CallContext, Miss, RecoverContext
 from ..definition import FailoverDefinition
 from ..entries import EntryControl
 from ..expiry import FixedTtl
-from ..keys import canonical, digest, make_key
+from ..keys import MEMO, canonical, digest, make_key, memo_of
 from ..stores.base import FailoverStore, Payload, delete_many
 from .lookup import Lookup
 
@@ -143,7 +143,15 @@ def slice_keys(
     """`slice_key` of each slice with the slice, in one loop (thousands per scatter/gather
     call): the same keys, without a frame per slice."""
     name = definition.effective_name
-    return [(make_key(name, tuple(s.arguments.values())), s) for s in slices]
+    memo = memo_of(name)  # `make_key`'s memo, read here for one str or int value (the commonest)
+    get = memo.get
+    pairs: list[tuple[str, RecoverContext[Any]]] = []
+    append = pairs.append
+    for s in slices:
+        values = tuple(s.arguments.values())
+        key = get(values) if len(values) == 1 and type(values[0]) in MEMO else None
+        append((make_key(name, values) if key is None else key, s))
+    return pairs
 
 
 def drop_expired(store: FailoverStore, expired: Payload) -> None:

@@ -26,6 +26,7 @@ from ..labels import slice_label
 from ..payload import KIND_OF, PLAIN, Building, ReferentialPayload, enrich, envelope
 from ..scatter import CallArguments, Narrowing, StoreContext, slice_context
 from ..scatter.contexts import SLICE_ARGUMENT, slice_contexts
+from ..scatter.splitters import ListSplitter
 from ..stores.base import Payload, delete_many
 from ..tags import tags_of
 from .base import (
@@ -306,7 +307,7 @@ class ScatterGatherHandler:
             del found[payload.key]
         return expired
 
-    def _merged(
+    def _merged(  # noqa: PLR0915 - one loop over thousands of slices, inlined
         self,
         ctx: CallContext,
         cause: Exception | None,
@@ -322,22 +323,30 @@ class ScatterGatherHandler:
         d, name = ctx.definition, ctx.definition.effective_name
         if not found:
             return Miss.EXPIRED if expired else Miss.MISS
+        # A `ListSplitter`'s slices asked for by key need only their values, in order: no
+        # envelope and no context per slice (`ListSplitter.merge_values`).
+        splitter = d.splitter
+        bulk = requested is not None and type(splitter) is ListSplitter and not splitter.strict
         if requested is None:  # no request: every live slice, without arguments
             blank: RecoverContext[Any] = slice_context(d, {}, cause, None, None)
             requested = [(key, blank) for key in sorted(found)]
         # Each slice's envelope as the caller sees it: stale, and so is its value (unless fresh
         # or live). One loop, the envelopes built in place (`envelope`, inlined: thousands).
-        recovered: list[Payload | None] = []
+        recovered: list[Any] = []
         append = recovered.append
         get = found.get
         for key, _ in requested:
             p = get(key)
             if p is None:
-                append(None)
+                if not bulk:
+                    append(None)
                 continue
             value, as_of = p.payload, p.as_of
             if KIND_OF(type(value)) != PLAIN:  # most values carry no freshness: no enrich
                 value = enrich(value, up_to_date, as_of)
+            if bulk:
+                append(value)
+                continue
             obj: Any = _new(Building)
             obj.name = p.name
             obj.key = p.key
@@ -352,9 +361,12 @@ class ScatterGatherHandler:
             obj.fresh_ended = p.fresh_ended
             obj.__class__ = ReferentialPayload
             append(obj)
-        slices = slice_contexts(d, [asked for _, asked in requested], recovered, cause)
         try:
-            merged = d.splitter.merge(whole, slices)
+            if bulk:
+                merged = splitter.merge_values(recovered)
+            else:
+                slices = slice_contexts(d, [asked for _, asked in requested], recovered, cause)
+                merged = splitter.merge(whole, slices)
         except Exception as exc:
             raise _failed(d, "merge", exc) from exc
         if merged is None:

@@ -22,6 +22,7 @@ __all__ = [
     "Narrowing",
     "PayloadSplitter",
     "StoreContext",
+    "asked_contexts",
     "slice_context",
     "slice_contexts",
 ]
@@ -149,6 +150,25 @@ def slice_context(
     obj.__class__ = RecoverContext
     built: RecoverContext[T] = obj
     return built
+
+
+def asked_contexts(
+    definition: FailoverDefinition,
+    arguments: Sequence[Mapping[str, Any]],
+    cause: BaseException | None,
+    return_type: Any,
+) -> list[RecoverContext[Any]]:
+    """`slice_context` of each slice a call asks for (``arguments``: each slice's), nothing
+    recovered yet, in one loop without a frame per slice."""
+    out: list[RecoverContext[Any]] = []
+    append = out.append
+    for a in arguments:
+        obj: Any = _new(_Building)
+        obj.definition, obj.arguments, obj.cause = definition, a, cause
+        obj.recovered, obj.return_type = None, return_type
+        obj.__class__ = RecoverContext
+        append(obj)
+    return out
 
 
 def slice_contexts(

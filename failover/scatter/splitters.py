@@ -11,7 +11,7 @@ from typing import Any, Generic, TypeVar
 
 from ..context import RecoverContext
 from ..errors import ConfigurationError
-from .contexts import SLICE_ARGUMENT, CallArguments, StoreContext, slice_context
+from .contexts import SLICE_ARGUMENT, CallArguments, StoreContext, asked_contexts
 
 __all__ = ["DictSplitter", "EntitySplitter", "ListSplitter", "unoptional"]
 
@@ -104,7 +104,7 @@ class EntitySplitter:
         """One slice per requested entity key, in request order."""
         d, cause, rt = ctx.definition, ctx.cause, self.slice_type(ctx.return_type)
         keys = self.requested(ctx)
-        return [slice_context(d, {SLICE_ARGUMENT: key}, cause, None, rt) for key in keys]
+        return asked_contexts(d, [{SLICE_ARGUMENT: key} for key in keys], cause, rt)
 
     def found(self, slices: list[RecoverContext[Any]]) -> tuple[list[tuple[Any, Any]], bool] | None:
         """``(key, payload)`` of each found slice, in order (keys ``None`` for a recover-all),
@@ -213,16 +213,23 @@ class ListSplitter(EntitySplitter, Generic[T]):
         self, ctx: RecoverContext[list[T]], slices: list[RecoverContext[T]]
     ) -> list[T] | None:
         """The items found, in request order (by entity key for a recover-all)."""
+        if slices and slices[0].arguments and not self.strict:  # the commonest: one pass
+            return self.merge_values(s.recovered.payload for s in slices if s.recovered is not None)
         found = self.found(slices)
         if found is None:
             return None
         pairs, everything = found
-        # A None is never an item a ListSplitter stored (it has no key): it is what a single-
-        # entity failover of the domain (`T | None`) stored for an entity that does not exist.
-        pairs = [(key, item) for key, item in pairs if item is not None]
+        pairs = [(key, item) for key, item in pairs if item is not None]  # as `merge_values`
         if everything:
             pairs = _sorted([(self.key_of(item), item) for _, item in pairs])
         return [item for _, item in pairs] or None
+
+    def merge_values(self, values: Iterable[Any]) -> list[T] | None:
+        """`merge` of slices asked for by key (not a recover-all) and not ``strict``, from the
+        values found, in request order: the recovery's bulk path (no context per slice)."""
+        # A None is never an item a ListSplitter stored (it has no key): it is what a single-
+        # entity failover of the domain (`T | None`) stored for an entity that does not exist.
+        return [item for item in values if item is not None] or None
 
     def slice_type(self, return_type: Any) -> Any:
         """``T`` of a ``list[T]`` return type."""
