@@ -99,15 +99,15 @@ class Plain:
         self.n = rt.binder.n if rt.binder.simple else -1  # -1: never positional alone
         self.memo = memo_of(name)
         handler: Any = rt.handler
+        recovers = rt.recovers  # None: a predicate or exclusions decide (`Call` asks them)
         general = (
-            rt.recovers is None
-            or rt.execution is not None
+            rt.execution is not None
             or rt.throttle is not None
             or rt.definition.on_recovered is not None
             or handler.reads is not None
         )
         self.recovers: tuple[type[BaseException], ...] = (
-            () if general or rt.recovers is None else rt.recovers
+            () if recovers is None or general else recovers
         )
         stored = rt.events.stored
         tally = getattr(stored, "__self__", None)

@@ -90,15 +90,25 @@ class FailoverStats(Observer):
         "lock",
         "name",
         "refused_pools",
+        "seconds",
         "upstream_error",
         "upstream_error_sum",
         "upstream_ok",
         "upstream_ok_sum",
     )
 
-    def __init__(self, name: str, clock: Callable[[], datetime]) -> None:
+    def __init__(
+        self,
+        name: str,
+        clock: Callable[[], datetime],
+        seconds: Callable[[], float] | None = None,
+    ) -> None:
         self.name = name
         self.clock = clock
+        # The clock as seconds since the epoch (a recovery's time: no datetime made for it).
+        self.seconds: Callable[[], float] = (
+            (lambda: clock().timestamp()) if seconds is None else seconds
+        )
         self.lock = threading.Lock()  # state changes, the error kinds; other counts take none
         # Monotonic totals, for metrics collectors.
         self.calls = [0] * _K  # live, recovered, not_recovered, fresh
@@ -196,7 +206,7 @@ class FailoverStats(Observer):
         `not_recovered` and `raised` are counted here too, as their ``outcome`` (one body:
         `recovered_at`, at the clock's time)."""
         try:
-            at = self.clock().timestamp()
+            at = self.seconds()
         except Exception:
             _dropped()
             return

@@ -20,6 +20,7 @@ from ..serialization.allowlist import allow_annotation
 from ..serialization.base import Encoding, type_name
 from ..serialization.json_codec import JsonCodec, unencodable
 from ..stores.base import FailoverStore
+from .clock import epoch_seconds
 
 __all__ = ["Registry", "warn_replaced"]
 
@@ -43,6 +44,7 @@ class Registry:
         self.pools = pools
         self.metrics = metrics
         self.clock = clock
+        self.seconds = epoch_seconds(clock)  # the health recorders' float reading of it
         self.lock = threading.RLock()
         self.registered: dict[str, Decorated] = {}
         self.stats: dict[str, FailoverStats] = {}
@@ -63,7 +65,9 @@ class Registry:
             self.registered[definition.name] = decorated
             stats = self.stats.get(definition.name)
             if stats is None:
-                stats = self.stats[definition.name] = FailoverStats(definition.name, self.clock)
+                stats = self.stats[definition.name] = FailoverStats(
+                    definition.name, self.clock, self.seconds
+                )
                 self.metrics.track(stats)
             policy = definition.policy if definition.policy is not None else self.policy
             stats.info = settings_of(definition, policy, self.raw_store)

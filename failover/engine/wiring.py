@@ -43,7 +43,7 @@ from ..served import ServedObserver
 from ..store_metrics import StoreStates
 from ..stores.base import FailoverStore, does_io, writes_async
 from ..stores.layers.routing import MultiTenantStore
-from .clock import seconds, utcnow
+from .clock import epoch_seconds, utcnow
 from .registry import Registry
 
 __all__ = ["Wiring"]
@@ -97,9 +97,7 @@ class Wiring:
         )
         # The engine's clock as seconds since the epoch (the plain success path, `failover.plain`):
         # the default clock's own float reading, else the clock's reading converted.
-        self.seconds: Callable[[], float] = (
-            seconds if clock is utcnow else lambda: clock().timestamp()
-        )
+        self.seconds: Callable[[], float] = epoch_seconds(clock)
         self.breakers: dict[str, pybreaker.CircuitBreaker] = {}
         # Set by the engine when it neither routes by tenant nor ignores tenants (Runtime.unrouted).
         self.unrouted: str | None = None
