@@ -303,6 +303,38 @@ def test_run_passes_every_guard_and_each_hears_the_end() -> None:
     assert lone.ends == [None]
 
 
+class Interrupted(BaseException):
+    """What a cancellation or an interrupt is to a guard: not an `Exception`."""
+
+
+def test_run_gives_everything_back_when_the_call_is_interrupted() -> None:
+    """A `BaseException` through one frame's `run`: the bulkhead's permit goes back, the
+    breaker counts neither a success nor a failure, and both are at rest afterwards."""
+    bulkhead = Bulkhead("run-interrupted", 1)
+    breaker = pybreaker.CircuitBreaker(name="run-interrupted", fail_max=1, reset_timeout=3600)
+    guard = BreakerGuard(breaker, lambda exc: True)
+
+    def interrupted() -> None:
+        raise Interrupted
+
+    for ex in (Execution((bulkhead,), None), Execution((guard,), None)):
+        with pytest.raises(Interrupted):
+            ex.run(interrupted, (), {})
+    assert (bulkhead.free, bulkhead.waiting) == (1, 0)
+    assert (breaker.current_state, breaker.fail_counter) == ("closed", 0)
+    assert Execution((bulkhead, guard), None).run(lambda: "after", (), {}) == "after"
+    assert bulkhead.free == 1
+    # An interrupted half-open trial gives no verdict: the next call is the trial, and closes it.
+    breaker.open()
+    opened = breaker._state_storage.opened_at
+    breaker._state_storage.opened_at = opened - timedelta(seconds=3601)  # pybreaker's clock
+    with pytest.raises(Interrupted):
+        guard.run(interrupted, (), {})
+    assert breaker.current_state == "half-open"
+    assert guard.run(lambda: "trial", (), {}) == "trial"
+    assert breaker.current_state == "closed"
+
+
 # -- what the definition shows --------------------------------------------------------------------
 
 
