@@ -15,7 +15,9 @@ with a new key every call, the issue's yardstick), ``success`` (repeated keys, m
 ``metrics`` (the same, Prometheus metrics on), ``recover`` (the upstream raises, the entry is
 found), ``breaker`` (the success path with ``breaker=True``), ``bulkhead`` (with
 ``max_concurrency=8``). The upstream returns a small dict holding a short list, as in
-``bench/run.py``. ``--path`` picks some (all by default).
+``bench/run.py``. ``--path`` picks some (all by default). When a bar's two paths were counted,
+a second table gives its ratio per tree beside the bar (issue 33's, as ``bench/run.py`` prints
+them timed).
 """
 
 from __future__ import annotations
@@ -30,6 +32,13 @@ import tempfile
 from pathlib import Path
 
 PATHS = ("plain", "cachetools miss", "success", "metrics", "recover", "breaker", "bulkhead")
+BARS = (  # (ratio, numerator path, denominator path, bar), as `bench/run.py`'s table has them
+    ("sync success / cachetools miss", "success", "cachetools miss", 0.5),
+    ("sync recover / cachetools miss", "recover", "cachetools miss", 1.0),
+    ("breaker success / basic success", "breaker", "success", 1.1),
+    ("bulkhead success / basic success", "bulkhead", "success", 1.1),
+    ("metrics on / off", "metrics", "success", 1.05),
+)
 
 _ONE = """
 import sys
@@ -124,11 +133,17 @@ def main() -> None:
         script.write_text(_ONE)
         print("| path | " + " | ".join(str(t) for t in trees) + " |")
         print("|---|" + "---:|" * len(trees))
+        counts: dict[str, list[int]] = {}
         for path in args.path or PATHS:
-            row = []
-            for tree in trees:
-                row.append(f"{instructions(tree, path, args.calls, script) // args.calls:,}")
-            print(f"| {path} | " + " | ".join(row) + " |")
+            counts[path] = [instructions(t, path, args.calls, script) // args.calls for t in trees]
+            print(f"| {path} | " + " | ".join(f"{n:,}" for n in counts[path]) + " |")
+        ratios = [(label, a, b, bar) for label, a, b, bar in BARS if a in counts and b in counts]
+        if ratios:  # issue 33's bars, in instructions: what load cannot move
+            print("\n| ratio | " + " | ".join(str(t) for t in trees) + " | bar |")
+            print("|---|" + "---:|" * len(trees) + "---:|")
+            for label, a, b, bar in ratios:
+                row = " | ".join(f"{x / y:.3f}" for x, y in zip(counts[a], counts[b], strict=True))
+                print(f"| {label} | {row} | ≤ {bar} |")
 
 
 if __name__ == "__main__":
