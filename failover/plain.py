@@ -6,6 +6,14 @@ storing a success is a key, a copy of the result and one entry put in the store'
 shells (``shells.py``) read the time as a float and call the upstream, and `Plain.live` does
 the rest in one frame, with no `Call` and no envelope: a `Call` is made only when the upstream
 fails. Any other failover goes the general way (`Call.live`, the handler chain).
+
+On the default clock, the wall clock is read once per `ANCHOR` seconds at most, not per call:
+a call's time is its `perf_counter` reading, which the shell makes anyway to time the
+upstream, plus the offset between the two clocks measured at the last reading (`Plain.at`).
+`time.time` costs about twice a `perf_counter` read, and the call's own work is about a
+microsecond, so this is a tenth of the success path. The two clocks advance together (NTP slews
+both), so the offset only moves when the wall clock is stepped or the host was suspended; a
+call's time is then off by the step for at most `ANCHOR` seconds.
 """
 
 from __future__ import annotations
@@ -15,6 +23,7 @@ from collections.abc import Callable
 from datetime import datetime, timedelta
 from logging import DEBUG
 from time import perf_counter
+from time import time as wall_seconds  # the default clock's reading (`engine.clock.seconds`)
 from typing import TYPE_CHECKING, Any
 
 from .expiry import FixedTtl
@@ -29,7 +38,11 @@ from .stores.layers.copying import _IMMUTABLE, CopyingStore, copy_value
 if TYPE_CHECKING:
     from .core import Runtime
 
-__all__ = ["Plain", "plain_path"]
+__all__ = ["ANCHOR", "Plain", "plain_path"]
+
+ANCHOR = 0.5
+"""How long (seconds of `perf_counter`) a reading of the default clock anchors the plain path's
+times (`Plain.at`)."""
 
 _new = object.__new__
 _traces = logging.getLogger("failover.health")  # the logs observer's logger, as in recovery
@@ -42,6 +55,9 @@ class Plain:
         name: the failover's effective name (its entries' name).
         ttl: the fixed time to live of its entries, in seconds.
         seconds: the engine's clock as seconds since the epoch (`Wiring.seconds`).
+        offset, until: a call that began at `perf_counter` reading ``t < until`` began at
+            ``t + offset`` on the engine's clock (`at` sets them; ``until`` stays ``-inf`` for
+            a clock other than the default, read on every call).
         counted, count: the health recorder's ``live``, and its ``live_at``: while it is the
             one observer of ``live``, a call is counted from its float time, no datetime made.
         recounted, recount: the same for ``recovered`` (``recovered_at``).
@@ -66,6 +82,7 @@ class Plain:
         "memo",
         "n",
         "name",
+        "offset",
         "recount",
         "recounted",
         "recovers",
@@ -74,6 +91,7 @@ class Plain:
         "store",
         "tally",
         "ttl",
+        "until",
     )
 
     def __init__(
@@ -89,6 +107,8 @@ class Plain:
         self.name = name
         self.ttl = ttl.total_seconds()
         self.seconds = seconds
+        self.offset = 0.0
+        self.until = -float("inf")
         self.counted: Callable[..., None] = stats.live
         self.count = stats.live_at
         self.recounted: Callable[..., None] = stats.recovered
@@ -113,6 +133,18 @@ class Plain:
         tally = getattr(stored, "__self__", None)
         # `stored`'s observers are the stream's for good (no observer wants it at times only)
         self.tally: Any = tally if type(tally) is Tally else None
+
+    def at(self, start: float) -> float:
+        """The engine's clock at `perf_counter` reading ``start`` (the shells read ``start +
+        offset`` while ``start < until``, and call this past it): the clock read, and on the
+        default clock the offset between the two kept for `ANCHOR` seconds. The clock is read
+        after ``start``, so the offset errs late by the time between the two reads (well under
+        a microsecond), never early."""
+        now = self.seconds()
+        if self.seconds is wall_seconds:
+            self.offset = now - start
+            self.until = start + ANCHOR  # set last: a thread reading it finds the offset set
+        return now
 
     def live(  # noqa: PLR0915 - the plain success path in one frame
         self,
@@ -223,11 +255,12 @@ class Plain:
         if not isinstance(cause, self.recovers):
             return None
         events = rt.events
-        seconds = perf_counter() - start
+        ended = perf_counter()
+        seconds = ended - start
         try:
             ident = (self.name, self.key(rt, args, kwargs))
             began = perf_counter() if events.timed else 0.0
-            now = self.seconds()
+            now = ended + self.offset if ended < self.until else self.at(ended)
             store = self.store
             entries = store._entries
             lock = store._lock

@@ -142,12 +142,15 @@ def sync_shell(state: State, envelope: bool) -> Callable[..., Any]:  # noqa: PLR
             # when the upstream fails.
             if rt.unrouted is not None and read_tenant() is not None:
                 refuse_unrouted(rt.unrouted, state.definition.name)
-            try:
-                at: float | None = plain.seconds()
-            except Exception:  # store trouble: the general path meets and reports it
-                at = None
+            start = perf_counter()
+            if start < plain.until:  # the clock as this reading plus an offset (`Plain.at`)
+                at: float | None = start + plain.offset
+            else:
+                try:
+                    at = plain.at(start)
+                except Exception:  # store trouble: the general path meets and reports it
+                    at = None
             if at is not None:
-                start = perf_counter()
                 try:
                     if (ex := rt.guarded) is None:
                         result = fn(*args, **kwargs)
@@ -243,12 +246,15 @@ def async_shell(state: State, envelope: bool) -> Callable[..., Any]:  # noqa: PL
             # As in the sync shell (a plain store does no I/O: nothing to offload).
             if rt.unrouted is not None and read_tenant() is not None:
                 refuse_unrouted(rt.unrouted, state.definition.name)
-            try:
-                at: float | None = plain.seconds()
-            except Exception:  # store trouble: the general path meets and reports it
-                at = None
+            start = perf_counter()
+            if start < plain.until:
+                at: float | None = start + plain.offset
+            else:
+                try:
+                    at = plain.at(start)
+                except Exception:
+                    at = None
             if at is not None:
-                start = perf_counter()
                 try:
                     if (ex := rt.guarded) is None:
                         result = await fn(*args, **kwargs)

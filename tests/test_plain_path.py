@@ -13,6 +13,7 @@ import copy
 import functools
 import logging
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
@@ -24,6 +25,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 import failover
+import failover.plain
 import failover.served
 from failover import Failover
 from failover.stores import CachetoolsStore, InMemoryStore
@@ -492,6 +494,32 @@ def test_on_the_default_clock_times_read_back_as_aware_datetimes(kind: str) -> N
         countries.error = ConnectionError("down")
         assert fn("FR")["n"] == 1
         assert engine.health().failovers["plain.country"].counts["live"] == 1
+    finally:
+        engine.close()
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_the_default_clock_is_read_once_per_anchor_not_per_call(kind: str) -> None:
+    """Within `ANCHOR` seconds of a reading of the wall clock, a call's time is its
+    `perf_counter` reading plus the offset measured then; past it, the wall clock is read again
+    (so a step of the wall clock shows within `ANCHOR`)."""
+    engine = Failover(metrics=False)
+    try:
+        fn = decorate(kind, engine, Countries(), ttl="1h")
+        fn("FR")
+        plain = plain_of(fn)
+        assert plain.until > time.perf_counter()  # anchored by that call
+        plain.offset += 3600.0  # as if the wall clock had been stepped an hour on since
+        before = datetime.now(UTC)
+        fn("FR")
+        assert fn.peek("FR").as_of >= before + timedelta(minutes=59)  # the offset, no reading
+        plain.until = time.perf_counter()  # as if `ANCHOR` had passed
+        before = datetime.now(UTC)
+        fn("DE")  # another key: FR's entry, an hour ahead, is newer than any call now
+        after = datetime.now(UTC)
+        assert before <= fn.peek("DE").as_of <= after  # read again, anchored again
+        assert plain.until > time.perf_counter()
+        assert 0 < plain.until - time.perf_counter() <= failover.plain.ANCHOR
     finally:
         engine.close()
 
