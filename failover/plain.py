@@ -31,7 +31,7 @@ from .handlers.default import DefaultHandler
 from .keys import MEMO, make_key, memo_of
 from .metrics.tally import FIRST, Tally
 from .payload import KIND_OF, PLAIN, Building, ReferentialPayload, enrich
-from .recorder import FailoverStats
+from .recorder import UPSTREAM_FIRST, FailoverStats, dropped
 from .stores.backends.memory import InMemoryStore, dated, seconds_of
 from .stores.layers.copying import _IMMUTABLE, CopyingStore, copy_value
 
@@ -59,7 +59,9 @@ class Plain:
             ``t + offset`` on the engine's clock (`at` sets them; ``until`` stays ``-inf`` for
             a clock other than the default, read on every call).
         counted, count: the health recorder's ``live``, and its ``live_at``: while it is the
-            one observer of ``live``, a call is counted from its float time, no datetime made.
+            one observer of ``live``, a call is counted from its float time, no datetime made
+            (`live` does ``live_at``'s common case in its own frame, on ``stats``).
+        stats: the failover's health recorder (`FailoverStats`).
         recounted, recount: the same for ``recovered`` (``recovered_at``).
         store: the `InMemoryStore`, whose table, lock and cap `live` uses as its ``put`` does
             (its lock read on each call: a forked child's store has a new one).
@@ -88,6 +90,7 @@ class Plain:
         "recovers",
         "seconds",
         "skip_first",
+        "stats",
         "store",
         "tally",
         "ttl",
@@ -111,6 +114,7 @@ class Plain:
         self.until = -float("inf")
         self.counted: Callable[..., None] = stats.live
         self.count = stats.live_at
+        self.stats = stats
         self.recounted: Callable[..., None] = stats.recovered
         self.recount = stats.recovered_at
         self.store = store
@@ -222,7 +226,17 @@ class Plain:
                 events.stored(False, perf_counter() - end)
             events.trouble("store", exc, "")
         if events.live == self.counted:  # the health recorder alone: counted from the float
-            self.count(at, seconds)
+            stats = self.stats
+            try:  # `FailoverStats.live_at`'s common case, inlined: no frame
+                if seconds <= UPSTREAM_FIRST and stats._at <= at < stats._until:
+                    stats._ring[stats._slot] += 1
+                    stats.calls[0] += 1
+                    stats.upstream_ok[0] += 1
+                    stats.upstream_ok_sum += seconds
+                else:  # another slot, or a slower upstream: its bucket looked up
+                    self.count(at, seconds)
+            except Exception:
+                dropped()
             return
         try:  # another observer wants the call's time as the clock has it
             now: datetime | None = rt.clock()

@@ -30,7 +30,14 @@ from .health import (
     Status,
 )
 
-__all__ = ["MAX_ERROR_KINDS", "OTHER", "UPSTREAM_BUCKETS", "FailoverStats"]
+__all__ = [
+    "MAX_ERROR_KINDS",
+    "OTHER",
+    "UPSTREAM_BUCKETS",
+    "UPSTREAM_FIRST",
+    "FailoverStats",
+    "dropped",
+]
 
 log = logging.getLogger("failover.health")
 
@@ -48,7 +55,8 @@ _K = len(OUTCOMES)  # counts per slot of the window
 _ZEROS = (0,) * _K
 
 _N = len(UPSTREAM_BUCKETS) + 1
-_FIRST = UPSTREAM_BUCKETS[0]
+UPSTREAM_FIRST = _FIRST = UPSTREAM_BUCKETS[0]
+"""The first bucket's bound of the upstream's time, in seconds (no lookup below it)."""
 _SECOND = timedelta(seconds=1)
 _NEVER = datetime.min.replace(tzinfo=UTC)
 
@@ -164,7 +172,7 @@ class FailoverStats(Observer):
             self.upstream_ok[bucket] += 1
             self.upstream_ok_sum += seconds
         except Exception:
-            _dropped()
+            dropped()
 
     def live_at(self, at: float, seconds: float) -> None:
         """`live` of a call made ``at`` seconds since the epoch: the plain success path
@@ -179,7 +187,7 @@ class FailoverStats(Observer):
             self.upstream_ok[bucket] += 1
             self.upstream_ok_sum += seconds
         except Exception:
-            _dropped()
+            dropped()
 
     def fresh(self, now: datetime | None) -> None:
         """The caller got a stored value within ``fresh_for``: the upstream was not called."""
@@ -190,7 +198,7 @@ class FailoverStats(Observer):
                 self._ring[self._slot + _FRESH] += 1
             self.calls[_FRESH] += 1
         except Exception:
-            _dropped()
+            dropped()
 
     def recovered(
         self,
@@ -208,7 +216,7 @@ class FailoverStats(Observer):
         try:
             at = self.seconds()
         except Exception:
-            _dropped()
+            dropped()
             return
         self.recovered_at(at, seconds, cause, as_of, outcome)
 
@@ -252,7 +260,7 @@ class FailoverStats(Observer):
             if as_of is not None:
                 self._stale = (as_of, at)
         except Exception:
-            _dropped()
+            dropped()
 
     def not_recovered(self, seconds: float | None, cause: BaseException) -> None:
         """The upstream failed and nothing usable was recovered (the policy answered)."""
@@ -302,7 +310,7 @@ class FailoverStats(Observer):
                     for old in [s for s in seconds if second - s >= WINDOW]:
                         del seconds[old]
         except Exception:
-            _dropped()
+            dropped()
 
     def refused_counts(self, now: datetime) -> dict[str, int]:
         """Refusals per guard over the `WINDOW` seconds up to ``now`` (guards with none left
@@ -362,7 +370,8 @@ class FailoverStats(Observer):
 _warned: list[bool] = []
 
 
-def _dropped() -> None:
+def dropped() -> None:
+    """Say that recording a call's statistics failed (logged the first time only)."""
     # Statistics never raise into a call: the first failure is logged, later ones dropped.
     if not _warned:
         _warned.append(True)

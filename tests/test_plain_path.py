@@ -262,6 +262,39 @@ def test_calls_and_writes_are_counted(kind: str, clock: FakeClock) -> None:
         engine.close()
 
 
+@pytest.mark.parametrize("kind", KINDS)
+def test_calls_are_counted_per_second_as_the_general_path_counts_them(
+    kind: str, clock: FakeClock
+) -> None:
+    """The plain path counts a call in its own frame while the call's second is the health
+    window's current one, and through the recorder when it is not: the window's counts and the
+    upstream histogram read the same as a general failover's, called alike."""
+    registry = CollectorRegistry()
+    engine = Failover(clock=clock, metrics=registry)
+    try:
+        plain = decorate(kind, engine, Countries())
+        general = failover.failover("general.country", engine=engine, store_if=lambda value: True)(
+            Countries()
+        )
+        assert plain_of(plain) is not None
+        assert plain_of(general) is None
+        for step in (0.0, 0.4, 0.7, 1.0, 30.0, 90.0):  # within a second, across, past the window
+            clock.advance(step)
+            for code in ("FR", "DE", "FR"):
+                plain(code), general(code)
+            report = engine.health().failovers
+            assert report["plain.country"].counts == report["general.country"].counts
+        assert report["plain.country"].counts["live"] == 3  # the last second's, in the window
+
+        def upstream(name: str) -> dict[str, float]:
+            found = samples(registry, name).items()
+            return {k: v for k, v in found if k.startswith("failover_upstream_seconds_count")}
+
+        assert upstream("plain.country") == upstream("general.country") != {}
+    finally:
+        engine.close()
+
+
 def write_seconds(registry: CollectorRegistry, name: str) -> dict[str, float]:
     """``failover_write_seconds`` of ``name``: its count, its sum and its first bucket."""
     text = generate_latest(registry).decode()
