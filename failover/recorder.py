@@ -231,8 +231,8 @@ class FailoverStats(Observer):
         """`recovered` at ``at`` seconds since the epoch: the plain path's recovery
         (`failover.plain`) has read the time as a float, and its slot is found by comparing
         floats, as `live_at` does."""
-        # Lock-free as `live` is (the same reasoning); only a state change and the count of
-        # the upstream's errors by kind (a read and a write apart) take the lock.
+        # Lock-free as `live` is (the same reasoning); only a state change and an error kind
+        # not counted before take the lock.
         try:
             kind = cause.__class__.__name__  # an attribute: cheaper than calling type()
             if not self._at <= at < self._until:
@@ -243,15 +243,12 @@ class FailoverStats(Observer):
                 fast = seconds <= _FIRST  # as in `live`
                 self.upstream_error[0 if fast else bisect_left(UPSTREAM_BUCKETS, seconds)] += 1
                 self.upstream_error_sum += seconds
-                # Under the lock: `errors.get` is a call, where another thread may count the
-                # same kind between this read and the write below (a count lost).
-                with self.lock:
-                    errors = self.errors
-                    n = errors.get(kind)
-                    if n is None and len(errors) >= MAX_ERROR_KINDS:
-                        kind = OTHER
-                        n = errors.get(kind)
-                    errors[kind] = 1 if n is None else n + 1
+                errors = self.errors
+                try:  # a kind seen before: an increment, as the counts above
+                    errors[kind] += 1
+                except KeyError:  # a new kind, under the lock: `errors.get` is a call, where
+                    # another thread may add the same kind between this read and the write
+                    self._new_error(kind)
             if outcome == _LIVE:
                 return
             # A guard's refusal is not the upstream's failure (`refused_by`, inlined: no frame).
@@ -261,6 +258,15 @@ class FailoverStats(Observer):
                 self._stale = (as_of, at)
         except Exception:
             dropped()
+
+    def _new_error(self, kind: str) -> None:
+        with self.lock:
+            errors = self.errors
+            n = errors.get(kind)
+            if n is None and len(errors) >= MAX_ERROR_KINDS:
+                kind = OTHER
+                n = errors.get(kind)
+            errors[kind] = 1 if n is None else n + 1
 
     def not_recovered(self, seconds: float | None, cause: BaseException) -> None:
         """The upstream failed and nothing usable was recovered (the policy answered)."""

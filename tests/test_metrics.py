@@ -245,6 +245,40 @@ def test_exception_kinds_are_bounded_per_failover(
     assert errors["__other__"] == 5
 
 
+def test_exception_kinds_counted_from_many_threads_lose_no_count(
+    registry: CollectorRegistry, clock: FakeClock
+) -> None:
+    """A kind seen before is counted with no lock (one increment), a new one under the lock:
+    threads failing at once with the same kinds lose no count of either."""
+    import threading
+
+    eng = Failover(clock=clock, metrics=registry)
+
+    @failover.failover("threads", engine=eng, policy="never_throw")
+    def f(i: int) -> None:
+        raise (TimeoutError if i % 2 else ConnectionError)()
+
+    start = threading.Barrier(4)
+
+    def worker() -> None:
+        start.wait()
+        for i in range(400):
+            f(i)
+
+    threads = [threading.Thread(target=worker) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert (
+        value(registry, "failover_upstream_errors_total", name="threads", exception="TimeoutError")
+        == value(
+            registry, "failover_upstream_errors_total", name="threads", exception="ConnectionError"
+        )
+        == 800
+    )
+
+
 def test_engines_on_one_registry_add_up(registry: CollectorRegistry, clock: FakeClock) -> None:
     engines = [Failover(clock=clock, metrics=registry) for _ in range(2)]  # both alive
     for eng in engines:
