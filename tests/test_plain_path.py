@@ -27,6 +27,7 @@ from prometheus_client.parser import text_string_to_metric_families
 import failover
 import failover.plain
 import failover.served
+import failover.switches
 from failover import Failover
 from failover.stores import CachetoolsStore, InMemoryStore
 
@@ -35,6 +36,15 @@ from .test_forward_only import writes
 from .test_lifecycle_edges import _in_child
 
 KINDS = ["sync", "async"]
+
+
+@pytest.fixture(autouse=True)
+def switches_off(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The switches as in a process that never opened a block: an earlier test's
+    `failover.refreshing` (or conditional refresh) turned them on for good in this process, and
+    with them on, every call takes the general path (`failover.switches`)."""
+    monkeypatch.setattr(failover.switches.STATE, "on", False)
+    monkeypatch.setattr(failover.switches.STATE, "armed", 0)
 
 
 def decorate(kind: str, engine: Failover, upstream: Callable[..., Any], **options: Any) -> Any:
@@ -541,6 +551,7 @@ def test_the_default_clock_is_read_once_per_anchor_not_per_call(kind: str) -> No
         fn = decorate(kind, engine, Countries(), ttl="1h")
         fn("FR")
         plain = plain_of(fn)
+        assert not fn._failover_state.runtime().before  # the plain path is taken
         assert plain.until > time.perf_counter()  # anchored by that call
         plain.offset += 3600.0  # as if the wall clock had been stepped an hour on since
         before = datetime.now(UTC)
