@@ -1,11 +1,14 @@
 """The plain configuration's success path, decided once per runtime at binding.
 
 Most failovers are plain: the default key, a fixed ``ttl``, no ``store_if``, labels, tags,
-store interval, soft timeout or single flight, on an in-process `InMemoryStore`. For those,
-storing a success is a key, a copy of the result and one entry put in the store's table. The
-shells (``shells.py``) read the time as a float and call the upstream, and `Plain.live` does
-the rest in one frame, with no `Call` and no envelope: a `Call` is made only when the upstream
-fails. Any other failover goes the general way (`Call.live`, the handler chain).
+store interval, soft timeout, single flight, ``fresh_for`` or ``throttle=``, on an in-process
+`InMemoryStore`. For those, storing a success is a key, a copy of the result and one entry put
+in the store's table. The shells (``shells.py``) read the time as a float and call the
+upstream, and `Plain.live` does the rest in one frame, with no `Call` and no envelope: a `Call`
+is made only when the upstream fails. Any other failover goes the general way (`Call.live`, the
+handler chain), and so does a plain one's call that a `failover.disabled` block or conditional
+refresh steers (`failover.switches.steers`); a `failover.refreshing` block changes nothing for
+a plain failover, whose calls all reach the upstream.
 
 On the default clock, the wall clock is read once per `ANCHOR` seconds at most, not per call:
 a call's time is its `perf_counter` reading, which the shell makes anyway to time the
@@ -337,6 +340,8 @@ def plain_path(rt: Runtime, seconds: Callable[[], float]) -> Plain | None:
         return None
     if d.key is not None or d.label is not None or d.tags is not None or d.store_if is not None:
         return None
+    if d.fresh_for is not None or d.refresh_ahead is not None or rt.throttle is not None:
+        return None  # something to do before the upstream: the general path's
     if rt.flights is not None or rt.router is not None or rt.may_offload:  # single flight
         return None
     if not rt.bare and rt.guarded is None:  # a soft timeout: its own path

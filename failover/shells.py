@@ -22,7 +22,7 @@ from .execution import Wait
 from .handlers import Partial, envelope_key
 from .payload import KIND_OF, PLAIN, ReferentialPayload, enrich
 from .refresh import MISSED
-from .switches import CONDITIONAL, DISABLED, REFRESHING
+from .switches import CONDITIONAL, DISABLED, REFRESHING, steers
 from .tenant import read_tenant, refuse_unrouted
 from .throttle import serve_throttled, throttled_read, unthrottle
 
@@ -136,10 +136,11 @@ def sync_shell(state: State, envelope: bool) -> Callable[..., Any]:  # noqa: PLR
             return state.passthrough(args, kwargs, result) if envelope else result
         if _running_loop() is not None and not state.loop_warned:
             state.warn_in_loop()
-        if (plain := rt.plain) is not None and not rt.before and not envelope:
+        if (plain := rt.plain) is not None and not envelope and (not rt.before or not steers()):
             # The plain success path (`failover.plain`): the time as a float, the upstream, and
             # `Plain.live` for `call_of`, `Call.live` and the handler's store; a `Call` only
-            # when the upstream fails.
+            # when the upstream fails. A plain failover's ``before`` is the switches' alone:
+            # only a `disabled` block or conditional refresh steers its call.
             if rt.unrouted is not None and read_tenant() is not None:
                 refuse_unrouted(rt.unrouted, state.definition.name)
             start = perf_counter()
@@ -242,7 +243,7 @@ def async_shell(state: State, envelope: bool) -> Callable[..., Any]:  # noqa: PL
         if rt is None:
             result = await fn(*args, **kwargs)
             return state.passthrough(args, kwargs, result) if envelope else result
-        if (plain := rt.plain) is not None and not rt.before and not envelope:
+        if (plain := rt.plain) is not None and not envelope and (not rt.before or not steers()):
             # As in the sync shell (a plain store does no I/O: nothing to offload).
             if rt.unrouted is not None and read_tenant() is not None:
                 refuse_unrouted(rt.unrouted, state.definition.name)

@@ -33,6 +33,7 @@ __all__ = [
     "here",
     "refresher",
     "refreshing",
+    "steers",
     "watch",
 ]
 
@@ -68,6 +69,13 @@ def here() -> int:
     """The switches of the calling context: `REFRESHING`, `DISABLED` (or none) and
     `CONDITIONAL`, or-ed."""
     return _mode.get() | STATE.armed
+
+
+def steers() -> int:
+    """Whether a `disabled` block or conditional refresh steers the calling context's calls:
+    all a failover with nothing to do before its upstream (no ``fresh_for``, no ``throttle=``)
+    asks, since a `refreshing` block changes nothing for it (`failover.plain`)."""
+    return (_mode.get() | STATE.armed) & (DISABLED | CONDITIONAL)
 
 
 def watch(rt: Any) -> bool:

@@ -25,8 +25,10 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 import failover
+import failover.conditional
 import failover.plain
 import failover.served
+import failover.shells
 import failover.switches
 from failover import Failover
 from failover.stores import CachetoolsStore, InMemoryStore
@@ -40,9 +42,9 @@ KINDS = ["sync", "async"]
 
 @pytest.fixture(autouse=True)
 def switches_off(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The switches as in a process that never opened a block: an earlier test's
-    `failover.refreshing` (or conditional refresh) turned them on for good in this process, and
-    with them on, every call takes the general path (`failover.switches`)."""
+    """The switches as in a process that never opened a block (an earlier test's block turned
+    them on for good in this process), put back as they were after the test: the tests turn
+    them on where they mean to (`failover.switches`)."""
     monkeypatch.setattr(failover.switches.STATE, "on", False)
     monkeypatch.setattr(failover.switches.STATE, "armed", 0)
 
@@ -566,6 +568,46 @@ def test_the_default_clock_is_read_once_per_anchor_not_per_call(kind: str) -> No
         assert 0 < plain.until - time.perf_counter() <= failover.plain.ANCHOR
     finally:
         engine.close()
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_only_a_switch_that_steers_the_call_leaves_the_plain_path(
+    kind: str, engine: Failover, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A switch block opened anywhere turns the switches on for the whole process; a plain
+    failover's calls still take the plain path (no `Call` made for a success), in a
+    `refreshing` block too, which changes nothing for them. A `disabled` block and conditional
+    refresh steer the call: the general way, which does what they ask."""
+    made: list[Any] = []
+    real = failover.shells.call_of
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        made.append(args[0])
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(failover.shells, "call_of", counted)
+    seen: list[Any] = []
+    ask = failover.conditional.stale_entry  # not named in the upstream: armed below, not by it
+
+    def upstream(code: str) -> dict[str, Any]:
+        if failover.switches.STATE.armed:
+            seen.append(ask())
+        return {"code": code, "n": len(seen)}
+
+    fn = decorate(kind, engine, upstream)
+    with failover.refreshing():
+        fn("FR")
+    assert failover.switches.STATE.on
+    fn("FR")
+    assert made == []  # the plain path, both calls
+    with failover.disabled():
+        assert fn("DE") == {"code": "DE", "n": 0}
+    assert len(made) == 1
+    failover.switches.arm_conditional()
+    assert fn("FR") == {"code": "FR", "n": 1}
+    assert len(made) == 2
+    assert seen[0].payload == {"code": "FR", "n": 0}  # the upstream was told its stale entry
+    assert fn.peek("DE") is None  # the pass-through stored nothing
 
 
 def test_a_plain_entry_and_a_stored_envelope_compare_by_their_time(clock: FakeClock) -> None:
