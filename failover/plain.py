@@ -7,7 +7,7 @@ in the store's table. The shells (``shells.py``) read the time as a float and ca
 upstream, and `Plain.live` does the rest in one frame, with no `Call` and no envelope: a `Call`
 is made only when the upstream fails. Any other failover goes the general way (`Call.live`, the
 handler chain), and so does a plain one's call that a `failover.disabled` block or conditional
-refresh steers (`failover.switches.steers`); a `failover.refreshing` block changes nothing for
+refresh steers (`failover.switches.STEERS`); a `failover.refreshing` block changes nothing for
 a plain failover, whose calls all reach the upstream.
 
 On the default clock, the wall clock is read once per `ANCHOR` seconds at most, not per call:

@@ -22,7 +22,7 @@ from .execution import Wait
 from .handlers import Partial, envelope_key
 from .payload import KIND_OF, PLAIN, ReferentialPayload, enrich
 from .refresh import MISSED
-from .switches import CONDITIONAL, DISABLED, REFRESHING, steers
+from .switches import CONDITIONAL, DISABLED, REFRESHING, STATE, STEERS, block
 from .tenant import read_tenant, refuse_unrouted
 from .throttle import serve_throttled, throttled_read, unthrottle
 
@@ -136,11 +136,15 @@ def sync_shell(state: State, envelope: bool) -> Callable[..., Any]:  # noqa: PLR
             return state.passthrough(args, kwargs, result) if envelope else result
         if _running_loop() is not None and not state.loop_warned:
             state.warn_in_loop()
-        if (plain := rt.plain) is not None and not envelope and (not rt.before or not steers()):
+        if (
+            (plain := rt.plain) is not None
+            and not envelope
+            and (not rt.before or not (block() | STATE.armed) & STEERS)
+        ):
             # The plain success path (`failover.plain`): the time as a float, the upstream, and
             # `Plain.live` for `call_of`, `Call.live` and the handler's store; a `Call` only
             # when the upstream fails. A plain failover's ``before`` is the switches' alone:
-            # only a `disabled` block or conditional refresh steers its call.
+            # only a `disabled` block or conditional refresh steers its call (`STEERS`).
             if rt.unrouted is not None and read_tenant() is not None:
                 refuse_unrouted(rt.unrouted, state.definition.name)
             start = perf_counter()
@@ -243,7 +247,11 @@ def async_shell(state: State, envelope: bool) -> Callable[..., Any]:  # noqa: PL
         if rt is None:
             result = await fn(*args, **kwargs)
             return state.passthrough(args, kwargs, result) if envelope else result
-        if (plain := rt.plain) is not None and not envelope and (not rt.before or not steers()):
+        if (
+            (plain := rt.plain) is not None
+            and not envelope
+            and (not rt.before or not (block() | STATE.armed) & STEERS)
+        ):
             # As in the sync shell (a plain store does no I/O: nothing to offload).
             if rt.unrouted is not None and read_tenant() is not None:
                 refuse_unrouted(rt.unrouted, state.definition.name)

@@ -28,12 +28,13 @@ __all__ = [
     "DISABLED",
     "REFRESHING",
     "STATE",
+    "STEERS",
     "arm_conditional",
+    "block",
     "disabled",
     "here",
     "refresher",
     "refreshing",
-    "steers",
     "watch",
 ]
 
@@ -44,7 +45,15 @@ DISABLED = 2
 CONDITIONAL = 4
 """Conditional refresh is in use in the process: the upstream may ask for its stale entry."""
 
+STEERS = DISABLED | CONDITIONAL
+"""The switches that change what a call of a failover with nothing to do before its upstream
+(no ``fresh_for``, no ``throttle=``) does: a `refreshing` block changes nothing for it
+(`failover.plain`: such a call stays on the plain path unless ``(block() | STATE.armed) &
+STEERS``)."""
+
 _mode: ContextVar[int] = ContextVar("failover_switch", default=0)
+block = _mode.get
+"""The calling context's block: `REFRESHING`, `DISABLED`, or 0 outside any."""
 _lock = threading.Lock()
 # The runtimes (`failover.core.Runtime`, which uses this module: typed loosely) to turn on.
 _runtimes: weakref.WeakSet[Any] = weakref.WeakSet()
@@ -69,13 +78,6 @@ def here() -> int:
     """The switches of the calling context: `REFRESHING`, `DISABLED` (or none) and
     `CONDITIONAL`, or-ed."""
     return _mode.get() | STATE.armed
-
-
-def steers() -> int:
-    """Whether a `disabled` block or conditional refresh steers the calling context's calls:
-    all a failover with nothing to do before its upstream (no ``fresh_for``, no ``throttle=``)
-    asks, since a `refreshing` block changes nothing for it (`failover.plain`)."""
-    return (_mode.get() | STATE.armed) & (DISABLED | CONDITIONAL)
 
 
 def watch(rt: Any) -> bool:
