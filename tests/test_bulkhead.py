@@ -318,6 +318,68 @@ def test_a_loop_started_inside_a_sync_call_is_nested(engine: Failover) -> None:
     assert bulkhead_of(engine, outer).free == 1
 
 
+async def test_a_task_started_inside_a_call_takes_permits_once_the_call_ended(
+    engine: Failover,
+) -> None:
+    """A task started inside a call has a copy of the call's context: while the call lasts, the
+    task's calls are nested in it and take none of the pool's permits; once it ended, they take
+    permits as any other call does (the copy no longer holds the ended call's)."""
+    gate = asyncio.Event()
+    entered = asyncio.Event()
+    tasks: list[asyncio.Task[Any]] = []
+
+    @failover.failover("bh-spawned", engine=engine, max_concurrency=1)
+    async def f(key: str) -> str:
+        if key == "outer":
+            tasks.append(asyncio.create_task(f("during")))  # inside the call: nested
+            await tasks[0]
+            tasks.append(asyncio.create_task(later()))  # runs after the call ended
+        elif key == "held":
+            entered.set()
+            await gate.wait()
+        return key
+
+    async def later() -> str:
+        return await f("held")
+
+    assert await f("outer") == "outer"  # the task's call during it took no second permit
+    await entered.wait()  # the task's call after it holds the pool's one permit
+    assert bulkhead_of(engine, f).free == 0
+    with pytest.raises(BulkheadFull):
+        await f("refused")  # nothing stored for it: the refusal reaches the caller
+    gate.set()
+    assert await tasks[1] == "held"
+    assert bulkhead_of(engine, f).free == 1
+
+
+def test_a_thread_given_the_context_of_an_ended_call_takes_permits(engine: Failover) -> None:
+    """A copy of a call's context kept past the call's end (a worker handed it) holds no
+    permits: its calls take their own, and a pool of one refuses the second at once."""
+    copies: list[contextvars.Context] = []
+    gate = threading.Event()
+    entered = threading.Event()
+
+    @failover.failover("bh-copied", engine=engine, max_concurrency=1)
+    def f(key: str) -> str:
+        if key == "outer":
+            copies.append(contextvars.copy_context())
+        elif key == "held":
+            entered.set()
+            assert gate.wait(WAIT)
+        return key
+
+    assert f("outer") == "outer"
+    first, second = copies[0].copy(), copies[0].copy()  # two copies: a worker each
+    with ThreadPoolExecutor(1) as pool:
+        held = pool.submit(first.run, f, "held")
+        assert entered.wait(WAIT)
+        with pytest.raises(BulkheadFull):
+            second.run(f, "refused")  # the ended call's context holds no permit
+        gate.set()
+        assert held.result(WAIT) == "held"
+    assert bulkhead_of(engine, f).free == 1
+
+
 def test_another_thread_is_not_nested(engine: Failover) -> None:
     """The permit belongs to the context: a thread started inside the call takes its own."""
 

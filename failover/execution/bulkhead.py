@@ -32,13 +32,14 @@ __all__ = ["BULKHEAD", "Bulkhead", "Pool", "Pools"]
 
 log = logging.getLogger(__name__)
 
-# The pools whose permits the current context holds (for nested calls).
-_held: contextvars.ContextVar[tuple[Pool, ...]] = contextvars.ContextVar(
-    "failover_bulkheads", default=()
+# The permits the calling context's calls hold (for nested calls): the record ``[pools, outer]``
+# of the innermost call that took permits, ``pools`` those it and the calls around it hold,
+# ``outer`` the record of the call around it. A call's end empties its ``pools`` as well as
+# resetting the variable: a task or a thread given a copy of the context during the call keeps
+# the record, and must see the permits given back (it held them for ever otherwise).
+_held: contextvars.ContextVar[list[Any] | None] = contextvars.ContextVar(
+    "failover_bulkheads", default=None
 )
-
-
-_Token = contextvars.Token
 # What `Bulkhead._ahead` holds when the lock-free take is never the way (weights, other sources).
 _NEVER = (None,)
 
@@ -176,7 +177,9 @@ class Bulkhead(Guard):
         """Take the permits if they are free now, or ask to wait for them up to
         ``acquire_timeout`` (a `Wait` whose end raises `BulkheadFull` if none came)."""
         held = _held.get()
-        if held and self.pool in held:
+        while held is not None and not held[0]:  # a call that ended (a copied context's)
+            held = held[1]
+        if held is not None and self.pool in held[0]:
             return None  # nested call: the outer one holds the permits
         if not self._ahead:
             # `LocalPermits.take(1)`, inlined, without a lock: `list.pop` is one atomic step
@@ -188,21 +191,28 @@ class Bulkhead(Guard):
             except IndexError:
                 pass
             else:
-                # The context variable's token is the lease: one permit, nothing to allocate.
-                return _held.set((*held, self.pool) if held else self._alone)
-        pool = self.pool
+                mark = [self._alone if held is None else (*held[0], self.pool), held]
+                return mark, _held.set(mark)  # one permit: nothing else to keep
         lease = None if self._take is None else self._take(self.weight)
         if lease is None:  # a fail-fast call reads no clock (deadline 0.0: already past)
             deadline = 0.0 if self.fail_fast else self._deadline()
             return Wait(self.source, self.weight, deadline, partial(self._waited, held))
-        return _held.set((*held, pool)), lease
+        return self._marked(held, lease)
+
+    def _marked(self, held: list[Any] | None, lease: object) -> tuple[Any, ...]:
+        """The token of a call given ``lease`` of this pool's source, nested in ``held``'s
+        call (or in none): its record, set in the calling context (`_held`), and the lease."""
+        mark = [self._alone if held is None else (*held[0], self.pool), held]
+        return mark, _held.set(mark), lease
 
     def run(self, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         """One call on this thread (`Guard.run`): one permit of an in-process pool free now is
         taken and given back around it as `admit` and `exit` do, in one frame; any other
         call goes through them."""
         held = _held.get()
-        if held and self.pool in held:
+        while held is not None and not held[0]:  # as in `admit`
+            held = held[1]
+        if held is not None and self.pool in held[0]:
             return fn(*args, **kwargs)  # nested call: the outer one holds the permits
         if not self._ahead:
             try:
@@ -210,10 +220,12 @@ class Bulkhead(Guard):
             except IndexError:
                 pass
             else:
-                token = _held.set((*held, self.pool) if held else self._alone)
+                mark = [self._alone if held is None else (*held[0], self.pool), held]
+                token = _held.set(mark)
                 try:
                     return fn(*args, **kwargs)
                 finally:
+                    mark[0] = ()  # for the copies of this context (`_held`)
                     _held.reset(token)  # this frame's context: the token is its own
                     self._free.append(None)  # as in `exit`
                     if self._waiters:
@@ -221,7 +233,7 @@ class Bulkhead(Guard):
         return run_through(self.admit, self.exit, fn, args, kwargs)
 
     def _waited(
-        self, held: tuple[Pool, ...], lease: object | None, error: BaseException | None
+        self, held: list[Any] | None, lease: object | None, error: BaseException | None
     ) -> Any:
         if error is not None:
             if isinstance(error, Exception):  # a source that cannot answer refuses: recovered
@@ -229,17 +241,19 @@ class Bulkhead(Guard):
             raise error  # cancelled, interrupted: not a refusal
         if lease is None:
             raise self._refuse()
-        return _held.set((*held, self.pool)), lease
+        return self._marked(held, lease)
 
     def exit(self, token: Any, exc: BaseException | None) -> None:
         """Give the permits back (to the first waiters, if any)."""
         if token is None:
             return
-        if type(token) is _Token:  # one permit of an in-process pool (`admit`)
-            try:  # noqa: SIM105  (as below)
-                _held.reset(token)
-            except ValueError:
-                pass
+        token[0][0] = ()  # the call ended, for the copies of its context too (`_held`)
+        # Exited in another context than entered: the permits still go back.
+        try:  # noqa: SIM105  (contextlib.suppress costs more than the rest of the exit)
+            _held.reset(token[1])
+        except ValueError:
+            pass
+        if len(token) == 2:  # one permit of an in-process pool (`admit`)
             # `LocalPermits.release(1)`, inlined: the permit goes back (an atomic append),
             # then any waiter gets it; a waiter queues itself before it looks at the free
             # permits, under the source's lock, so it sees this one or this check sees it.
@@ -247,14 +261,8 @@ class Bulkhead(Guard):
             if self._waiters:
                 self._hand_over()
             return
-        reset, lease = token
-        # Exited in another context than entered: the permits still go back.
-        try:  # noqa: SIM105  (contextlib.suppress costs more than the rest of the exit)
-            _held.reset(reset)
-        except ValueError:
-            pass
         try:
-            self._release(lease)
+            self._release(token[2])
         except Exception:  # a lease the source cannot take back expires there
             log.warning("failover %r: releasing permits of pool %r failed", self.name,
                         self.pool.name, exc_info=True)  # fmt: skip
