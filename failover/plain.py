@@ -220,7 +220,7 @@ class Plain:
                 took = perf_counter() - end
                 if took <= FIRST and (tally := self.tally) is not None:
                     # `Tally.stored`'s common case, inlined: no frame
-                    tally.quick += 1
+                    tally.quick += 1.0
                     tally.quick_seconds += took
                 else:
                     events.stored(True, took)

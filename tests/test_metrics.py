@@ -472,6 +472,7 @@ def test_a_tally_folds_its_quick_writes_into_the_counts_it_shows() -> None:
     writes, seconds = tally.written()
     assert writes == [0, 2, 1, 0]  # queued, written, failed, superseded
     assert seconds.counts[0] == 2  # the quick write and the failed one
+    assert [type(n) for n in (*writes, *seconds.counts)] == [int] * (4 + len(seconds.counts))
     assert seconds.counts[6] == 1  # 0.2 s: the (0.1, 0.25] bucket
     assert seconds.total == pytest.approx(0.202)
     assert tally.writes == [0, 1, 1, 0]  # what `written` shows is folded, not stored twice

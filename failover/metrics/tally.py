@@ -86,18 +86,21 @@ class Tally:
         self.refused: dict[tuple[str, str], int] = {}
         self.hooks = 0
         # Writes within the first bucket (a process-memory store's): two increments on the
-        # call path, folded into ``writes`` and ``write_seconds`` when read (`written`).
-        self.quick = 0
+        # call path, folded into ``writes`` and ``write_seconds`` when read (`written`). The
+        # count is a float too: a float's increment reuses a freed float, an int's allocates
+        # (exact to 2**53 writes).
+        self.quick = 0.0
         self.quick_seconds = 0.0
 
     def written(self) -> tuple[list[int], Histogram]:
         """``writes`` and ``write_seconds`` with the quick writes folded in."""
+        quick = int(self.quick)
         writes = list(self.writes)
-        writes[1] += self.quick
+        writes[1] += quick
         h = self.write_seconds
         seconds = Histogram(h.bounds)
         seconds.counts = list(h.counts)
-        seconds.counts[0] += self.quick
+        seconds.counts[0] += quick
         seconds.total = h.total + self.quick_seconds
         return writes, seconds
 
@@ -108,7 +111,7 @@ class Tally:
         plain path, `failover.plain`, makes its two increments in its own frame)."""
         try:
             if ok and seconds <= FIRST:  # the common case: no bisection, no list
-                self.quick += 1
+                self.quick += 1.0
                 self.quick_seconds += seconds
             else:
                 self.writes[1 if ok else 2] += 1
