@@ -123,6 +123,27 @@ def _age(*engines: Failover) -> None:
         storage.opened_at = datetime.now(UTC) - timedelta(seconds=601)
 
 
+def _trial_leases(url: str, engines: list[Failover]) -> str:
+    """What each engine knows of the fleet's trial lease, and what Redis holds: the message of a
+    wait for a trial that did not come."""
+    client = redis.Redis.from_url(url.partition("?")[0])
+    now = time.monotonic()
+    lines = []
+    for i, engine in enumerate(engines):
+        assert engine.fleet is not None
+        storage = engine.fleet.breaker_storage(NAME)
+        shared = engine.fleet.breakers
+        key = shared.key(NAME) + ":trial"
+        lines.append(
+            f"engine {i} (token {shared.token[:8]}): state {storage.state}, lease for "
+            f"{storage.lease_until - now:.3f} s more, wanted {storage.wanted}, trying "
+            f"{storage.trying}, fleet up {engine.fleet.up}, errors {dict(engine.fleet.errors)}; "
+            f"Redis {key}: {client.get(key)!r}, {client.pttl(key)} ms"
+        )
+    client.close()
+    return "no trial came: " + "; ".join(lines)
+
+
 def _cause(fn: Any) -> str:
     return type(fn.referential("EUR").cause).__name__
 
@@ -299,7 +320,7 @@ def test_half_open_lets_one_trial_through_for_the_whole_fleet(
 
         knocker = threading.Thread(target=knock, daemon=True)
         knocker.start()
-        assert trial.wait(HANG)
+        assert trial.wait(HANG), _trial_leases(url, engines)
         holder = 0 if upstreams[0].entered.is_set() else 1
         other = 1 - holder
         # Listening before the trial ends: the other engine may notice the verdict at once.
