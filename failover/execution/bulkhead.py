@@ -10,7 +10,8 @@ source's ``acquire`` or ``aacquire``).
 
 A call already holding permits of a pool (a nested call in the same context, into the same
 failover or another one of the pool) takes no more, which would deadlock a pool of size 1: the
-outer call's ticket covers it, as a Bitbucket ``Ticket`` on a named resource does.
+outer call's ticket covers it, as a Bitbucket ``Ticket`` on a named resource does, for as long
+as the outer call lasts (a task it started that goes on after it takes permits of its own).
 """
 
 from __future__ import annotations
