@@ -21,6 +21,7 @@ __all__ = [
     "Superseded",
     "drop_all_expired",
     "drop_expired",
+    "entity_keys",
     "envelope_key",
     "expire_on",
     "key_of",
@@ -137,21 +138,32 @@ def slice_key(definition: FailoverDefinition, arguments: Mapping[str, Any]) -> s
     return make_key(definition.effective_name, tuple(arguments.values()))
 
 
-def slice_keys(
-    definition: FailoverDefinition, slices: Iterable[RecoverContext[Any]]
-) -> list[tuple[str, RecoverContext[Any]]]:
-    """`slice_key` of each slice with the slice, in one loop (thousands per scatter/gather
-    call): the same keys, without a frame per slice."""
+def slice_keys(definition: FailoverDefinition, slices: Iterable[RecoverContext[Any]]) -> list[str]:
+    """`slice_key` of each slice, in one loop (thousands per scatter/gather call): the same
+    keys, without a frame per slice."""
     name = definition.effective_name
-    memo = memo_of(name)  # `make_key`'s memo, read here for one str or int value (the commonest)
-    get = memo.get
-    pairs: list[tuple[str, RecoverContext[Any]]] = []
-    append = pairs.append
+    get = memo_of(name).get  # `make_key`'s memo, for one str or int value (the commonest)
+    keys: list[str] = []
+    append = keys.append
     for s in slices:
         values = tuple(s.arguments.values())
         key = get(values) if len(values) == 1 and type(values[0]) in MEMO else None
-        append((make_key(name, values) if key is None else key, s))
-    return pairs
+        append(make_key(name, values) if key is None else key)
+    return keys
+
+
+def entity_keys(definition: FailoverDefinition, entities: Iterable[Any]) -> list[str]:
+    """`slice_keys` of the slices whose one argument is each of ``entities`` (a built-in
+    splitter's), without the slices."""
+    name = definition.effective_name
+    get = memo_of(name).get
+    keys: list[str] = []
+    append = keys.append
+    for entity in entities:
+        values = (entity,)
+        key = get(values) if type(entity) in MEMO else None
+        append(make_key(name, values) if key is None else key)
+    return keys
 
 
 def drop_expired(store: FailoverStore, expired: Payload) -> None:

@@ -47,10 +47,10 @@ class KeyTypes:
         self,
         store: FailoverStore,
         d: FailoverDefinition,
-        requested: list[tuple[str, RecoverContext[Any]]],
+        requested: list[RecoverContext[Any]],
     ) -> None:
-        """After a recovery found none of ``requested``: warn (once per failover) when the
-        same slices are stored under keys of the other type. Never raises."""
+        """After a recovery found none of the slices ``requested``: warn (once per failover)
+        when the same slices are stored under keys of the other type. Never raises."""
         with self.lock:
             done = self.checks.get(d.name, 0)
             if done >= CHECKS:
@@ -58,7 +58,7 @@ class KeyTypes:
             self.checks[d.name] = done + 1
         try:
             tried: dict[str, tuple[Any, Any]] = {}
-            for _, asked in requested[:SAMPLE]:
+            for asked in requested[:SAMPLE]:
                 arguments = dict(asked.arguments)
                 if len(arguments) != 1:
                     continue

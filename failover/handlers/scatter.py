@@ -26,13 +26,14 @@ from ..labels import slice_label
 from ..payload import KIND_OF, PLAIN, Building, ReferentialPayload, enrich, envelope
 from ..scatter import CallArguments, Narrowing, StoreContext, slice_context
 from ..scatter.contexts import SLICE_ARGUMENT, slice_contexts
-from ..scatter.splitters import ListSplitter
+from ..scatter.splitters import EntitySplitter, ListSplitter
 from ..stores.base import Payload, delete_many
 from ..tags import tags_of
 from .base import (
     Partial,
     Superseded,
     drop_all_expired,
+    entity_keys,
     envelope_key,
     expire_on,
     slice_key,
@@ -53,6 +54,50 @@ def _failed(definition: FailoverDefinition, operation: str, exc: Exception) -> S
         f"failover {definition.name!r}: {operation} of splitter {definition.splitter!r} "
         f"raised {exc!r}"
     )
+
+
+class Asked:
+    """The slices a call asks for, in request order (a key asked twice, twice): each one's
+    stored key, and its context (`RecoverContext`), made when first read: a `ListSplitter`'s
+    recovery merges the values found by key and never reads them.
+
+    Args:
+        keys: each slice's stored key.
+        contexts: each slice's context, or ``None``: made from ``entities`` on first read.
+        whole: the call's context.
+        entities: a built-in splitter's entity keys (`EntitySplitter.requested`), or ``None``.
+    """
+
+    __slots__ = ("_contexts", "_entities", "keys", "whole")
+
+    def __init__(
+        self,
+        keys: list[str],
+        contexts: list[RecoverContext[Any]] | None,
+        whole: RecoverContext[Any],
+        entities: list[Any] | None = None,
+    ) -> None:
+        self.keys = keys
+        self._contexts = contexts
+        self.whole = whole
+        self._entities = entities
+
+    @property
+    def contexts(self) -> list[RecoverContext[Any]]:
+        """Each slice's context, in request order.
+
+        Raises:
+            SplitterError: the splitter raised.
+        """
+        if self._contexts is None:
+            d, splitter = self.whole.definition, self.whole.definition.splitter
+            assert isinstance(splitter, EntitySplitter)  # made with entities by one
+            assert self._entities is not None
+            try:
+                self._contexts = splitter.slices_of(self.whole, self._entities)
+            except Exception as exc:
+                raise _failed(d, "split_on_recover", exc) from exc
+        return self._contexts
 
 
 class ScatterGatherHandler:
@@ -162,8 +207,8 @@ class ScatterGatherHandler:
         """
         ctx, d = lookup.ctx, lookup.ctx.definition
         whole, requested = lookup.plan
-        if not found and requested and lookup.report:
-            lookup.chore(self.key_types.check, self.store_, d, requested)
+        if not found and requested and requested.keys and lookup.report:
+            lookup.chore(self.key_types.check, self.store_, d, requested.contexts)
         expired = self._expired(d, found)
         if expired:
             lookup.chore(drop_all_expired, self.store_, d.effective_name, expired)
@@ -184,12 +229,12 @@ class ScatterGatherHandler:
         if _one_shot(ctx):
             return None  # reading its keys would consume what the upstream is to be given
         requested = self._requested(d, _whole(ctx, None))
-        if not requested:
+        if not requested.keys:
             return None
         found = self.store_.find_many(d.effective_name, _distinct(requested))
         self._expired(d, found)  # a custom expiry may end an entry before fresh_for
         if isinstance(since, FreshSince):  # fresh_for is a callable: each slice's window
-            asked = dict(requested)
+            asked = dict(zip(requested.keys, requested.contexts, strict=True))
             fresh = {
                 k: p
                 for k, p in found.items()
@@ -205,7 +250,11 @@ class ScatterGatherHandler:
             }
         if not fresh:
             return None
-        missing = {key: asked for key, asked in requested if key not in fresh}  # each key once
+        missing = {  # each key once
+            key: asked
+            for key, asked in zip(requested.keys, requested.contexts, strict=True)
+            if key not in fresh
+        }
         if not missing:
             whole = _whole(ctx, None)
             merged = self._merged(ctx, None, False, whole, requested, fresh, False, True)
@@ -225,7 +274,7 @@ class ScatterGatherHandler:
     def _with_live(
         self,
         ctx: CallContext,
-        requested: list[tuple[str, RecoverContext[Any]]],
+        requested: Asked,
         fresh: dict[str, Payload],
         result: Any,
     ) -> Payload:
@@ -286,12 +335,18 @@ class ScatterGatherHandler:
         """Delete every entry (every slice) of ``name``."""
         return self.inner.invalidate_all(name, control)
 
-    def _requested(
-        self, d: FailoverDefinition, whole: RecoverContext[Any]
-    ) -> list[tuple[str, RecoverContext[Any]]]:
-        """The key and context of each slice a call asks for, in request order."""
+    def _requested(self, d: FailoverDefinition, whole: RecoverContext[Any]) -> Asked:
+        """The slices a call asks for: their keys now, their contexts when first read."""
+        splitter = d.splitter
         try:
-            return slice_keys(d, d.splitter.split_on_recover(whole))
+            if (
+                isinstance(splitter, EntitySplitter)
+                and type(splitter).split_on_recover is EntitySplitter.split_on_recover
+            ):
+                entities = splitter.requested(whole)  # the keys without a context per slice
+                return Asked(entity_keys(d, entities), None, whole, entities)
+            slices = splitter.split_on_recover(whole)
+            return Asked(slice_keys(d, slices), slices, whole)
         except Exception as exc:
             raise _failed(d, "split_on_recover", exc) from exc
 
@@ -313,7 +368,7 @@ class ScatterGatherHandler:
         cause: Exception | None,
         report: bool,
         whole: RecoverContext[Any],
-        requested: list[tuple[str, RecoverContext[Any]]] | None,
+        requested: Asked | None,
         found: dict[str, Payload],
         expired: bool,
         up_to_date: bool = False,
@@ -329,13 +384,15 @@ class ScatterGatherHandler:
         bulk = requested is not None and type(splitter) is ListSplitter and not splitter.strict
         if requested is None:  # no request: every live slice, without arguments
             blank: RecoverContext[Any] = slice_context(d, {}, cause, None, None)
-            requested = [(key, blank) for key in sorted(found)]
+            keys = sorted(found)
+            requested = Asked(keys, [blank] * len(keys), whole)
+        keys = requested.keys
         # Each slice's envelope as the caller sees it: stale, and so is its value (unless fresh
         # or live). One loop, the envelopes built in place (`envelope`, inlined: thousands).
         recovered: list[Any] = []
         append = recovered.append
         get = found.get
-        for key, _ in requested:
+        for key in keys:
             p = get(key)
             if p is None:
                 if not bulk:
@@ -365,19 +422,19 @@ class ScatterGatherHandler:
             if bulk:
                 merged = splitter.merge_values(recovered)
             else:
-                slices = slice_contexts(d, [asked for _, asked in requested], recovered, cause)
+                slices = slice_contexts(d, requested.contexts, recovered, cause)
                 merged = splitter.merge(whole, slices)
         except Exception as exc:
             raise _failed(d, "merge", exc) from exc
         if merged is None:
             return Miss.MISS
-        missing = len({key for key, _ in requested if key not in found})
+        missing = len({key for key in keys if key not in found})
         if missing and report:
             log.warning(
                 "failover %r: partial recovery, %d of %d slices missing",
                 d.name,
                 missing,
-                len({key for key, _ in requested}),
+                len(set(keys)),
             )
         as_of, expires = _oldest(found.values())
         partial = bool(missing) and not up_to_date  # a live answer is whatever it is
@@ -390,9 +447,9 @@ def _slice_args(asked: RecoverContext[Any]) -> tuple[Any, ...]:
     return tuple(asked.arguments.values())
 
 
-def _distinct(requested: list[tuple[str, RecoverContext[Any]]]) -> list[str]:
+def _distinct(requested: Asked) -> list[str]:
     """The keys of the slices asked for, each once (a request may ask for a key twice)."""
-    return list(dict.fromkeys(key for key, _ in requested))
+    return list(dict.fromkeys(requested.keys))
 
 
 def _everything(ctx: CallContext) -> bool:

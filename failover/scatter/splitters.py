@@ -102,9 +102,16 @@ class EntitySplitter:
 
     def split_on_recover(self, ctx: RecoverContext[Any]) -> list[RecoverContext[Any]]:
         """One slice per requested entity key, in request order."""
-        d, cause, rt = ctx.definition, ctx.cause, self.slice_type(ctx.return_type)
-        keys = self.requested(ctx)
-        return asked_contexts(d, [{SLICE_ARGUMENT: key} for key in keys], cause, rt)
+        return self.slices_of(ctx, self.requested(ctx))
+
+    def slices_of(
+        self, ctx: RecoverContext[Any], keys: list[Hashable]
+    ) -> list[RecoverContext[Any]]:
+        """One slice of the call ``ctx`` per entity key of ``keys`` (`requested`'s), in order."""
+        rt = self.slice_type(ctx.return_type)
+        return asked_contexts(
+            ctx.definition, [{SLICE_ARGUMENT: key} for key in keys], ctx.cause, rt
+        )
 
     def found(self, slices: list[RecoverContext[Any]]) -> tuple[list[tuple[Any, Any]], bool] | None:
         """``(key, payload)`` of each found slice, in order (keys ``None`` for a recover-all),
