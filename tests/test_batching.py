@@ -143,11 +143,14 @@ async def test_each_caller_gets_its_own_entry(tmp_path: Path) -> None:
 
 
 def counting(store: SqlStore) -> list[str]:
-    """The SQL statements ``store``'s engine executes from now on."""
+    """The SQL statements ``store``'s engines execute from now on (its reads on callers'
+    threads included)."""
     statements: list[str] = []
-    sa.event.listen(
-        store.engine, "before_cursor_execute", lambda *a: statements.append(a[2].split()[0])
-    )
+    for engine in (store.engine, store.reading_engine):
+        if engine is not None:
+            sa.event.listen(
+                engine, "before_cursor_execute", lambda *a: statements.append(a[2].split()[0])
+            )
     return statements
 
 

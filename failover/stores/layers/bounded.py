@@ -9,6 +9,12 @@ is still held by a hung operation, further operations are refused at once instea
 An awaited operation is a task on the caller's loop, waited for as long, then cancelled and
 left to wind down (never awaited past the deadline). Each verdict reaches the store breaker
 (`failover.stores.layers.store_breaker.StoreBreaker`).
+
+A store that bounds a read itself (`ReadsHere`: a SQLite file, whose reads wait on nothing
+but the file's locks and its own work) reads on the caller's thread instead, with no hand-off:
+`BoundedRunner._run_here` sets the deadline (`until`), and the store gives up past it
+(`StoreTimeout`), or sends the read to a worker after all (`Elsewhere`) when it cannot bound
+it now.
 """
 
 from __future__ import annotations
@@ -20,12 +26,13 @@ from collections.abc import Awaitable, Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from datetime import datetime
-from typing import Any, TypeVar
+from time import monotonic
+from typing import Any, Protocol, TypeVar, runtime_checkable
 
 from ...errors import StoreError
 from .store_breaker import StoreBreaker, StoreUnavailable
 
-__all__ = ["BoundedRunner", "StoreTimeout", "abandoned"]
+__all__ = ["BoundedRunner", "Elsewhere", "ReadsHere", "StoreTimeout", "abandoned", "until"]
 
 T = TypeVar("T")
 
@@ -38,6 +45,29 @@ def abandoned() -> bool:
     may still be mid-statement, or mid-reply, when the operation returns)."""
     flag: threading.Event | None = getattr(_running, "flag", None)
     return flag is not None and flag.is_set()
+
+
+def until() -> float | None:
+    """The `time.monotonic` deadline of the read the caller's thread runs now within its
+    deadline (`BoundedRunner._run_here`), or ``None``: any other operation."""
+    deadline: float | None = getattr(_running, "until", None)
+    return deadline
+
+
+class Elsewhere(Exception):
+    """Raised by a store asked to read on the caller's thread (`until`) that cannot bound the
+    read now (no connection free without a wait, the table not ready): a worker runs it."""
+
+
+@runtime_checkable
+class ReadsHere(Protocol):
+    """A store that can bound its reads (``find``, ``find_many``) on the caller's thread."""
+
+    def reads_here(self, timeout: float) -> bool:
+        """Set up reads bounded by ``timeout`` seconds on the caller's thread; whether this
+        store can make them. A read made while `until` gives a deadline then ends by it:
+        answered, or `StoreTimeout`, or `Elsewhere`."""
+        ...
 
 
 def _flagged(flag: threading.Event, fn: Callable[..., T], *args: Any) -> T:
@@ -117,6 +147,33 @@ class BoundedRunner(StoreBreaker):
         finally:
             if guarded:
                 self._ended(trial, outcome)
+
+    def _run_here(self, operation: str, fn: Callable[..., T], *args: Any) -> T:
+        """``fn(*args)``, a read of a `ReadsHere` store, on this thread within the deadline
+        (`until`), its verdict told to the breaker as `_run` tells it.
+
+        Raises:
+            Elsewhere: the store cannot bound it now: no verdict, the caller hands it over.
+        """
+        trial = self._admit(operation)
+        outcome: str | None = None
+        _running.until = monotonic() + self.timeout
+        try:
+            result = fn(*args)
+            outcome = "answered"
+            return result
+        except Elsewhere:
+            raise  # no verdict: the worker's will be
+        except StoreTimeout:
+            outcome = "out"
+            self.errors[(operation, "timeout")] += 1
+            raise
+        except Exception as exc:
+            outcome = self._failure(operation, exc)
+            raise
+        finally:
+            _running.until = None
+            self._ended(trial, outcome)
 
     def _timed_out(self, operation: str) -> StoreTimeout:
         """Count a timeout; the error to raise (the caller's `_ended` opens the breaker)."""

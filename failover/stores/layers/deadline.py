@@ -33,7 +33,7 @@ from ..control import no_tags
 from ..health_rows import HealthRowsLayer, ProcessHealth, below
 from ..layer import Layer
 from .async_write import AsyncWriteStore
-from .bounded import BoundedRunner, StoreTimeout, abandoned
+from .bounded import BoundedRunner, Elsewhere, ReadsHere, StoreTimeout, abandoned
 from .store_breaker import StoreUnavailable
 
 __all__ = ["DeadlineStore", "StoreTimeout", "StoreUnavailable", "abandoned"]
@@ -49,7 +49,8 @@ class DeadlineStore(BoundedRunner, HealthRowsLayer, BrowsingLayer, Layer):
     close). A queued write is already off the caller's thread and passes straight through,
     without a thread hop; the queue's worker writes under the deadline too, never refused by
     the breaker (a write it cannot make stays queued and is retried), its verdicts counted
-    like a caller's.
+    like a caller's. A store that bounds its reads itself (`ReadsHere`: a SQLite file) is read
+    on the caller's thread, without a hop, unless it cannot bound a read at the time.
 
     Args:
         inner: the store (or the async-writes queue over it).
@@ -87,6 +88,10 @@ class DeadlineStore(BoundedRunner, HealthRowsLayer, BrowsingLayer, Layer):
             inner.bound_writes_here(functools.partial(self._run, "store_many"))
             # The worker's writes: bounded (a hung store holds it no longer), never skipped.
             inner.bound_queued_writes(functools.partial(self._run, admit=False))
+        # A store that bounds its reads itself is read on the caller's thread, no hand-off
+        # (the queue's pending writes laid over them as on a worker).
+        below = inner.inner if isinstance(inner, AsyncWriteStore) else inner
+        self._here = isinstance(below, ReadsHere) and below.reads_here(timeout)
 
     def __repr__(self) -> str:
         return f"DeadlineStore({self.inner!r}, timeout={self.timeout})"
@@ -103,11 +108,22 @@ class DeadlineStore(BoundedRunner, HealthRowsLayer, BrowsingLayer, Layer):
 
     def find(self, name: str, key: str) -> Payload | None:
         """The entry, within the deadline."""
+        if self._here:
+            try:
+                return self._run_here("find", self.inner.find, name, key)
+            except Elsewhere:
+                pass
         return self._run("find", self.inner.find, name, key)
 
     def find_many(self, name: str, keys: Iterable[str]) -> dict[str, Payload]:
         """The entries found, within the deadline."""
-        return self._run("find_many", self.inner.find_many, name, list(keys))
+        keys = list(keys)
+        if self._here:
+            try:
+                return self._run_here("find_many", self.inner.find_many, name, keys)
+            except Elsewhere:
+                pass
+        return self._run("find_many", self.inner.find_many, name, keys)
 
     def store(self, payload: Payload) -> int | None:
         """Store, within the deadline unless the write is queued below."""

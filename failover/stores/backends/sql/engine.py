@@ -51,7 +51,9 @@ def _sqlite_text(data: bytes) -> str | bytes:
         return data
 
 
-def _sqlite_pragmas(dbapi_connection: Any, connection_record: Any) -> None:
+def _sqlite_pragmas(
+    dbapi_connection: Any, connection_record: Any, busy_ms: int = _BUSY_TIMEOUT_MS
+) -> None:
     # SQLite keeps TEXT as the bytes it was given: a row another program wrote may hold bytes
     # that are not UTF-8, which the driver's own decoding refuses with an error that fails the
     # whole statement (every slice of a find_many, a whole listing). Read as bytes instead, such
@@ -62,7 +64,7 @@ def _sqlite_pragmas(dbapi_connection: Any, connection_record: Any) -> None:
     # safe with WAL (a crash loses at most the last commits, never the file).
     cursor = dbapi_connection.cursor()
     try:
-        cursor.execute(f"PRAGMA busy_timeout = {_BUSY_TIMEOUT_MS}")
+        cursor.execute(f"PRAGMA busy_timeout = {int(busy_ms)}")
         cursor.execute("PRAGMA journal_mode = WAL")
         cursor.execute("PRAGMA synchronous = NORMAL")
     finally:
@@ -181,6 +183,30 @@ def make_engine(url: str | sa.URL, *, pgbouncer: str | None = None, **engine_kwa
         sa.event.listen(engine, "connect", _sqlite_pragmas)
     if fast:
         sa.event.listen(engine, "checkout", ping_when_idle)
+    return engine
+
+
+def reading_engine(url: sa.URL, busy_ms: int, on_connect: Any) -> Engine:
+    """An engine for reads of the SQLite file ``url`` on callers' threads
+    (`failover.stores.backends.sql.caller_reads`): its connections wait ``busy_ms`` at most
+    for a lock, as many as the store's pool keeps, and a checkout finds one free at once or
+    fails (`sqlalchemy.exc.TimeoutError`) instead of waiting. ``on_connect(dbapi_connection,
+    record)`` is called on each new connection, after the pragmas. Fork-safe as `make_engine`'s.
+    """
+    engine = _created(
+        url,
+        {
+            "hide_parameters": True,
+            "poolclass": sa.QueuePool,
+            "pool_size": _SQLITE_POOL["pool_size"],
+            "max_overflow": 0,
+            "pool_timeout": 0,
+        },
+    )
+    sa.event.listen(engine, "connect", _opened_here)
+    sa.event.listen(engine, "checkout", _checked_out_here)
+    sa.event.listen(engine, "connect", lambda conn, record: _sqlite_pragmas(conn, record, busy_ms))
+    sa.event.listen(engine, "connect", on_connect)
     return engine
 
 

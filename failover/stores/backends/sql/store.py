@@ -31,11 +31,13 @@ from ...base import Capabilities, Payload, older
 from ...browsing import Page, Summary
 from ...health_rows import KeepsHealthRows
 from ...layers import tenant_stores
+from ...layers.bounded import until
 from ...layers.tenant_stores import TenantStores
 from .async_methods import AsyncSqlMethods
 from .browsing import SqlBrowsing
+from .caller_reads import CallerReads
 from .control import SqlControl, make_tags_table
-from .engine import first_line, make_engine, prepares, shared_engine
+from .engine import first_line, is_memory, make_engine, prepares, shared_engine
 from .health_rows import SqlHealthRows
 from .psycopg import PsycopgStatements, supported
 from .statements import CoreStatements, Statements
@@ -149,6 +151,7 @@ class SqlStore(SerializedStore, KeepsHealthRows, AsyncSqlMethods, Capabilities):
             self._aio = AsyncConnections(self.engine.url, prepare=prepares(self.engine))
         self._ready = False
         self._ready_lock = threading.Lock()
+        self._here: CallerReads | None = None  # reads on callers' threads (`reads_here`)
         try:
             self._prepare()
         except StoreError as exc:
@@ -184,6 +187,8 @@ class SqlStore(SerializedStore, KeepsHealthRows, AsyncSqlMethods, Capabilities):
                 self._bind(make_table(self._schema, self._prefix, label=False))
                 self._control.table = self.table
             self._core.learn_limits(self._where)
+            if self._here is not None:
+                self._here.bind(self.table, self._core.chunk)
             self._ready = True
 
     def create_table(self) -> None:
@@ -267,15 +272,39 @@ class SqlStore(SerializedStore, KeepsHealthRows, AsyncSqlMethods, Capabilities):
             self._prepare()
         return self._statements.upsert(rows)
 
+    @property
+    def reading_engine(self) -> Engine | None:
+        """The engine of the reads made on callers' threads (`reads_here`: a SQLite file
+        under a store deadline), or ``None``. Instrument it as well as `engine` (e.g. with
+        SQLAlchemy events) to see every statement."""
+        return None if self._here is None else self._here.engine
+
+    def reads_here(self, timeout: float) -> bool:
+        """Read on callers' threads within ``timeout`` seconds (`CallerReads`) when the store
+        is a SQLite file whose engine it made: a read then waits on nothing it cannot bound.
+        """
+        url = self.engine.url
+        if not self._owns_engine or url.get_backend_name() != "sqlite" or is_memory(url):
+            return False
+        with self._ready_lock:
+            if self._here is None:  # one store under two deadlines: the first one's bounds
+                self._here = CallerReads(url, timeout)
+                if self._ready:
+                    self._here.bind(self.table, self._core.chunk)
+        return True
+
     def find(self, name: str, key: str) -> Payload | None:
         """The entry, expired or not, or ``None``.
 
         Raises:
             SerializationError: the row cannot be decoded.
         """
-        if not self._ready:
-            self._prepare()
-        row = self._statements.find(name, key)
+        if self._here is not None and until() is not None:
+            row = self._here.find(name, key)
+        else:
+            if not self._ready:
+                self._prepare()
+            row = self._statements.find(name, key)
         return None if row is None else self._payload(name, key, row)
 
     def find_many(self, name: str, keys: Iterable[str]) -> dict[str, Payload]:
@@ -284,9 +313,13 @@ class SqlStore(SerializedStore, KeepsHealthRows, AsyncSqlMethods, Capabilities):
         wanted = list(dict.fromkeys(keys))
         if not wanted:
             return {}
-        if not self._ready:
-            self._prepare()
-        rows = self._statements.find_many(name, wanted)
+        rows: Sequence[Any]
+        if self._here is not None and until() is not None:
+            rows = self._here.find_many(name, wanted)
+        else:
+            if not self._ready:
+                self._prepare()
+            rows = self._statements.find_many(name, wanted)
         return dict(self._decoded(name, rows))
 
     def find_all(self, name: str) -> list[Payload]:
@@ -397,3 +430,5 @@ class SqlStore(SerializedStore, KeepsHealthRows, AsyncSqlMethods, Capabilities):
         if self._owns_engine:
             self._statements.close()
             self.engine.dispose()
+        if self._here is not None:
+            self._here.close()
