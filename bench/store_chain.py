@@ -1,6 +1,6 @@
 """Store-chain benchmark: what a successful decorated call costs its caller on a SQLite store,
-with async writes on and off, against the in-memory store and a plain call; and how fast the
-async-writes worker writes.
+with async writes on and off, against the in-memory store and a plain call; what a recovery
+costs when its entry is read from the SQLite file; and how fast the async-writes worker writes.
 
 Run with ``.venv/bin/python bench/store_chain.py`` (``--quick`` for a short run). The decorated
 function is synchronous and returns a small dict; calls cycle over 1,000 distinct keys. A run is
@@ -67,6 +67,29 @@ def decorated(store: FailoverStore | str, async_writes: bool | None) -> Any:
     return engine, failover.failover("country", engine=engine)(country)
 
 
+def recover_ns(folder: Path, calls: int, repeat: int) -> float:
+    """`best_ns` of a recovery: the upstream down, each call's entry read from a SQLite file
+    (a point read; no near copy in process memory)."""
+    down: list[bool] = []
+
+    def flaky(code: str) -> dict[str, str]:
+        if down:
+            raise ConnectionError(code)
+        return country(code)
+
+    engine = failover.Failover(
+        SqlStore(f"sqlite:///{folder / 'recover.db'}"), async_writes=False, metrics=False
+    )
+    fn = failover.failover("country", engine=engine)(flaky)
+    for k in KEYS:
+        fn(k)
+    down.append(True)
+    try:
+        return best_ns(fn, calls, repeat, lambda: None)
+    finally:
+        engine.close()
+
+
 def worker_rate(folder: Path, total: int, batch_size: int) -> float:
     """Payloads per second the worker writes to SQLite, from a full queue to an empty one."""
     store = AsyncWriteStore(
@@ -119,6 +142,8 @@ def main() -> None:
             ("@failover, SQLite, async writes off", best_ns(fn, off_calls, repeat, engine.flush))
         )
         engine.close()
+
+        rows.append(("@failover recover, SQLite point read", recover_ns(folder, off_calls, repeat)))
 
         # Sustained: many more calls than the queue holds, timed until the last write is done.
         drops_sustained = Drops()
