@@ -6,6 +6,7 @@ entry; the event loop keeps running while the store reads."""
 from __future__ import annotations
 
 import asyncio
+import sqlite3
 import threading
 from collections.abc import Iterator
 from datetime import timedelta
@@ -17,6 +18,7 @@ import sqlalchemy as sa
 
 import failover
 from failover.stores import SqlStore
+from failover.stores.backends.sql import caller_reads
 from failover.stores.layers.batching import ReadBatcher
 
 from .own_servers import running
@@ -142,19 +144,27 @@ async def test_each_caller_gets_its_own_entry(tmp_path: Path) -> None:
         await asyncio.to_thread(engine.close)
 
 
-def counting(store: SqlStore) -> list[str]:
-    """The SQL statements ``store``'s engines execute from now on (its reads on callers'
-    threads included)."""
+def counting(store: SqlStore, monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The SQL statements ``store`` runs from now on: its engine's, and those of its reads on
+    callers' threads (`caller_reads`, on connections opened from now on)."""
     statements: list[str] = []
-    for engine in (store.engine, store.reading_engine):
-        if engine is not None:
-            sa.event.listen(
-                engine, "before_cursor_execute", lambda *a: statements.append(a[2].split()[0])
-            )
+    sa.event.listen(
+        store.engine, "before_cursor_execute", lambda *a: statements.append(a[2].split()[0])
+    )
+    real = caller_reads.connect
+
+    def connect(path: str, timeout: float) -> sqlite3.Connection:
+        conn = real(path, timeout)
+        conn.set_trace_callback(lambda sql: statements.append(sql.split()[0]))
+        return conn
+
+    monkeypatch.setattr(caller_reads, "connect", connect)
     return statements
 
 
-async def test_sqlite_recoveries_share_one_select(tmp_path: Path) -> None:
+async def test_sqlite_recoveries_share_one_select(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     store = SqlStore(f"sqlite:///{tmp_path / 'f.db'}")
     engine = failover.Failover(
         store, metrics=False, async_writes=False, store_timeout=STORE_TIMEOUT
@@ -163,7 +173,7 @@ async def test_sqlite_recoveries_share_one_select(tmp_path: Path) -> None:
     rates = failover.failover("batch.sql", engine=engine)(upstream)
     await asyncio.gather(*(rates(i) for i in range(200)))
     upstream.down = True
-    statements = counting(store)
+    statements = counting(store, monkeypatch)
     try:
         served = await asyncio.gather(*(rates(i) for i in range(200)))
         assert [s["code"] for s in served] == list(range(200))

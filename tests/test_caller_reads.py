@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import sqlite3
 import subprocess
 import sys
 import threading
@@ -24,7 +25,7 @@ import sqlalchemy as sa
 import failover
 from failover import Failover
 from failover.scatter import ListSplitter
-from failover.stores.backends.sql import SqlStore
+from failover.stores.backends.sql import SqlStore, caller_reads
 from failover.stores.base import walk
 from failover.stores.layers.deadline import DeadlineStore
 
@@ -37,16 +38,33 @@ def _deadline(engine: Failover) -> DeadlineStore:
     return next(s for s in walk(engine.store) if isinstance(s, DeadlineStore))
 
 
-def _threads(store: SqlStore) -> list[tuple[str, str]]:
-    """``(first word, thread name)`` of each statement ``store``'s engines run from now on."""
+@pytest.fixture(name="seen")
+def seen_fixture(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, str]]:
+    """``("CONNECT", thread name)`` for each connection opened for reads on callers' threads,
+    ``(first word, thread name)`` for each statement run on one (and, with `_threads`, on a
+    store's engine)."""
     seen: list[tuple[str, str]] = []
-    for engine in (store.engine, store.reading_engine):
-        assert engine is not None
-        sa.event.listen(
-            engine,
-            "before_cursor_execute",
-            lambda *a: seen.append((a[2].split()[0].upper(), threading.current_thread().name)),
+    real = caller_reads.connect
+
+    def connect(path: str, timeout: float) -> sqlite3.Connection:
+        seen.append(("CONNECT", threading.current_thread().name))
+        conn = real(path, timeout)
+        conn.set_trace_callback(
+            lambda sql: seen.append((sql.split()[0].upper(), threading.current_thread().name))
         )
+        return conn
+
+    monkeypatch.setattr(caller_reads, "connect", connect)
+    return seen
+
+
+def _threads(store: SqlStore, seen: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    """``seen``, the statements of ``store``'s engine (its workers') added from now on."""
+    sa.event.listen(
+        store.engine,
+        "before_cursor_execute",
+        lambda *a: seen.append((a[2].split()[0].upper(), threading.current_thread().name)),
+    )
     return seen
 
 
@@ -68,7 +86,7 @@ def _engine(store: SqlStore, clock: FakeClock, timeout: float = 5.0, **kw: Any) 
 
 @pytest.mark.parametrize("async_writes", [False, True], ids=["sync-writes", "async-writes"])
 def test_a_sqlite_recovery_reads_on_the_callers_thread(
-    tmp_path: Path, clock: FakeClock, async_writes: bool
+    tmp_path: Path, clock: FakeClock, async_writes: bool, seen: list[tuple[str, str]]
 ) -> None:
     store = SqlStore(f"sqlite:///{tmp_path / 'f.db'}")
     engine = Failover(store, clock=clock, metrics=False, async_writes=async_writes)
@@ -77,17 +95,18 @@ def test_a_sqlite_recovery_reads_on_the_callers_thread(
     try:
         rates("EUR")
         assert engine.flush(10)
-        seen = _threads(store)
+        _threads(store, seen)
         upstream.down = True
         assert rates("EUR") == {"currency": "EUR", "rates": [1.0, 2.0]}
-        assert seen == [("SELECT", threading.current_thread().name)]
+        here = threading.current_thread().name
+        assert seen == [("CONNECT", here), ("SELECT", here)]
         assert _deadline(engine).errors == {}
     finally:
         engine.close()
 
 
 def test_a_scatter_recovery_reads_its_slices_on_the_callers_thread(
-    tmp_path: Path, clock: FakeClock
+    tmp_path: Path, clock: FakeClock, seen: list[tuple[str, str]]
 ) -> None:
     store = SqlStore(f"sqlite:///{tmp_path / 'f.db'}")
     engine = _engine(store, clock)
@@ -100,10 +119,11 @@ def test_a_scatter_recovery_reads_its_slices_on_the_callers_thread(
     try:
         codes = ",".join(f"C{i:03d}" for i in range(300))
         many(codes)
-        seen = _threads(store)
+        _threads(store, seen)
         upstream.down = True
         assert [r["currency"] for r in many(codes)] == codes.split(",")
-        assert seen == [("SELECT", threading.current_thread().name)]
+        here = threading.current_thread().name
+        assert seen == [("CONNECT", here), ("SELECT", here)]
     finally:
         engine.close()
 
@@ -160,7 +180,7 @@ def _guarded(fn: Any) -> Any:
 
 
 def test_a_read_waiting_on_another_process_lock_ends_at_the_deadline(
-    tmp_path: Path, clock: FakeClock
+    tmp_path: Path, clock: FakeClock, seen: list[tuple[str, str]]
 ) -> None:
     path = tmp_path / "f.db"
     store = SqlStore(f"sqlite:///{path}")
@@ -169,34 +189,29 @@ def test_a_read_waiting_on_another_process_lock_ends_at_the_deadline(
     rates = failover.failover("rates", engine=engine)(upstream)
     try:
         rates("EUR")
-        seen = _threads(store)
+        _threads(store, seen)
         upstream.down = True
         store.engine.dispose()  # no connection open: the holder's lock comes first
-        assert store.reading_engine is not None
-        store.reading_engine.dispose()
-        sa.event.listen(  # first: before the connection's pragmas meet the lock
-            store.reading_engine,
-            "connect",
-            lambda *a: seen.append(("CONNECT", threading.current_thread().name)),
-            insert=True,
-        )
         with held_exclusively(path):
             got = _guarded(lambda: rates("EUR"))
             # Nothing usable within the deadline: the upstream's own error, the read given
             # up on the thread that made it, counted as a timeout (the store is out).
             assert isinstance(got, ConnectionError)
-            assert seen == [("CONNECT", "caller")]  # its first pragma waited for the lock
+            # Its connection opened there; the statement never started (SQLite reads the
+            # schema under the lock first).
+            assert seen == [("CONNECT", "caller")]
             assert _deadline(engine).errors == {("find", "timeout"): 1}
         assert rates("EUR") == {"currency": "EUR", "rates": [1.0, 2.0]}  # the lock went
-        here = threading.current_thread().name
-        assert seen[1:] == [("CONNECT", here), ("SELECT", here)]
+        assert seen[1:] == [("SELECT", threading.current_thread().name)]
     finally:
         engine.close()
 
 
-def test_a_read_running_past_the_deadline_is_interrupted(tmp_path: Path, clock: FakeClock) -> None:
+def test_a_read_running_past_the_deadline_is_interrupted(
+    tmp_path: Path, clock: FakeClock, seen: list[tuple[str, str]]
+) -> None:
     """A statement still running at the deadline is interrupted (SQLite's progress handler),
-    and the connection serves the next read."""
+    and its connection serves the next read."""
     url = f"sqlite:///{tmp_path / 'f.db'}"
     writer = _engine(SqlStore(url), clock)
     upstream = Rates()
@@ -211,55 +226,71 @@ def test_a_read_running_past_the_deadline_is_interrupted(tmp_path: Path, clock: 
     store = SqlStore(url)
     # A deadline past before the statement can end: the read is interrupted while it runs.
     engine = _engine(store, clock, timeout=1e-5)
-    seen = _threads(store)
     upstream.down = True
     reading = failover.failover("many", splitter=splitter, engine=engine)(many)
     try:
         assert isinstance(_guarded(lambda: reading(codes)), ConnectionError)
-        assert seen == [("SELECT", "caller")]
-        assert _deadline(engine).errors == {("find_many", "timeout"): 1}
-        assert store.reading_engine is not None
-        with store.reading_engine.connect() as conn:  # the interrupted one: still good
-            assert conn.exec_driver_sql("SELECT count(*) FROM failover_store").scalar() == 5_000
+        assert seen == [("CONNECT", "caller"), ("SELECT", "caller")]
+        layer = _deadline(engine)
+        assert layer.errors == {("find_many", "timeout"): 1}
+        # A point read ends before SQLite first looks at the clock: the same connection,
+        # given back after the interrupt, answers it.
+        key = next(iter(SqlStore(url).find_all("many"))).key
+        found = _guarded(lambda: layer.find("many", key))
+        assert found is not None
+        assert found.key == key
+        assert seen[2:] == [("SELECT", "caller")]  # no connection opened
     finally:
         engine.close()
 
 
-def test_a_read_that_finds_every_connection_taken_goes_to_a_worker(
-    tmp_path: Path, clock: FakeClock
+def test_a_read_with_no_connection_to_spare_goes_to_a_worker(
+    tmp_path: Path, clock: FakeClock, seen: list[tuple[str, str]], monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """A read never waits for one of its connections: with none to spare (all in use by
+    other callers), a deadline worker reads."""
+    monkeypatch.setattr(caller_reads, "SIZE", 0)
     store = SqlStore(f"sqlite:///{tmp_path / 'f.db'}")
     engine = _engine(store, clock)
     upstream = Rates()
     rates = failover.failover("rates", engine=engine)(upstream)
-    assert store.reading_engine is not None
-    held = [store.reading_engine.connect() for _ in range(store.reading_engine.pool.size())]
     try:
         rates("EUR")
-        seen = _threads(store)
+        _threads(store, seen)
         upstream.down = True
-        assert rates("EUR") == {"currency": "EUR", "rates": [1.0, 2.0]}  # never waits for one
+        assert rates("EUR") == {"currency": "EUR", "rates": [1.0, 2.0]}
         ((word, thread),) = seen
         assert word == "SELECT"
         assert thread.startswith("failover-store")  # a deadline worker's
         assert _deadline(engine).errors == {}
     finally:
-        for conn in held:
-            conn.close()
         engine.close()
 
 
-@pytest.mark.parametrize("url", ["sqlite://", "engine"], ids=["in-memory", "own-engine"])
+@pytest.mark.parametrize("how", ["in-memory", "own-engine", "uri"])
 def test_reads_stay_on_workers_where_the_store_cannot_bound_them(
-    tmp_path: Path, clock: FakeClock, url: str
+    tmp_path: Path, clock: FakeClock, seen: list[tuple[str, str]], how: str
 ) -> None:
-    """An in-memory database (one connection that threads take in turn) and an engine of
-    your own (its settings are yours) keep the hand-off."""
-    target = sa.create_engine(f"sqlite:///{tmp_path / 'f.db'}") if url == "engine" else url
+    """An in-memory database (one connection that threads take in turn), an engine of your
+    own (its settings are yours) and a URI with options keep the hand-off."""
+    path = tmp_path / "f.db"
+    target: Any = {
+        "in-memory": "sqlite://",
+        "own-engine": sa.create_engine(f"sqlite:///{path}"),
+        "uri": f"sqlite:///file:{path}?mode=rwc&uri=true",
+    }[how]
     store = SqlStore(target)
     engine = _engine(store, clock)
+    upstream = Rates()
+    rates = failover.failover("rates", engine=engine)(upstream)
     try:
-        assert store.reading_engine is None
+        rates("EUR")
+        _threads(store, seen)
+        upstream.down = True
+        assert rates("EUR") == {"currency": "EUR", "rates": [1.0, 2.0]}
+        ((word, thread),) = seen
+        assert word == "SELECT"
+        assert thread.startswith("failover-store")
     finally:
         engine.close()
         if isinstance(target, sa.Engine):
@@ -267,9 +298,19 @@ def test_reads_stay_on_workers_where_the_store_cannot_bound_them(
 
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="POSIX only")
-def test_a_forked_child_reads_on_connections_of_its_own(tmp_path: Path, clock: FakeClock) -> None:
+def test_a_forked_child_reads_on_connections_of_its_own(
+    tmp_path: Path, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A child forked after the parent read on its own thread never uses the parent's
     connection (its file locks are the parent's): it opens one."""
+    opened: list[int] = []  # the process that opened each connection
+    real = caller_reads.connect
+
+    def connect(path: str, timeout: float) -> sqlite3.Connection:
+        opened.append(os.getpid())
+        return real(path, timeout)
+
+    monkeypatch.setattr(caller_reads, "connect", connect)
     store = SqlStore(f"sqlite:///{tmp_path / 'f.db'}")
     engine = _engine(store, clock)
     upstream = Rates()
@@ -281,16 +322,21 @@ def test_a_forked_child_reads_on_connections_of_its_own(tmp_path: Path, clock: F
     pid = os.fork()
     if pid == 0:  # the child: report through the pipe, never return into pytest
         try:
-            said = [rates("EUR"), sorted(map(list, _deadline(engine).errors))]
+            said = [
+                rates("EUR"),
+                sorted(map(list, _deadline(engine).errors)),
+                opened.count(os.getpid()),
+            ]
             os.write(writing, json.dumps(said).encode())
         finally:
             os._exit(0)
     os.close(writing)
     with os.fdopen(reading) as pipe:
-        recovered, errors = json.loads(pipe.read())
+        recovered, errors, opened_there = json.loads(pipe.read())
     os.waitpid(pid, 0)
     try:
-        assert (recovered["currency"], errors) == ("EUR", [])
+        assert (recovered["currency"], errors, opened_there) == ("EUR", [], 1)
         assert rates("EUR")["currency"] == "EUR"  # the parent's connection is still its own
+        assert opened == [os.getpid()]
     finally:
         engine.close()

@@ -43,7 +43,7 @@ def is_memory(url: sa.URL) -> bool:
     return url.database in (None, "", ":memory:") or url.query.get("mode") == "memory"
 
 
-def _sqlite_text(data: bytes) -> str | bytes:
+def sqlite_text(data: bytes) -> str | bytes:
     """A TEXT value read from SQLite: its text, or its bytes when they are not UTF-8."""
     try:
         return data.decode()
@@ -58,7 +58,7 @@ def _sqlite_pragmas(
     # that are not UTF-8, which the driver's own decoding refuses with an error that fails the
     # whole statement (every slice of a find_many, a whole listing). Read as bytes instead, such
     # a value is one corrupt row, as a BLOB is.
-    dbapi_connection.text_factory = _sqlite_text
+    dbapi_connection.text_factory = sqlite_text
     # Several processes share one file: readers never wait for the writer (WAL), and a writer
     # waits for another one instead of failing at once (busy timeout). synchronous=NORMAL is
     # safe with WAL (a crash loses at most the last commits, never the file).
@@ -183,30 +183,6 @@ def make_engine(url: str | sa.URL, *, pgbouncer: str | None = None, **engine_kwa
         sa.event.listen(engine, "connect", _sqlite_pragmas)
     if fast:
         sa.event.listen(engine, "checkout", ping_when_idle)
-    return engine
-
-
-def reading_engine(url: sa.URL, busy_ms: int, on_connect: Any) -> Engine:
-    """An engine for reads of the SQLite file ``url`` on callers' threads
-    (`failover.stores.backends.sql.caller_reads`): its connections wait ``busy_ms`` at most
-    for a lock, as many as the store's pool keeps, and a checkout finds one free at once or
-    fails (`sqlalchemy.exc.TimeoutError`) instead of waiting. ``on_connect(dbapi_connection,
-    record)`` is called on each new connection, after the pragmas. Fork-safe as `make_engine`'s.
-    """
-    engine = _created(
-        url,
-        {
-            "hide_parameters": True,
-            "poolclass": sa.QueuePool,
-            "pool_size": _SQLITE_POOL["pool_size"],
-            "max_overflow": 0,
-            "pool_timeout": 0,
-        },
-    )
-    sa.event.listen(engine, "connect", _opened_here)
-    sa.event.listen(engine, "checkout", _checked_out_here)
-    sa.event.listen(engine, "connect", lambda conn, record: _sqlite_pragmas(conn, record, busy_ms))
-    sa.event.listen(engine, "connect", on_connect)
     return engine
 
 

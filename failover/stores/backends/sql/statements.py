@@ -108,6 +108,7 @@ class CoreStatements:
             c.name == sa.bindparam("b_name"), c.key == sa.bindparam("b_key")
         )
         columns = (c.payload, c.payload_type, c.as_of, c.expire_on, *label_of(table))
+        self.columns = columns  # what a read selects after the key, in this order
         by_name = c.name == sa.bindparam("n")
         self._find = sa.select(*columns).where(by_name, c.key == sa.bindparam("k"))
         self._find_all = sa.select(c.key, *columns).where(by_name).order_by(c.key)

@@ -188,7 +188,7 @@ class SqlStore(SerializedStore, KeepsHealthRows, AsyncSqlMethods, Capabilities):
                 self._control.table = self.table
             self._core.learn_limits(self._where)
             if self._here is not None:
-                self._here.bind(self.table, self._core.chunk)
+                self._here.bind(self._core)
             self._ready = True
 
     def create_table(self) -> None:
@@ -272,25 +272,24 @@ class SqlStore(SerializedStore, KeepsHealthRows, AsyncSqlMethods, Capabilities):
             self._prepare()
         return self._statements.upsert(rows)
 
-    @property
-    def reading_engine(self) -> Engine | None:
-        """The engine of the reads made on callers' threads (`reads_here`: a SQLite file
-        under a store deadline), or ``None``. Instrument it as well as `engine` (e.g. with
-        SQLAlchemy events) to see every statement."""
-        return None if self._here is None else self._here.engine
-
     def reads_here(self, timeout: float) -> bool:
         """Read on callers' threads within ``timeout`` seconds (`CallerReads`) when the store
-        is a SQLite file whose engine it made: a read then waits on nothing it cannot bound.
-        """
+        is a SQLite file whose engine it made from a URL without options: a read then waits on
+        nothing it cannot bound."""
         url = self.engine.url
-        if not self._owns_engine or url.get_backend_name() != "sqlite" or is_memory(url):
+        if (
+            not self._owns_engine
+            or url.get_backend_name() != "sqlite"
+            or is_memory(url)
+            or url.query  # a URI's options (read-only, a VFS): SQLAlchemy's connections only
+            or not url.database
+        ):
             return False
         with self._ready_lock:
             if self._here is None:  # one store under two deadlines: the first one's bounds
-                self._here = CallerReads(url, timeout)
+                self._here = CallerReads(url.database, timeout)
                 if self._ready:
-                    self._here.bind(self.table, self._core.chunk)
+                    self._here.bind(self._core)
         return True
 
     def find(self, name: str, key: str) -> Payload | None:
