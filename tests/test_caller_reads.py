@@ -11,11 +11,7 @@ from __future__ import annotations
 import json
 import os
 import sqlite3
-import subprocess
-import sys
 import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +26,7 @@ from failover.stores.base import walk
 from failover.stores.layers.deadline import DeadlineStore
 
 from .conftest import FakeClock
+from .test_store_hung import sqlite_locked
 
 GUARD = 10.0  # seconds a read bounded by a 0.05 s deadline may take on a loaded machine
 
@@ -128,39 +125,6 @@ def test_a_scatter_recovery_reads_its_slices_on_the_callers_thread(
         engine.close()
 
 
-@contextmanager
-def held_exclusively(path: Path) -> Iterator[None]:
-    """Another process holds the file in exclusive locking mode inside the block: no
-    connection opened after it took the lock can read it (one already open in WAL mode keeps
-    a shared lock on the file, which the holder would wait for)."""
-    holder = subprocess.Popen(
-        [
-            sys.executable,
-            "-c",
-            "import sqlite3, sys\n"
-            f"c = sqlite3.connect({str(path)!r}, isolation_level=None)\n"
-            "c.execute('PRAGMA locking_mode = EXCLUSIVE')\n"
-            "c.execute('BEGIN EXCLUSIVE')\n"
-            "c.execute('SELECT count(*) FROM sqlite_master').fetchall()\n"
-            "print('locked', flush=True)\n"
-            "sys.stdin.readline()\n",
-        ],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        assert holder.stdout is not None
-        assert holder.stdout.readline().strip() == "locked"
-        yield
-    finally:
-        assert holder.stdin is not None
-        assert holder.stdout is not None
-        holder.stdin.close()
-        holder.wait(10)
-        holder.stdout.close()
-
-
 def _guarded(fn: Any) -> Any:
     """``fn()`` on a thread of its own, joined for at most `GUARD` seconds: what it returned,
     or the exception it raised."""
@@ -192,7 +156,7 @@ def test_a_read_waiting_on_another_process_lock_ends_at_the_deadline(
         _threads(store, seen)
         upstream.down = True
         store.engine.dispose()  # no connection open: the holder's lock comes first
-        with held_exclusively(path):
+        with sqlite_locked(path, readers_too=True):
             got = _guarded(lambda: rates("EUR"))
             # Nothing usable within the deadline: the upstream's own error, the read given
             # up on the thread that made it, counted as a timeout (the store is out).
@@ -244,13 +208,27 @@ def test_a_read_running_past_the_deadline_is_interrupted(
         engine.close()
 
 
-def test_a_read_with_no_connection_to_spare_goes_to_a_worker(
-    tmp_path: Path, clock: FakeClock, seen: list[tuple[str, str]], monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize("how", ["no-connection-to-spare", "in-memory", "own-engine", "uri"])
+def test_reads_go_to_a_worker_where_the_caller_cannot_bound_them(
+    tmp_path: Path,
+    clock: FakeClock,
+    seen: list[tuple[str, str]],
+    monkeypatch: pytest.MonkeyPatch,
+    how: str,
 ) -> None:
-    """A read never waits for one of its connections: with none to spare (all in use by
-    other callers), a deadline worker reads."""
-    monkeypatch.setattr(caller_reads, "SIZE", 0)
-    store = SqlStore(f"sqlite:///{tmp_path / 'f.db'}")
+    """A read never waits for a connection of its own: with none to spare (all in use by other
+    callers), a deadline worker reads. An in-memory database (one connection that threads take
+    in turn), an engine of your own (its settings are yours) and a URI with options keep the
+    hand-off."""
+    path = tmp_path / "f.db"
+    if how == "no-connection-to-spare":
+        monkeypatch.setattr(caller_reads, "SIZE", 0)
+    target: Any = {
+        "in-memory": "sqlite://",
+        "own-engine": sa.create_engine(f"sqlite:///{path}"),
+        "uri": f"sqlite:///file:{path}?mode=rwc&uri=true",
+    }.get(how, f"sqlite:///{path}")
+    store = SqlStore(target)
     engine = _engine(store, clock)
     upstream = Rates()
     rates = failover.failover("rates", engine=engine)(upstream)
@@ -263,34 +241,6 @@ def test_a_read_with_no_connection_to_spare_goes_to_a_worker(
         assert word == "SELECT"
         assert thread.startswith("failover-store")  # a deadline worker's
         assert _deadline(engine).errors == {}
-    finally:
-        engine.close()
-
-
-@pytest.mark.parametrize("how", ["in-memory", "own-engine", "uri"])
-def test_reads_stay_on_workers_where_the_store_cannot_bound_them(
-    tmp_path: Path, clock: FakeClock, seen: list[tuple[str, str]], how: str
-) -> None:
-    """An in-memory database (one connection that threads take in turn), an engine of your
-    own (its settings are yours) and a URI with options keep the hand-off."""
-    path = tmp_path / "f.db"
-    target: Any = {
-        "in-memory": "sqlite://",
-        "own-engine": sa.create_engine(f"sqlite:///{path}"),
-        "uri": f"sqlite:///file:{path}?mode=rwc&uri=true",
-    }[how]
-    store = SqlStore(target)
-    engine = _engine(store, clock)
-    upstream = Rates()
-    rates = failover.failover("rates", engine=engine)(upstream)
-    try:
-        rates("EUR")
-        _threads(store, seen)
-        upstream.down = True
-        assert rates("EUR") == {"currency": "EUR", "rates": [1.0, 2.0]}
-        ((word, thread),) = seen
-        assert word == "SELECT"
-        assert thread.startswith("failover-store")
     finally:
         engine.close()
         if isinstance(target, sa.Engine):

@@ -38,15 +38,21 @@ RESET = 5.0  # the store breaker's open time, on the fake clock: the tests move 
 
 
 @contextmanager
-def sqlite_locked(path: Path) -> Iterator[None]:
-    """Another process holds the file's write lock (``BEGIN EXCLUSIVE``) inside the block."""
+def sqlite_locked(path: Path, *, readers_too: bool = False) -> Iterator[None]:
+    """Another process holds the file's write lock (``BEGIN EXCLUSIVE``) inside the block;
+    ``readers_too``: in exclusive locking mode, which keeps out the readers of every connection
+    opened after it took the lock (one already open in WAL mode keeps a shared lock on the file,
+    which the holder would wait for)."""
+    mode = "c.execute('PRAGMA locking_mode = EXCLUSIVE')\n" if readers_too else ""
     holder = subprocess.Popen(
         [
             sys.executable,
             "-c",
             "import sqlite3, sys\n"
             f"c = sqlite3.connect({str(path)!r}, isolation_level=None)\n"
+            f"{mode}"
             "c.execute('BEGIN EXCLUSIVE')\n"
+            "c.execute('SELECT count(*) FROM sqlite_master').fetchall()\n"
             "print('locked', flush=True)\n"
             "sys.stdin.readline()\n",
         ],

@@ -19,9 +19,9 @@ from __future__ import annotations
 
 import sqlite3
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from time import monotonic
-from typing import Any
+from typing import Any, TypeVar
 
 import sqlalchemy as sa
 from sqlalchemy import exc as sa_exc
@@ -33,6 +33,8 @@ from .engine import first_line, sqlite_text
 from .statements import CoreStatements
 
 __all__ = ["SIZE", "STEPS", "CallerReads", "connect"]
+
+T = TypeVar("T")
 
 STEPS = 10_000
 """SQLite virtual-machine steps between two looks at the deadline (well under a millisecond):
@@ -109,7 +111,7 @@ class CallerReads:
         head, _, tail = str(many.compile(dialect=dialect)).partition(_POSTCOMPILE)
         self._find_many = head + "(", ")" + tail
         self._chunk = statements.chunk
-        self._find = str(find.compile(dialect=dialect))
+        self._find = str(find.compile(dialect=dialect))  # last: a read checks it for the rest
 
     def find(self, name: str, key: str) -> Any:
         """The row of ``(name, key)``, or ``None``, read on this thread within the deadline.
@@ -121,16 +123,7 @@ class CallerReads:
         sql = self._find
         if sql is None:
             raise Elsewhere("the store's table is not ready")
-        conn = self._take()
-        try:
-            row = conn.execute(sql, (name, key)).fetchone()
-        except sqlite3.Error as exc:
-            raise self._failed(conn, exc, sql) from exc
-        except BaseException:  # interrupted (KeyboardInterrupt): the connection is not kept
-            self._drop(conn)
-            raise
-        self._give(conn)
-        return row
+        return self._read(lambda conn: conn.execute(sql, (name, key)).fetchone(), sql)
 
     def find_many(self, name: str, keys: list[str]) -> list[Any]:
         """The rows of those of ``keys`` that are stored, key first, read on this thread within
@@ -144,21 +137,29 @@ class CallerReads:
             raise Elsewhere("the store's table is not ready")
         head, tail = self._find_many
         size = self._chunk or len(keys)
-        conn = self._take()
-        sql = head
-        try:
+
+        def read(conn: sqlite3.Connection) -> list[Any]:
             rows: list[Any] = []
             for i in range(0, len(keys), size):
                 part: Sequence[str] = keys[i : i + size]
                 sql = head + ", ".join("?" * len(part)) + tail
                 rows += conn.execute(sql, (name, *part)).fetchall()
+            return rows
+
+        return self._read(read, head + "...)" + tail)
+
+    def _read(self, read: Callable[[sqlite3.Connection], T], sql: str) -> T:
+        """``read(connection)`` on a connection taken for it, given back after."""
+        conn = self._take()
+        try:
+            result = read(conn)
         except sqlite3.Error as exc:
             raise self._failed(conn, exc, sql) from exc
         except BaseException:  # interrupted (KeyboardInterrupt): the connection is not kept
             self._drop(conn)
             raise
         self._give(conn)
-        return rows
+        return result
 
     def _take(self) -> sqlite3.Connection:
         try:
