@@ -208,6 +208,66 @@ def test_a_read_running_past_the_deadline_is_interrupted(
         engine.close()
 
 
+def test_a_read_the_store_refuses_closes_its_connection(
+    tmp_path: Path, clock: FakeClock, seen: list[tuple[str, str]]
+) -> None:
+    """A read that fails (the table gone) is the store's error, counted as one, and leaves no
+    connection behind: one that met an unknown error is closed, not lent again."""
+    path = tmp_path / "f.db"
+    store = SqlStore(f"sqlite:///{path}")
+    engine = _engine(store, clock)
+    upstream = Rates()
+    rates = failover.failover("rates", engine=engine)(upstream)
+    reads = store.caller_reads
+    assert reads is not None
+    try:
+        rates("EUR")
+        upstream.down = True
+        assert rates("EUR")["currency"] == "EUR"
+        assert (reads.connections, reads.in_use) == (1, 0)
+        with sqlite3.connect(path) as other:
+            other.execute("DROP TABLE failover_store")
+        assert isinstance(_guarded(lambda: rates("EUR")), ConnectionError)  # nothing usable
+        assert _deadline(engine).errors == {("find", "error"): 1}
+        assert (reads.connections, reads.in_use) == (0, 0)
+    finally:
+        engine.close()
+
+
+def test_a_store_closed_while_a_read_waits_closes_its_connection_when_it_ends(
+    tmp_path: Path, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "f.db"
+    store = SqlStore(f"sqlite:///{path}")
+    engine = _engine(store, clock, timeout=0.2)
+    upstream = Rates()
+    rates = failover.failover("rates", engine=engine)(upstream)
+    reads = store.caller_reads
+    assert reads is not None
+    opened = threading.Event()
+    real = caller_reads.connect
+
+    def connect(path: str, timeout: float) -> sqlite3.Connection:
+        opened.set()
+        return real(path, timeout)
+
+    monkeypatch.setattr(caller_reads, "connect", connect)
+    rates("EUR")
+    upstream.down = True
+    store.engine.dispose()
+    out: list[Any] = []
+    with sqlite_locked(path, readers_too=True):
+        reader = threading.Thread(target=lambda: out.append(_guarded(lambda: rates("EUR"))))
+        reader.start()
+        assert opened.wait(GUARD)  # the read has its connection, and waits for the lock
+        reads.close()  # as the store's close does
+        reader.join(GUARD)
+    assert not reader.is_alive()
+    assert isinstance(out[0], ConnectionError)  # its deadline passed: a miss
+    assert (reads.connections, reads.in_use) == (0, 0)
+    engine.close()
+
+
 @pytest.mark.parametrize("how", ["no-connection-to-spare", "in-memory", "own-engine", "uri"])
 def test_reads_go_to_a_worker_where_the_caller_cannot_bound_them(
     tmp_path: Path,

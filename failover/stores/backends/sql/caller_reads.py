@@ -98,6 +98,16 @@ class CallerReads:
     def __repr__(self) -> str:
         return f"CallerReads({self.path!r}, timeout={self.timeout:g})"
 
+    @property
+    def connections(self) -> int:
+        """Connections open now, free or taken by a read."""
+        return self._open
+
+    @property
+    def in_use(self) -> int:
+        """Connections taken by reads now."""
+        return self._open - len(self._free)
+
     def bind(self, statements: CoreStatements) -> None:
         """Read the table of ``statements`` (the store's, once ready), with its columns and its
         statements' chunk of keys."""

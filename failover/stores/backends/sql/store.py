@@ -272,6 +272,11 @@ class SqlStore(SerializedStore, KeepsHealthRows, AsyncSqlMethods, Capabilities):
             self._prepare()
         return self._statements.upsert(rows)
 
+    @property
+    def caller_reads(self) -> CallerReads | None:
+        """The reads made on callers' threads (`reads_here`), or ``None``."""
+        return self._here
+
     def reads_here(self, timeout: float) -> bool:
         """Read on callers' threads within ``timeout`` seconds (`CallerReads`) when the store
         is a SQLite file whose engine it made from a URL without options: a read then waits on
