@@ -51,9 +51,7 @@ def sqlite_text(data: bytes) -> str | bytes:
         return data
 
 
-def _sqlite_pragmas(
-    dbapi_connection: Any, connection_record: Any, busy_ms: int = _BUSY_TIMEOUT_MS
-) -> None:
+def _sqlite_pragmas(dbapi_connection: Any, connection_record: Any) -> None:
     # SQLite keeps TEXT as the bytes it was given: a row another program wrote may hold bytes
     # that are not UTF-8, which the driver's own decoding refuses with an error that fails the
     # whole statement (every slice of a find_many, a whole listing). Read as bytes instead, such
@@ -64,7 +62,7 @@ def _sqlite_pragmas(
     # safe with WAL (a crash loses at most the last commits, never the file).
     cursor = dbapi_connection.cursor()
     try:
-        cursor.execute(f"PRAGMA busy_timeout = {int(busy_ms)}")
+        cursor.execute(f"PRAGMA busy_timeout = {_BUSY_TIMEOUT_MS}")
         cursor.execute("PRAGMA journal_mode = WAL")
         cursor.execute("PRAGMA synchronous = NORMAL")
     finally:
