@@ -9,7 +9,12 @@ import weakref
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["AfterFork"]
+__all__ = ["INHERITED", "AfterFork"]
+
+INHERITED: list[Any] = []
+"""A forked child's connections of its parent (database sessions, SQLite files): never used
+nor closed, since closing one would end the parent's session or drop its file locks, and held
+here for good, since a collected connection would be closed."""
 
 
 class AfterFork:

@@ -27,7 +27,7 @@ import sqlalchemy as sa
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.dialects import sqlite
 
-from ....forks import AfterFork
+from ....forks import INHERITED, AfterFork
 from ...layers.bounded import Elsewhere, StoreTimeout, until
 from .engine import first_line, sqlite_text
 from .statements import CoreStatements
@@ -46,9 +46,6 @@ SIZE = 8
 # The result codes of a read given up: waited for a lock until the busy timeout, interrupted.
 _GAVE_UP = {sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED, sqlite3.SQLITE_INTERRUPT}
 _POSTCOMPILE = "(__[POSTCOMPILE_keys])"
-# A forked child's connections of its parent: never used nor closed (closing would drop locks
-# and mappings the parent's connection relies on), kept referenced so that no collection does.
-_inherited: list[sqlite3.Connection] = []
 
 
 def _past_deadline() -> bool:
@@ -223,9 +220,9 @@ class CallerReads:
         return wrapped if isinstance(wrapped, BaseException) else exc
 
     def forked(self) -> None:
-        """In a forked child: the parent's connections are left alone (`_inherited`)."""
+        """In a forked child: the parent's connections are left alone (`INHERITED`)."""
         self._lock = threading.Lock()
-        _inherited.extend(self._free)
+        INHERITED.extend(self._free)
         self._free = []
         self._open = 0
 

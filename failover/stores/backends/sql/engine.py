@@ -12,6 +12,7 @@ from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine import Engine
 
 from ....errors import ConfigurationError
+from ....forks import INHERITED
 from ....masking import masked_url
 from ...layers.deadline import abandoned
 from .limits import CONNECT_TIMEOUT_S, KEEPALIVES, STATEMENT_TIMEOUT_MS
@@ -70,7 +71,6 @@ def _sqlite_pragmas(dbapi_connection: Any, connection_record: Any) -> None:
 
 
 _PID = "failover.pid"  # the process that opened a pooled connection, in its record's info
-_inherited: list[Any] = []  # a forked child's connections of its parent: never used nor closed
 
 
 def _opened_here(dbapi_connection: Any, record: Any) -> None:
@@ -95,7 +95,7 @@ def _checked_out_here(dbapi_connection: Any, record: Any, proxy: Any) -> None:
     pid = record.info.get(_PID)
     if pid is None or pid == os.getpid():
         return
-    _inherited.append(dbapi_connection)  # kept referenced: a driver's collection may close it
+    INHERITED.append(dbapi_connection)
     record.dbapi_connection = proxy.dbapi_connection = None
     raise sa_exc.DisconnectionError(f"connection opened by process {pid} before a fork")
 

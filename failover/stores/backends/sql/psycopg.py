@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any
 import sqlalchemy as sa
 from sqlalchemy import exc as sa_exc
 
+from ....forks import INHERITED
 from ...layers.deadline import abandoned
 
 if TYPE_CHECKING:
@@ -118,9 +119,7 @@ class Spares:
         if os.getpid() == self._pid:
             return False
         with self._lock:
-            # Held for good: collected, they would be closed (libpq tells the server to end
-            # the session), which would end the parent's.
-            _inherited.extend(self._idle)
+            INHERITED.extend(self._idle)  # libpq would end the parent's sessions
             self._idle, self._pid = [], os.getpid()
         return True
 
@@ -187,7 +186,6 @@ class Spares:
                 self._release(fairy)
 
 
-_inherited: list[Any] = []  # the parent's spares, in a forked child: never used, never closed
 _registry: weakref.WeakKeyDictionary[Any, Spares] = weakref.WeakKeyDictionary()
 _registry_lock = threading.Lock()
 
