@@ -75,10 +75,8 @@ class Rates:
         return {"currency": currency, "rates": [1.0, 2.0]}
 
 
-def _engine(store: SqlStore, clock: FakeClock, timeout: float = 5.0, **kw: Any) -> Failover:
-    return Failover(
-        store, clock=clock, metrics=False, async_writes=False, store_timeout=timeout, **kw
-    )
+def _engine(store: SqlStore, clock: FakeClock, timeout: float = 5.0) -> Failover:
+    return Failover(store, clock=clock, metrics=False, async_writes=False, store_timeout=timeout)
 
 
 @pytest.mark.parametrize("async_writes", [False, True], ids=["sync-writes", "async-writes"])
