@@ -12,6 +12,7 @@ import json
 import os
 import sqlite3
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -77,6 +78,16 @@ class Rates:
 
 def _engine(store: SqlStore, clock: FakeClock, timeout: float = 5.0) -> Failover:
     return Failover(store, clock=clock, metrics=False, async_writes=False, store_timeout=timeout)
+
+
+def _rates(
+    store: SqlStore, clock: FakeClock, timeout: float = 5.0
+) -> tuple[Failover, Rates, Callable[[str], Any]]:
+    """An engine on ``store`` (sync writes, a deadline of ``timeout``), an upstream, and the
+    failover ``rates`` that calls it."""
+    engine = _engine(store, clock, timeout)
+    upstream = Rates()
+    return engine, upstream, failover.failover("rates", engine=engine)(upstream)
 
 
 @pytest.mark.parametrize("async_writes", [False, True], ids=["sync-writes", "async-writes"])
@@ -146,9 +157,7 @@ def test_a_read_waiting_on_another_process_lock_ends_at_the_deadline(
 ) -> None:
     path = tmp_path / "f.db"
     store = SqlStore(f"sqlite:///{path}")
-    engine = _engine(store, clock, timeout=0.05)
-    upstream = Rates()
-    rates = failover.failover("rates", engine=engine)(upstream)
+    engine, upstream, rates = _rates(store, clock, 0.05)
     try:
         rates("EUR")
         _threads(store, seen)
@@ -213,9 +222,7 @@ def test_a_read_the_store_refuses_closes_its_connection(
     connection behind: one that met an unknown error is closed, not lent again."""
     path = tmp_path / "f.db"
     store = SqlStore(f"sqlite:///{path}")
-    engine = _engine(store, clock)
-    upstream = Rates()
-    rates = failover.failover("rates", engine=engine)(upstream)
+    engine, upstream, rates = _rates(store, clock)
     reads = store.caller_reads
     assert reads is not None
     try:
@@ -237,9 +244,7 @@ def test_a_store_closed_while_a_read_waits_closes_its_connection_when_it_ends(
 ) -> None:
     path = tmp_path / "f.db"
     store = SqlStore(f"sqlite:///{path}")
-    engine = _engine(store, clock, timeout=0.2)
-    upstream = Rates()
-    rates = failover.failover("rates", engine=engine)(upstream)
+    engine, upstream, rates = _rates(store, clock, 0.2)
     reads = store.caller_reads
     assert reads is not None
     opened = threading.Event()
@@ -287,9 +292,7 @@ def test_reads_go_to_a_worker_where_the_caller_cannot_bound_them(
         "uri": f"sqlite:///file:{path}?mode=rwc&uri=true",
     }.get(how, f"sqlite:///{path}")
     store = SqlStore(target)
-    engine = _engine(store, clock)
-    upstream = Rates()
-    rates = failover.failover("rates", engine=engine)(upstream)
+    engine, upstream, rates = _rates(store, clock)
     try:
         rates("EUR")
         _threads(store, seen)
@@ -320,9 +323,7 @@ def test_a_forked_child_reads_on_connections_of_its_own(
 
     monkeypatch.setattr(caller_reads, "connect", connect)
     store = SqlStore(f"sqlite:///{tmp_path / 'f.db'}")
-    engine = _engine(store, clock)
-    upstream = Rates()
-    rates = failover.failover("rates", engine=engine)(upstream)
+    engine, upstream, rates = _rates(store, clock)
     rates("EUR")
     upstream.down = True
     assert rates("EUR")["currency"] == "EUR"  # the parent's connection, opened and pooled
