@@ -346,6 +346,7 @@ def test_names(make: Callable[..., SqlStore], clock: FakeClock) -> None:
 def test_the_portable_upsert_of_other_databases(tmp_path: Path, clock: FakeClock) -> None:
     store = SqlStore(f"sqlite:///{tmp_path / 'portable.db'}")
     store._core._upsert = None  # what a database without INSERT ... ON CONFLICT gets
+    store._core._driver_upsert = None
     with statements(store.engine) as seen:
         store.store(entry(clock, "a", {"v": 1}))
         store.store(entry(clock, "a", {"v": 2}))
@@ -388,10 +389,13 @@ def test_batches_are_one_statement_each(make: Callable[..., SqlStore], clock: Fa
     keys = [f"k{i}" for i in range(1_000)]
     with statements(store.engine) as seen:
         store.store_many([entry(clock, k, {"k": k}) for k in keys])
-    ((sql, _),) = seen.seen
+    ((sql, many),) = seen.seen
     assert "ON CONFLICT" in sql
     if store.engine.dialect.name == "postgresql":  # the rows as one JSON array, unpacked
         assert "json_to_recordset(%s::json)" in sql
+    else:  # the rows as the driver takes them, in one executemany
+        assert many
+        assert "?" in sql
     with statements(store.engine) as seen:
         found = store.find_many("n", [*keys, "absent"])
     assert len(found) == 1_000
