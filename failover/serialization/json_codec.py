@@ -41,8 +41,31 @@ _TAG = "__t"
 _SCALARS = frozenset({str, int, float, bool, type(None)})
 _STR = frozenset({str})
 _encoder = json.JSONEncoder(ensure_ascii=False, check_circular=False, separators=(",", ":"))
+
+
+def _c_encoder(encoder: json.JSONEncoder) -> Callable[[Any], str]:
+    """``encoder.encode``, made once at C speed where the interpreter has the C encoder:
+    ``JSONEncoder.encode`` makes a new one on every call, which costs more than the encoding of
+    a small value. Stateless (no circular check: the codec's own walk bounds the depth), so
+    threads share it."""
+    make = getattr(json.encoder, "c_make_encoder", None)
+    if make is None:  # an interpreter without the C speedups
+        return encoder.encode
+    basestring = (
+        json.encoder.encode_basestring_ascii if encoder.ensure_ascii
+        else json.encoder.encode_basestring
+    )  # fmt: skip
+    encode = make(
+        None, encoder.default, basestring, None, encoder.key_separator,
+        encoder.item_separator, encoder.sort_keys, encoder.skipkeys, encoder.allow_nan,
+    )  # fmt: skip
+    join = "".join
+    return lambda tree: join(encode(tree, 0))
+
+
 # For text UTF-8 cannot hold (lone surrogates): escaped, it is text every database driver takes.
 _ascii_encoder = json.JSONEncoder(ensure_ascii=True, check_circular=False, separators=(",", ":"))
+_encode = _c_encoder(_encoder)
 
 
 def _tagged(tag: str, value: Any) -> dict[str, Any]:
@@ -167,7 +190,7 @@ class JsonCodec:
         """
         try:
             tree = self._enc(value)
-            text = _encoder.encode(tree)
+            text = _encode(tree)
             if not text.isascii():
                 try:
                     text.encode("utf-8")
