@@ -198,7 +198,7 @@ class AsyncWriteStore(QueuedControl, HealthRowsLayer, BrowsingLayer, Layer):
         Raises:
             StoreError: the queue is full and ``rejection="abort"``.
         """
-        self._q.submit([(payload.name, payload.key, payload)])
+        self._q.submit_one(payload.name, payload.key, payload)
         return 0
 
     def store_many(self, payloads: Sequence[Payload]) -> int:

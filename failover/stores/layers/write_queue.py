@@ -21,8 +21,8 @@ from typing import Any, Final
 from ...errors import StoreError
 from ...forks import AfterFork
 from ...logs import LogLimiter
-from ...metrics import Metrics
-from ..base import FailoverStore, older
+from ...metrics import NULL_METRICS, Metrics
+from ..base import FailoverStore, Payload, older
 from .write_batches import DELETED, RETRY_FIRST, RETRY_MOST, Tombstone, Write
 from .write_worker import Worker
 
@@ -110,6 +110,40 @@ class WriteQueue(Worker):
         self.flushes = 0  # flushes begun: a write tried before the latest is tried once more
         self.taken_at = 0  # `flushes` when the worker took the batch it writes now
         self.given_up = 0  # writes given up at close, the store still out: logged once
+
+    def submit_one(self, name: str, key: str, payload: Payload) -> None:
+        """`submit` of one entry (a call's success), its common case in this frame: the worker
+        running, no write waiting for the store, and a place in the queue (its key's, or a free
+        one). Anything else goes through `submit`."""
+        if self.refused and (name, type(payload.payload)) in self.refused:
+            return
+        ident = (name, key)
+        with self.lock:
+            queue = self.queue
+            size = len(queue)
+            if not self.stopped and self.worker is not None and not self.retry:
+                write = (name, key, payload)
+                queued = self.pending.get(ident)
+                if (
+                    queued is not None
+                    and not isinstance(queued[2], Tombstone)
+                    and older(payload, queued[2])
+                ):  # entries only move forward: as `_forward`
+                    self._superseded_one(payload)
+                    return
+                waiting = queue.get(ident)
+                # As `submit`'s test for one write: its key's place, or a free one.
+                if size < self.queue_size or (waiting is not None and size <= self.queue_size):
+                    self.pending[ident] = write
+                    self.queued += 1
+                    queue[ident] = write
+                    if waiting is not None:  # as `_enqueue`
+                        self._superseded_one(waiting[2])
+                        self.handled += 1
+                    if self.idle:
+                        self.has_work.notify()
+                    return
+        self.submit([(name, key, payload)])
 
     def submit(self, writes: list[Write]) -> None:
         if self.refused:  # only once the store refused to encode a type: else free
@@ -253,6 +287,13 @@ class WriteQueue(Worker):
         values = [w[2] for w in writes]
         self.count("queued", values)
         self.count("superseded", values)
+
+    def _superseded_one(self, value: Payload | Tombstone) -> None:
+        """`_superseded` of one write's ``value``, without a tally per name."""
+        metrics = self.metrics
+        if metrics is not NULL_METRICS and not isinstance(value, Tombstone):
+            metrics.write_results(value.name, "queued", 1)
+            metrics.write_results(value.name, "superseded", 1)
 
     def _mark_pending(self, writes: list[Write]) -> None:
         # Called with `lock` held: each write becomes the newest of its key.
