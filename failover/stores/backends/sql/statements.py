@@ -91,7 +91,11 @@ def _driver_upsert(
     """SQLite's upsert as the driver takes it: its SQL, compiled once, and what makes a row's
     parameters in its order; ``None`` elsewhere, or where a column's type converts its value
     (SQLAlchemy's execution does that)."""
-    if upsert is None or dialect.name != "sqlite" or dialect.paramstyle != "qmark":
+    if (
+        not isinstance(upsert, sa.ClauseElement)
+        or dialect.name != "sqlite"
+        or dialect.paramstyle != "qmark"
+    ):
         return None
     compiled: Any = upsert.compile(dialect=dialect)
     order = compiled.positiontup
