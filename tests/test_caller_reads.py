@@ -8,6 +8,7 @@ layer counted. No assertion on time; the hang guards are joins far longer than t
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import sqlite3
@@ -130,6 +131,37 @@ def test_a_scatter_recovery_reads_its_slices_on_the_callers_thread(
         assert [r["currency"] for r in many(codes)] == codes.split(",")
         here = threading.current_thread().name
         assert seen == [("CONNECT", here), ("SELECT", here)]
+    finally:
+        engine.close()
+
+
+def test_an_async_recovery_reads_on_a_worker_through_the_stores_own_connections(
+    tmp_path: Path, clock: FakeClock, seen: list[tuple[str, str]]
+) -> None:
+    """An async caller's read of a SQLite file stays off the event loop: a worker thread reads
+    it within the deadline on one of the store's own `sqlite3` connections, past SQLAlchemy's
+    execution layer."""
+    store = SqlStore(f"sqlite:///{tmp_path / 'f.db'}")
+    engine = _engine(store, clock)
+    upstream = Rates()
+
+    @failover.failover("arates", engine=engine)
+    async def rates(currency: str) -> dict[str, Any]:
+        return upstream(currency)
+
+    async def main() -> tuple[dict[str, Any], str]:
+        await rates("EUR")
+        upstream.down = True
+        return await rates("EUR"), threading.current_thread().name
+
+    try:
+        _threads(store, seen)  # the engine's statements too: the write, and no read
+        answer, loop_thread = asyncio.run(main())
+        assert answer == {"currency": "EUR", "rates": [1.0, 2.0]}
+        reads = [(word, thread) for word, thread in seen if word in ("CONNECT", "SELECT")]
+        ((_, opened), (_, read)) = reads  # one connection of the store's, one SELECT on it
+        assert read == opened != loop_thread
+        assert _deadline(engine).errors == {}
     finally:
         engine.close()
 
