@@ -303,7 +303,17 @@ def test_a_store_closed_while_a_read_waits_closes_its_connection_when_it_ends(
     engine.close()
 
 
-@pytest.mark.parametrize("how", ["no-connection-to-spare", "in-memory", "own-engine", "uri"])
+class OwnReads(SqlStore):
+    """A store whose reads do more than the store's (here, nothing more): what they wait on
+    is theirs, so the deadline's worker runs them."""
+
+    def find(self, name: str, key: str) -> Any:
+        return super().find(name, key)
+
+
+@pytest.mark.parametrize(
+    "how", ["no-connection-to-spare", "in-memory", "own-engine", "uri", "subclass-reads"]
+)
 def test_reads_go_to_a_worker_where_the_caller_cannot_bound_them(
     tmp_path: Path,
     clock: FakeClock,
@@ -313,8 +323,8 @@ def test_reads_go_to_a_worker_where_the_caller_cannot_bound_them(
 ) -> None:
     """A read never waits for a connection of its own: with none to spare (all in use by other
     callers), a deadline worker reads. An in-memory database (one connection that threads take
-    in turn), an engine of your own (its settings are yours) and a URI with options keep the
-    hand-off."""
+    in turn), an engine of your own (its settings are yours), a URI with options and a
+    subclass's own reads keep the hand-off."""
     path = tmp_path / "f.db"
     if how == "no-connection-to-spare":
         monkeypatch.setattr(caller_reads, "SIZE", 0)
@@ -323,7 +333,7 @@ def test_reads_go_to_a_worker_where_the_caller_cannot_bound_them(
         "own-engine": sa.create_engine(f"sqlite:///{path}"),
         "uri": f"sqlite:///file:{path}?mode=rwc&uri=true",
     }.get(how, f"sqlite:///{path}")
-    store = SqlStore(target)
+    store = (OwnReads if how == "subclass-reads" else SqlStore)(target)
     engine, upstream, rates = _rates(store, clock)
     try:
         rates("EUR")

@@ -280,10 +280,14 @@ class SqlStore(SerializedStore, KeepsHealthRows, AsyncSqlMethods, Capabilities):
     def reads_here(self, timeout: float) -> bool:
         """Read on callers' threads within ``timeout`` seconds (`CallerReads`) when the store
         is a SQLite file whose engine it made from a URL without options: a read then waits on
-        nothing it cannot bound."""
+        nothing it cannot bound. Not for a subclass with reads of its own (they may wait on
+        anything)."""
         url = self.engine.url
+        kind = type(self)
         if (
-            not self._owns_engine
+            kind.find is not SqlStore.find
+            or kind.find_many is not SqlStore.find_many
+            or not self._owns_engine
             or url.get_backend_name() != "sqlite"
             or is_memory(url)
             or url.query  # a URI's options (read-only, a VFS): SQLAlchemy's connections only
