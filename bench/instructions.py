@@ -119,15 +119,23 @@ def instructions(tree: Path, path: str, calls: int, script: Path) -> int:
     return int(found.group(1))
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--calls", type=int, default=3000)
+def command_line(
+    doc: str, paths: tuple[str, ...], calls: int
+) -> tuple[argparse.Namespace, list[Path]]:
+    """The options of a counting script (``--calls``, ``--tree``, ``--path``), and the trees
+    to count (this checkout by default); valgrind must be there."""
+    parser = argparse.ArgumentParser(description=doc.split("\n\n", maxsplit=1)[0])
+    parser.add_argument("--calls", type=int, default=calls)
     parser.add_argument("--tree", action="append", type=Path, default=[])
-    parser.add_argument("--path", action="append", choices=PATHS, default=[], help="(all)")
+    parser.add_argument("--path", action="append", choices=paths, default=[], help="(all)")
     args = parser.parse_args()
     if shutil.which("valgrind") is None:
         raise SystemExit("valgrind is not installed (Debian: apt-get install valgrind)")
-    trees = args.tree or [Path(__file__).resolve().parent.parent]
+    return args, args.tree or [Path(__file__).resolve().parent.parent]
+
+
+def main() -> None:
+    args, trees = command_line(__doc__ or "", PATHS, 3000)
     with tempfile.TemporaryDirectory() as work:
         script = Path(work) / "one.py"
         script.write_text(_ONE)

@@ -18,12 +18,10 @@ Paths (each in a process of its own, counted inside ``builtin_sorted`` only):
 
 from __future__ import annotations
 
-import argparse
-import shutil
 import tempfile
 from pathlib import Path
 
-from instructions import instructions
+from instructions import command_line, instructions
 
 PATHS = ("sqlite batch, per row", "queued success, hot key", "queued success, new key")
 ROWS = 500
@@ -90,14 +88,7 @@ engine.close()
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--calls", type=int, default=5_000, help="successes per queued path")
-    parser.add_argument("--tree", action="append", type=Path, default=[])
-    parser.add_argument("--path", action="append", choices=PATHS, default=[], help="(all)")
-    args = parser.parse_args()
-    if shutil.which("valgrind") is None:
-        raise SystemExit("valgrind is not installed (Debian: apt-get install valgrind)")
-    trees = args.tree or [Path(__file__).resolve().parent.parent]
+    args, trees = command_line(__doc__ or "", PATHS, 5_000)  # --calls: per queued path
     with tempfile.TemporaryDirectory() as work:
         script = Path(work) / "one.py"
         script.write_text(_ONE % {"rows": ROWS})
