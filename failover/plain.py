@@ -2,10 +2,12 @@
 
 Most failovers are plain: the default key, a fixed ``ttl``, no ``store_if``, labels, tags,
 store interval, soft timeout, single flight, ``fresh_for`` or ``throttle=``, on an in-process
-`InMemoryStore`. For those, storing a success is a key, a copy of the result and one entry put
-in the store's table. The shells (``shells.py``) read the time as a float and call the
-upstream, and `Plain.live` does the rest in one frame, with no `Call` and no envelope: a `Call`
-is made only when the upstream fails. Any other failover goes the general way (`Call.live`, the
+`InMemoryStore` or behind an async-writes queue (a store that does I/O, by default). For those,
+storing a success is a key, a copy of the result and one entry put in the store's table, or
+one envelope handed to the queue (`WriteQueue.submit_one`). The shells (``shells.py``) read the
+time as a float and call the upstream, and `Plain.live` does the rest in one frame, with no
+`Call` (and, on an in-process store, no envelope): a `Call` is made only when the upstream
+fails. Any other failover goes the general way (`Call.live`, the
 handler chain), and so does a plain one's call that a `failover.disabled` block or conditional
 refresh steers (`failover.switches.STEERS`); a `failover.refreshing` block changes nothing for
 a plain failover, whose calls all reach the upstream.
@@ -23,7 +25,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from logging import DEBUG
 from time import perf_counter
 from time import time as wall_seconds  # the default clock's reading (`engine.clock.seconds`)
@@ -36,7 +38,9 @@ from .metrics.tally import FIRST, Tally
 from .payload import KIND_OF, PLAIN, Building, ReferentialPayload, enrich
 from .recorder import UPSTREAM_FIRST, FailoverStats, dropped
 from .stores.backends.memory import InMemoryStore, dated, seconds_of
+from .stores.layers.async_write import AsyncWriteStore
 from .stores.layers.copying import _IMMUTABLE, CopyingStore, copy_value
+from .stores.layers.deadline import DeadlineStore
 
 if TYPE_CHECKING:
     from .core import Runtime
@@ -67,7 +71,11 @@ class Plain:
         stats: the failover's health recorder (`FailoverStats`).
         recounted, recount: the same for ``recovered`` (``recovered_at``).
         store: the `InMemoryStore`, whose table, lock and cap `live` uses as its ``put`` does
-            (its lock read on each call: a forked child's store has a new one).
+            (its lock read on each call: a forked child's store has a new one); ``None`` with
+            ``queue``.
+        queue: the async-writes queue (`WriteQueue`) a success is handed to, as an envelope
+            whose times are datetimes, when the store does I/O; ``None`` for an in-process one.
+        lasts: ``ttl`` as a `timedelta` (a queued envelope's expiry).
         copies: whether the result is copied before it is kept (a copying layer was in front).
         skip_first: the wrapper's first argument is ``self``/``cls``, not part of the key.
         n: how many arguments the key is made of, when they come positionally.
@@ -84,10 +92,12 @@ class Plain:
         "copies",
         "count",
         "counted",
+        "lasts",
         "memo",
         "n",
         "name",
         "offset",
+        "queue",
         "recount",
         "recounted",
         "recovers",
@@ -104,7 +114,7 @@ class Plain:
         self,
         name: str,
         ttl: timedelta,
-        store: InMemoryStore,
+        store: InMemoryStore | AsyncWriteStore,
         copies: bool,
         rt: Runtime,
         stats: FailoverStats,
@@ -112,6 +122,7 @@ class Plain:
     ) -> None:
         self.name = name
         self.ttl = ttl.total_seconds()
+        self.lasts = ttl
         self.seconds = seconds
         self.offset = 0.0
         self.until = -float("inf")
@@ -120,7 +131,8 @@ class Plain:
         self.stats = stats
         self.recounted: Callable[..., None] = stats.recovered
         self.recount = stats.recovered_at
-        self.store = store
+        self.queue: Any = store._q if isinstance(store, AsyncWriteStore) else None
+        self.store: Any = None if self.queue is not None else store
         self.copies = copies
         self.skip_first = rt.binder.skip_first
         self.n = rt.binder.n if rt.binder.simple else -1  # -1: never positional alone
@@ -128,7 +140,8 @@ class Plain:
         handler: Any = rt.handler
         recovers = rt.recovers  # None: a predicate or exclusions decide (`Call` asks them)
         general = (
-            rt.execution is not None
+            self.queue is not None  # the store's reads: the general recovery's
+            or rt.execution is not None
             or rt.throttle is not None
             or rt.definition.on_recovered is not None
             or handler.reads is not None
@@ -192,28 +205,47 @@ class Plain:
                             value[k] = copy_value(v)
                 elif type(value) not in _IMMUTABLE:
                     value = copy_value(value)
-            entry = (value, at, at + self.ttl, True, None, None, False, None, False)
-            ident = (self.name, key)
-            store = self.store
-            entries = store._entries
-            lock = store._lock
-            kept = 0
-            lock.acquire()
-            try:  # `InMemoryStore.put`, inlined: its frame is a tenth of what is left to cut
-                stored = entries.pop(ident, None)
-                if stored is None:
-                    entries[ident] = entry
-                    if store.max_entries and len(entries) > store.max_entries:
-                        entries.popitem(last=False)
-                elif (old := stored[1]) is not None and at < (
-                    old if type(old) is float else seconds_of(old)
-                ):
-                    entries[ident] = stored  # the newer one stays
-                    kept = 1
-                else:
-                    entries[ident] = entry
-            finally:
-                lock.release()
+            if (queue := self.queue) is not None:
+                # `DefaultHandler.store`'s envelope, its times as datetimes for the store
+                as_of = datetime.fromtimestamp(at, UTC)
+                obj: Any = _new(Building)
+                obj.name = self.name
+                obj.key = key
+                obj.payload = value
+                obj.as_of = as_of
+                obj.expire_on = as_of + self.lasts
+                obj.up_to_date = True
+                obj.cause = None
+                obj.label = None
+                obj.partial = False
+                obj.tags = None
+                obj.fresh_ended = False
+                obj.__class__ = ReferentialPayload
+                queue.submit_one(self.name, key, obj)
+                kept = 0  # the queue counts a write a newer one kept out
+            else:
+                entry = (value, at, at + self.ttl, True, None, None, False, None, False)
+                ident = (self.name, key)
+                store = self.store
+                entries = store._entries
+                lock = store._lock
+                kept = 0
+                lock.acquire()
+                try:  # `InMemoryStore.put`, inlined: its frame is a tenth of what is left to cut
+                    stored = entries.pop(ident, None)
+                    if stored is None:
+                        entries[ident] = entry
+                        if store.max_entries and len(entries) > store.max_entries:
+                            entries.popitem(last=False)
+                    elif (old := stored[1]) is not None and at < (
+                        old if type(old) is float else seconds_of(old)
+                    ):
+                        entries[ident] = stored  # the newer one stays
+                        kept = 1
+                    else:
+                        entries[ident] = entry
+                finally:
+                    lock.release()
             if kept:
                 events.superseded(kept)
             elif events.timed:
@@ -350,7 +382,12 @@ def plain_path(rt: Runtime, seconds: Callable[[], float]) -> Plain | None:
     copies = type(store) is CopyingStore
     if copies:
         store = store.inner
-    if type(store) is not InMemoryStore or (store.copy and not copies):
+    if type(store) is DeadlineStore and store._queued:  # writes queued below: no deadline
+        store = store.inner
+    if type(store) is AsyncWriteStore:
+        if not copies:  # a result kept uncopied until the worker writes it: the general path
+            return None
+    elif type(store) is not InMemoryStore or (store.copy and not copies):
         return None
     stats = [o for o in rt.events.observers if isinstance(o, FailoverStats)]
     if not stats:  # pragma: no cover - every engine's stream has its health recorder

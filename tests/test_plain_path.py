@@ -32,6 +32,8 @@ import failover.shells
 import failover.switches
 from failover import Failover
 from failover.stores import CachetoolsStore, InMemoryStore
+from failover.stores.backends.sql import SqlStore
+from failover.stores.base import walk
 
 from .conftest import FakeClock
 from .test_forward_only import writes
@@ -113,10 +115,47 @@ def test_a_failover_with_more_to_do_goes_the_general_way(
     assert plain_of(fn) is None
 
 
-def test_a_store_with_io_goes_the_general_way(clock: FakeClock, tmp_path: Any) -> None:
-    engine = Failover(f"sqlite:///{tmp_path / 'f.db'}", clock=clock, metrics=False)
+def test_a_store_with_io_written_on_the_callers_thread_goes_the_general_way(
+    clock: FakeClock, tmp_path: Any
+) -> None:
+    engine = Failover(
+        f"sqlite:///{tmp_path / 'f.db'}", clock=clock, metrics=False, async_writes=False
+    )
     try:
         assert plain_of(decorate("sync", engine, Countries())) is None
+    finally:
+        engine.close()
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_store_with_io_is_handed_the_general_paths_entry_from_the_plain_path(
+    kind: str, clock: FakeClock, tmp_path: Any
+) -> None:
+    """Async writes (the default for a store that does I/O): the plain path queues the entry
+    the general path would (key, as_of, expiry, a copy of the result), which the worker writes
+    to the SQLite file, and the general recovery reads back."""
+    engine = Failover(f"sqlite:///{tmp_path / 'f.db'}", clock=clock, metrics=False)
+    upstream = Countries()
+    fn = decorate(kind, engine, upstream, ttl="10m")
+    try:
+        assert plain_of(fn) is not None
+        fn("FR")
+        clock.advance(1)
+        result = fn("FR", lang="en")  # the same key, stored again one second later
+        result["currencies"].append("mutated after the call")  # not what was queued
+        assert engine.flush(10)
+        sql = next(s for s in walk(engine.store) if isinstance(s, SqlStore))
+        (found,) = sql.find_all("plain.country")
+        assert found.as_of == clock.now
+        assert found.expire_on == clock.now + timedelta(minutes=10)
+        assert found.payload == {"code": "FR", "lang": "en", "currencies": ["EUR"], "n": 2}
+        upstream.error = ConnectionError("down")
+        clock.advance(30)
+        with failover.served.collect() as report:
+            stale = fn("FR")
+        assert stale == {"code": "FR", "lang": "en", "currencies": ["EUR"], "n": 2}
+        assert report.names == ("plain.country",)
+        assert report.age == 30
     finally:
         engine.close()
 
