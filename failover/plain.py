@@ -384,10 +384,9 @@ def plain_path(rt: Runtime, seconds: Callable[[], float]) -> Plain | None:
         store = store.inner
     if type(store) is DeadlineStore and store._queued:  # writes queued below: no deadline
         store = store.inner
-    if type(store) is AsyncWriteStore:
-        if not copies:  # a result kept uncopied until the worker writes it: the general path
-            return None
-    elif type(store) is not InMemoryStore or (store.copy and not copies):
+    if type(store) is not AsyncWriteStore and (
+        type(store) is not InMemoryStore or (store.copy and not copies)
+    ):
         return None
     stats = [o for o in rt.events.observers if isinstance(o, FailoverStats)]
     if not stats:  # pragma: no cover - every engine's stream has its health recorder

@@ -160,6 +160,35 @@ def test_a_store_with_io_is_handed_the_general_paths_entry_from_the_plain_path(
         engine.close()
 
 
+@pytest.mark.parametrize("way", ["plain", "general"])
+def test_a_queued_success_is_counted_as_the_general_path_counts_it(
+    way: str, clock: FakeClock, tmp_path: Any
+) -> None:
+    """On a store behind async writes, the plain path and the general one report the same:
+    writes queued, written, superseded (a hot key's write replaced while it waits), stored
+    and live calls, read back from a real registry."""
+    registry = CollectorRegistry()
+    engine = Failover(f"sqlite:///{tmp_path / 'f.db'}", clock=clock, metrics=registry)
+    try:
+        options = {} if way == "plain" else {"store_if": lambda r: True}
+        upstream = Countries()
+        fn = decorate("sync", engine, upstream, **options)
+        assert (plain_of(fn) is not None) == (way == "plain")
+        for code in ("FR", "DE", "FR"):
+            fn(code)
+            clock.advance(1)
+        assert engine.flush(10)
+        counts = writes(registry, "plain.country")
+        assert counts["queued"] == 3
+        assert counts["written"] + counts.get("superseded", 0) == 3
+        found = samples(registry, "plain.country")
+        assert found["failover_calls_total|live"] == 3
+        assert found["failover_write_seconds_count|"] == 3  # the hand-offs to the queue
+        assert engine.health().failovers["plain.country"].counts["live"] == 3
+    finally:
+        engine.close()
+
+
 @pytest.mark.parametrize("kind", KINDS)
 def test_the_stored_entry_is_the_general_paths(
     kind: str, engine: Failover, clock: FakeClock
