@@ -1,7 +1,8 @@
 """The plain success path (`failover.plain`): a plain failover on an in-process store is stored
-from its shell's own frame, with no `Call` and no envelope. Every guarantee of the general path
-holds on it: the key, the expiry, isolation, forward-only writes, the LRU cap, the facts on the
-event stream, store trouble that never breaks a call, and recovery.
+from its shell's own frame, with no `Call` and no envelope, and one on a store behind async
+writes hands the queue its envelope from there. Every guarantee of the general path holds on
+it: the key, the expiry, isolation, forward-only writes, the LRU cap, the facts on the event
+stream, store trouble that never breaks a call, and recovery.
 
 Each test runs sync and async: the two shells each inline the path.
 """
