@@ -100,10 +100,10 @@ def _driver_upsert(
     compiled: Any = upsert.compile(dialect=dialect)
     order = compiled.positiontup
     binds = compiled.binds
-    if not order or any(binds[n].type._cached_bind_processor(dialect) for n in order):
+    # itemgetter of two names or more makes a tuple: an upsert has them (name, key, ...).
+    if len(order) < 2 or any(binds[n].type._cached_bind_processor(dialect) for n in order):
         return None
-    getter = itemgetter(*order)
-    return str(compiled), (getter if len(order) > 1 else lambda row: (getter(row),))
+    return str(compiled), itemgetter(*order)
 
 
 class CoreStatements:
